@@ -1,0 +1,146 @@
+# retry-operator. `make help` lists the targets.
+#
+# Nothing here downloads a binary: Go tools are built through the Go module proxy
+# into ./bin (pinned by version), Kubernetes itself is built from source by
+# hack/kube-binaries.sh into bin/k8s/<version> (git-ignored, reused when present).
+
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+KUBE_VERSION ?= v1.37.2
+ETCD_VERSION ?= v3.6.16
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+KUSTOMIZE_VERSION ?= v5.8.1
+
+LOCALBIN ?= $(shell pwd)/bin
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
+KUBE_BIN ?= $(LOCALBIN)/k8s/$(KUBE_VERSION)
+KUBECTL ?= $(KUBE_BIN)/kubectl
+
+# Images are written as tarballs by hack/images (no Docker needed).
+IMG_MANAGER ?= retry.dev/manager:dev
+IMG_SIDECAR ?= retry.dev/retry-sidecar:dev
+
+# Files that `make manifests generate` writes; `make test` fails if they are stale.
+GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml
+
+GO_PACKAGES = $$(go list ./... | grep -v /test/e2e)
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate the CRD, RBAC and webhook configuration from markers.
+	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
+	"$(CONTROLLER_GEN)" object:headerFile="hack/boilerplate.go.txt",year=2026 paths="./..."
+
+.PHONY: fmt
+fmt: ## Format the code.
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: vet
+vet: ## Run go vet.
+	go vet ./...
+	if [ -d test/e2e ]; then go vet -tags e2e ./test/e2e/...; fi
+
+.PHONY: lint
+lint: vet check-fmt ## Lint: go vet and gofmt.
+
+.PHONY: check-fmt
+check-fmt: ## Fail if any Go file is not gofmt-ed.
+	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	if [ -n "$$out" ]; then echo "not gofmt-ed (run make fmt):"; echo "$$out"; exit 1; fi
+
+.PHONY: check-generated
+check-generated: ## Fail if `make manifests generate` changes any generated file.
+	@before=$$(find $(GENERATED) -type f -print0 | sort -z | xargs -0 sha256sum); \
+	$(MAKE) --no-print-directory manifests generate; \
+	after=$$(find $(GENERATED) -type f -print0 | sort -z | xargs -0 sha256sum); \
+	if [ "$$before" != "$$after" ]; then \
+		echo "generated files were stale; regenerated them: commit the result"; \
+		diff <(echo "$$before") <(echo "$$after") || true; exit 1; fi; \
+	echo "generated files are up to date"
+
+.PHONY: kube-binaries
+kube-binaries: ## Build kube-apiserver, kubectl and etcd from source into bin/k8s/<version> (reused).
+	KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/kube-binaries.sh
+
+.PHONY: test
+test: check-fmt vet check-generated kube-binaries ## Every test that needs no cluster of pods: unit, envtest, sidecar.
+	KUBEBUILDER_ASSETS="$$(KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh 2>/dev/null | tail -1)" \
+		go test -count=1 $(GO_PACKAGES)
+
+.PHONY: test-race
+test-race: ## The pure packages under the race detector.
+	go test -count=1 -race ./pkg/... ./internal/policyset/...
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
+	@for f in $$(go test -list '^Fuzz' ./pkg/retrypolicy | grep ^Fuzz); do \
+		go test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-30s} ./pkg/retrypolicy || exit 1; done
+
+.PHONY: bench
+bench: ## Micro-benchmarks of the decision core.
+	go test -run '^$$' -bench . -benchmem ./pkg/retrypolicy
+
+##@ Build
+
+.PHONY: build
+build: ## Build the manager and the sidecar into ./bin.
+	CGO_ENABLED=0 go build -trimpath -o bin/manager ./cmd/manager
+	CGO_ENABLED=0 go build -trimpath -o bin/retry-sidecar ./cmd/retry-sidecar
+
+.PHONY: run
+run: manifests generate ## Run the manager against the cluster in KUBECONFIG, without webhooks.
+	ENABLE_WEBHOOKS=false go run ./cmd/manager
+
+.PHONY: build-images
+build-images: ## Write image tarballs (no Docker) into bin/images.
+	hack/build-images.sh
+
+##@ Deployment
+
+.PHONY: install
+install: manifests kube-binaries ## Install the CRD into the cluster in KUBECONFIG.
+	"$(KUBECTL)" apply --server-side -f config/crd/bases
+
+.PHONY: uninstall
+uninstall: kube-binaries ## Remove the CRD from the cluster in KUBECONFIG.
+	"$(KUBECTL)" delete --ignore-not-found -f config/crd/bases
+
+.PHONY: deploy
+deploy: manifests $(KUSTOMIZE) kube-binaries ## Deploy the operator (config/default) to the cluster in KUBECONFIG.
+	cd config/manager && "$(KUSTOMIZE)" edit set image controller=$(IMG_MANAGER)
+	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: $(KUSTOMIZE) kube-binaries ## Remove the operator from the cluster in KUBECONFIG.
+	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" delete --ignore-not-found -f -
+
+.PHONY: demo
+demo: ## The main job: a local control plane, the operator, a policy, a flaky upstream, retries to watch.
+	hack/demo.sh
+
+##@ Tools
+
+$(CONTROLLER_GEN):
+	@mkdir -p "$(LOCALBIN)"
+	GOBIN="$(LOCALBIN)" go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+	mv "$(LOCALBIN)/controller-gen" "$@"
+
+$(KUSTOMIZE):
+	@mkdir -p "$(LOCALBIN)"
+	GOBIN="$(LOCALBIN)" go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+	mv "$(LOCALBIN)/kustomize" "$@"

@@ -1,0 +1,340 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// The schema below is the first of three validation layers (schema + CEL, the
+// validating webhook, the reconciler). Every rule here is repeated in Validate so
+// that a policy given to the sidecar as a file, or one that slipped past a disabled
+// webhook, is judged the same way. Defaults are repeated in SetDefaults for the
+// same reason; an envtest test proves the two agree.
+
+// Jitter selects how the local backoff is randomised.
+//
+//	c = min(max, base·2^i)
+//	Full:  uniform [0, c]
+//	Equal: c/2 + uniform [0, c/2]
+//	None:  c
+//
+// +kubebuilder:validation:Enum=Full;Equal;None
+type Jitter string
+
+const (
+	JitterFull  Jitter = "Full"
+	JitterEqual Jitter = "Equal"
+	JitterNone  Jitter = "None"
+)
+
+// RetryPolicySpec selects pods and says how their outbound HTTP calls to each
+// upstream are retried.
+type RetryPolicySpec struct {
+	// podSelector selects the injected pods of this namespace the policy applies to.
+	// An empty or absent selector selects every injected pod in the namespace.
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+
+	// upstreams lists the upstream services and how calls to each are retried.
+	// Names are unique within the policy.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	Upstreams []Upstream `json:"upstreams"`
+}
+
+// Upstream is one service the selected pods call, matched by request authority.
+// +kubebuilder:validation:XValidation:rule="!has(self.perTryTimeout) || !has(self.deadline) || duration(self.perTryTimeout) < duration(self.deadline)",messageExpression="'must be < deadline (' + self.deadline + ')'",fieldPath=".perTryTimeout",reason="FieldValueInvalid"
+type Upstream struct {
+	// name identifies the upstream in metrics, logs and the rendered config.
+	// A DNS-1123 label, unique within the policy.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// hosts are matched against the request authority: "host" (any port),
+	// "host:port" (that port only), or "*.suffix" (any subdomain of suffix, not suffix itself).
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=261
+	Hosts []string `json:"hosts"`
+
+	// maxAttempts counts transmissions including the first: 4 means 3 retries.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	MaxAttempts *int32 `json:"maxAttempts,omitempty"`
+
+	// deadline bounds one logical request: all attempts and all waits.
+	// +optional
+	// +kubebuilder:default="10s"
+	Deadline *Duration `json:"deadline,omitempty"`
+
+	// perTryTimeout bounds one attempt up to its response headers. Must be < deadline.
+	// +optional
+	PerTryTimeout *Duration `json:"perTryTimeout,omitempty"`
+
+	// backoff is the local wait between attempts when the server gives no hint.
+	// +optional
+	// +kubebuilder:default={}
+	Backoff *Backoff `json:"backoff,omitempty"`
+
+	// retryOn says which results are retried.
+	// +optional
+	// +kubebuilder:default={}
+	RetryOn *RetryOn `json:"retryOn,omitempty"`
+
+	// replayableMethods are the methods whose requests may be sent again.
+	// POST and PATCH are never replayable by method: use idempotencyKey instead.
+	// +optional
+	// +listType=set
+	// +kubebuilder:default={GET,HEAD,OPTIONS}
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="!self.exists(m, m == 'POST' || m == 'PATCH')",message="POST and PATCH are not replayable by method; set idempotencyKey.header so requests that carry the key are replayed",reason="FieldValueForbidden"
+	ReplayableMethods []string `json:"replayableMethods,omitempty"`
+
+	// idempotencyKey makes a request replayable whatever its method when it carries
+	// this header; the same key value is sent on every attempt.
+	// +optional
+	IdempotencyKey *IdempotencyKey `json:"idempotencyKey,omitempty"`
+
+	// maxReplayBodyBytes is the largest request body buffered for replay; larger bodies
+	// are streamed once and never replayed.
+	// +optional
+	// +kubebuilder:default=65536
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16777216
+	MaxReplayBodyBytes *int64 `json:"maxReplayBodyBytes,omitempty"`
+
+	// retryAfter says how server wait hints (Retry-After) are honoured.
+	// +optional
+	// +kubebuilder:default={}
+	RetryAfter *RetryAfter `json:"retryAfter,omitempty"`
+
+	// budget caps retries during an outage relative to first attempts.
+	// +optional
+	// +kubebuilder:default={}
+	Budget *Budget `json:"budget,omitempty"`
+
+	// rateLimit bounds attempt starts of ALL selected pods together (one account quota);
+	// the controller divides it by the number of ready selected pods.
+	// +optional
+	RateLimit *RateLimit `json:"rateLimit,omitempty"`
+
+	// concurrency bounds attempts in flight per pod, with a bounded queue.
+	// +optional
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
+}
+
+// Duration is a Go duration string such as "100ms", "1.5s" or "2m", strictly positive.
+// +kubebuilder:validation:Type=string
+// +kubebuilder:validation:MaxLength=32
+// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="must be a positive duration such as 100ms, 1.5s or 2m",reason="FieldValueInvalid"
+type Duration string
+
+// Backoff is the local, exponential wait between attempts.
+// +kubebuilder:validation:XValidation:rule="!has(self.base) || !has(self.max) || duration(self.base) <= duration(self.max)",messageExpression="'must be >= backoff.base (' + self.base + ')'",fieldPath=".max",reason="FieldValueInvalid"
+type Backoff struct {
+	// base is the wait ceiling of the first retry; it doubles per retry up to max.
+	// +optional
+	// +kubebuilder:default="100ms"
+	Base *Duration `json:"base,omitempty"`
+
+	// max caps the exponential growth. Must be >= base.
+	// +optional
+	// +kubebuilder:default="10s"
+	Max *Duration `json:"max,omitempty"`
+
+	// jitter randomises each wait: Full, Equal or None.
+	// +optional
+	// +kubebuilder:default=Full
+	Jitter *Jitter `json:"jitter,omitempty"`
+}
+
+// StatusCode is an HTTP status that may be retried.
+// +kubebuilder:validation:Enum=408;425;429;500;502;503;504
+type StatusCode int32
+
+// RetryOn selects the retryable results.
+type RetryOn struct {
+	// statusCodes are retried; allowed: 408, 425, 429, 500, 502, 503, 504.
+	// +optional
+	// +listType=set
+	// +kubebuilder:default={429,503}
+	// +kubebuilder:validation:MaxItems=7
+	StatusCodes []StatusCode `json:"statusCodes,omitempty"`
+
+	// connectFailure retries failures where the request provably never left
+	// (connection refused, DNS failure), for every method.
+	// +optional
+	// +kubebuilder:default=true
+	ConnectFailure *bool `json:"connectFailure,omitempty"`
+}
+
+// IdempotencyKey names the header whose presence makes a request replayable.
+type IdempotencyKey struct {
+	// header is an HTTP header name (RFC 9110 token), e.g. Idempotency-Key.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Header string `json:"header"`
+}
+
+// RetryAfter says how server wait hints are honoured. A hint is a strict lower
+// bound: it is never shortened, only deferred to the caller.
+type RetryAfter struct {
+	// maxWait is the longest server-requested wait honoured automatically; a longer
+	// hint returns "deferred" with X-Retry-Not-Before at once.
+	// +optional
+	// +kubebuilder:default="30s"
+	MaxWait *Duration `json:"maxWait,omitempty"`
+
+	// spread bounds the non-negative jitter added after a server hint, so clients
+	// told the same time do not return together.
+	// +optional
+	// +kubebuilder:default="1s"
+	Spread *Duration `json:"spread,omitempty"`
+}
+
+// Budget caps retries to a share of first attempts over a sliding 10 s window.
+type Budget struct {
+	// retryPercent is the share of first attempts that may be retried, 0..100.
+	// +optional
+	// +kubebuilder:default=20
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	RetryPercent *int32 `json:"retryPercent,omitempty"`
+
+	// minRetriesPerSecond is a floor so low-traffic upstreams can still retry.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	MinRetriesPerSecond *int32 `json:"minRetriesPerSecond,omitempty"`
+}
+
+// RateLimit bounds attempt starts, retries included, for the whole fleet.
+type RateLimit struct {
+	// requestsPerMinute is the account quota shared by all selected pods.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=6000000
+	RequestsPerMinute int32 `json:"requestsPerMinute"`
+
+	// burst is the number of attempts that may start at once per pod.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	Burst *int32 `json:"burst,omitempty"`
+}
+
+// Concurrency is bounded admission: attempts in flight and a bounded wait queue.
+type Concurrency struct {
+	// maxInFlight bounds attempts in flight per pod.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	MaxInFlight int32 `json:"maxInFlight"`
+
+	// maxQueued bounds callers waiting for an in-flight slot; 0 sheds at once when full.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	MaxQueued *int32 `json:"maxQueued,omitempty"`
+
+	// queueTimeout bounds each wait in the queue.
+	// +optional
+	// +kubebuilder:default="1s"
+	QueueTimeout *Duration `json:"queueTimeout,omitempty"`
+}
+
+// RetryPolicyStatus is the observed state of a RetryPolicy.
+type RetryPolicyStatus struct {
+	// observedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Accepted (reasons Valid, Invalid, Conflict) and Programmed
+	// (reason Rendered: the policy is in the namespace's retry-policies ConfigMap).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// selectedPods is the number of ready injected pods the policy selects.
+	// +optional
+	SelectedPods int32 `json:"selectedPods,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rp
+// +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Upstreams",type=string,JSONPath=`.spec.upstreams[*].name`
+// +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.selectedPods`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// RetryPolicy says how the outbound HTTP calls of selected pods to named upstreams
+// are retried: attempts, deadline, backoff, replayability, Retry-After handling,
+// outage budget and admission limits.
+type RetryPolicy struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is a standard object metadata
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitzero"`
+
+	// spec defines the desired retry behaviour.
+	// +required
+	Spec RetryPolicySpec `json:"spec"`
+
+	// status is the observed state of the RetryPolicy.
+	// +optional
+	Status RetryPolicyStatus `json:"status,omitzero"`
+}
+
+// +kubebuilder:object:root=true
+
+// RetryPolicyList contains a list of RetryPolicy
+type RetryPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitzero"`
+	Items           []RetryPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(func(s *runtime.Scheme) error {
+		s.AddKnownTypes(SchemeGroupVersion, &RetryPolicy{}, &RetryPolicyList{})
+		return nil
+	})
+}

@@ -1,0 +1,359 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Limits shared by the schema markers in retrypolicy_types.go and Validate. The
+// markers cannot reference Go constants, so a test compares them with the CRD.
+const (
+	MaxUpstreams          = 16
+	MaxHostsPerUpstream   = 32
+	MinAttempts           = 1
+	MaxAttemptsLimit      = 10
+	MaxReplayBodyLimit    = 16 << 20
+	MaxReplayableMethods  = 16
+	MaxRequestsPerMinute  = 6_000_000
+	MaxBurst              = 10_000
+	MaxInFlightLimit      = 10_000
+	MaxQueuedLimit        = 100_000
+	MaxMinRetriesPerSec   = 10_000
+	MaxHeaderNameLength   = 128
+	MaxMethodTokenLength  = 32
+	maxDurationTextLength = 32
+)
+
+// AllowedStatusCodes are the statuses a policy may retry. Anything else (a 501, a
+// 4xx that will never change) would only multiply load.
+var AllowedStatusCodes = []StatusCode{408, 425, 429, 500, 502, 503, 504}
+
+var (
+	durationPattern = regexp.MustCompile(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`)
+	// RFC 9110 §5.6.2 token characters.
+	tokenPattern = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
+)
+
+// Validate checks a RetryPolicy against every rule of the API: the ones the CRD
+// schema and CEL enforce (repeated here so a policy file given to the sidecar, or an
+// object that reached etcd while the webhook was down, is judged the same way) and
+// the ones they cannot express (host and header syntax, hosts claimed twice). It
+// expects defaults to be applied (see SetDefaults) but tolerates nil optionals.
+//
+// Messages name the field path first and the allowed values, for example
+//
+//	spec.upstreams[1].backoff.max: Invalid value: "1s": must be >= backoff.base (2s)
+func Validate(p *RetryPolicy) field.ErrorList {
+	var errs field.ErrorList
+	spec := field.NewPath("spec")
+	if p.Spec.PodSelector != nil {
+		errs = append(errs, metav1validation.ValidateLabelSelector(p.Spec.PodSelector,
+			metav1validation.LabelSelectorValidationOptions{}, spec.Child("podSelector"))...)
+	}
+	errs = append(errs, validateUpstreams(p.Spec.Upstreams, spec.Child("upstreams"))...)
+	return errs
+}
+
+func validateUpstreams(ups []Upstream, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case len(ups) == 0:
+		errs = append(errs, field.Required(path, "at least one upstream is required"))
+	case len(ups) > MaxUpstreams:
+		errs = append(errs, field.TooMany(path, len(ups), MaxUpstreams))
+	}
+	names := map[string]int{}
+	hosts := map[string]*field.Path{}
+	for i := range ups {
+		p := path.Index(i)
+		u := &ups[i]
+		if prev, dup := names[u.Name]; dup {
+			errs = append(errs, field.Duplicate(p.Child("name"), fmt.Sprintf("%s (also upstreams[%d])", u.Name, prev)))
+		}
+		names[u.Name] = i
+		errs = append(errs, validateUpstream(u, p)...)
+		for j, h := range u.Hosts {
+			key := strings.ToLower(h)
+			if first, dup := hosts[key]; dup {
+				errs = append(errs, field.Duplicate(p.Child("hosts").Index(j),
+					fmt.Sprintf("%s is already claimed by %s; a host may belong to one upstream of a policy", h, first)))
+				continue
+			}
+			hosts[key] = p.Child("hosts").Index(j)
+		}
+	}
+	return errs
+}
+
+func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if u.Name == "" {
+		errs = append(errs, field.Required(p.Child("name"), "a DNS-1123 label such as payments-api"))
+	} else if msgs := validation.IsDNS1123Label(u.Name); len(msgs) > 0 {
+		errs = append(errs, field.Invalid(p.Child("name"), u.Name, strings.Join(msgs, "; ")))
+	}
+
+	switch {
+	case len(u.Hosts) == 0:
+		errs = append(errs, field.Required(p.Child("hosts"), `at least one of "host", "host:port" or "*.suffix"`))
+	case len(u.Hosts) > MaxHostsPerUpstream:
+		errs = append(errs, field.TooMany(p.Child("hosts"), len(u.Hosts), MaxHostsPerUpstream))
+	}
+	for j, h := range u.Hosts {
+		if msg := ValidateHostPattern(h); msg != "" {
+			errs = append(errs, field.Invalid(p.Child("hosts").Index(j), h, msg))
+		}
+	}
+
+	if u.MaxAttempts != nil && (*u.MaxAttempts < MinAttempts || *u.MaxAttempts > MaxAttemptsLimit) {
+		errs = append(errs, field.Invalid(p.Child("maxAttempts"), *u.MaxAttempts,
+			fmt.Sprintf("must be between %d and %d (transmissions including the first)", MinAttempts, MaxAttemptsLimit)))
+	}
+	deadline, dErrs := parseDuration(u.Deadline, p.Child("deadline"))
+	errs = append(errs, dErrs...)
+	perTry, pErrs := parseDuration(u.PerTryTimeout, p.Child("perTryTimeout"))
+	errs = append(errs, pErrs...)
+	if deadline > 0 && perTry > 0 && perTry >= deadline {
+		errs = append(errs, field.Invalid(p.Child("perTryTimeout"), string(*u.PerTryTimeout),
+			fmt.Sprintf("must be < deadline (%s)", *u.Deadline)))
+	}
+
+	if b := u.Backoff; b != nil {
+		bp := p.Child("backoff")
+		base, e1 := parseDuration(b.Base, bp.Child("base"))
+		maxD, e2 := parseDuration(b.Max, bp.Child("max"))
+		errs = append(errs, e1...)
+		errs = append(errs, e2...)
+		if base > 0 && maxD > 0 && maxD < base {
+			errs = append(errs, field.Invalid(bp.Child("max"), string(*b.Max),
+				fmt.Sprintf("must be >= backoff.base (%s)", *b.Base)))
+		}
+		if b.Jitter != nil {
+			switch *b.Jitter {
+			case JitterFull, JitterEqual, JitterNone:
+			default:
+				errs = append(errs, field.NotSupported(bp.Child("jitter"), *b.Jitter,
+					[]Jitter{JitterFull, JitterEqual, JitterNone}))
+			}
+		}
+	}
+
+	if r := u.RetryOn; r != nil {
+		rp := p.Child("retryOn", "statusCodes")
+		seen := map[StatusCode]bool{}
+		for i, c := range r.StatusCodes {
+			if !isAllowedStatus(c) {
+				errs = append(errs, field.NotSupported(rp.Index(i), strconv.Itoa(int(c)),
+					[]string{"408", "425", "429", "500", "502", "503", "504"}))
+			}
+			if seen[c] {
+				errs = append(errs, field.Duplicate(rp.Index(i), c))
+			}
+			seen[c] = true
+		}
+	}
+
+	mp := p.Child("replayableMethods")
+	if len(u.ReplayableMethods) > MaxReplayableMethods {
+		errs = append(errs, field.TooMany(mp, len(u.ReplayableMethods), MaxReplayableMethods))
+	}
+	seenMethods := sets.New[string]()
+	for i, m := range u.ReplayableMethods {
+		switch {
+		case len(m) > MaxMethodTokenLength || !tokenPattern.MatchString(m):
+			errs = append(errs, field.Invalid(mp.Index(i), m, "must be an HTTP method token such as GET, HEAD, OPTIONS, PUT or DELETE"))
+		case m != strings.ToUpper(m):
+			errs = append(errs, field.Invalid(mp.Index(i), m, fmt.Sprintf("must be upper-case (%s); methods are case-sensitive", strings.ToUpper(m))))
+		case m == "POST" || m == "PATCH":
+			errs = append(errs, field.Forbidden(mp.Index(i),
+				"POST and PATCH are not replayable by method; set idempotencyKey.header so requests that carry the key are replayed"))
+		}
+		if seenMethods.Has(m) {
+			errs = append(errs, field.Duplicate(mp.Index(i), m))
+		}
+		seenMethods.Insert(m)
+	}
+
+	if k := u.IdempotencyKey; k != nil {
+		hp := p.Child("idempotencyKey", "header")
+		switch {
+		case k.Header == "":
+			errs = append(errs, field.Required(hp, "an HTTP header name such as Idempotency-Key"))
+		case len(k.Header) > MaxHeaderNameLength || !tokenPattern.MatchString(k.Header):
+			errs = append(errs, field.Invalid(hp, k.Header, "must be an HTTP header name (RFC 9110 token: letters, digits and !#$%&'*+-.^_`|~), such as Idempotency-Key"))
+		}
+	}
+
+	if n := u.MaxReplayBodyBytes; n != nil && (*n < 0 || *n > MaxReplayBodyLimit) {
+		errs = append(errs, field.Invalid(p.Child("maxReplayBodyBytes"), *n,
+			fmt.Sprintf("must be between 0 and %d", MaxReplayBodyLimit)))
+	}
+
+	if ra := u.RetryAfter; ra != nil {
+		rap := p.Child("retryAfter")
+		_, e1 := parseDuration(ra.MaxWait, rap.Child("maxWait"))
+		_, e2 := parseDuration(ra.Spread, rap.Child("spread"))
+		errs = append(errs, e1...)
+		errs = append(errs, e2...)
+	}
+
+	if b := u.Budget; b != nil {
+		bp := p.Child("budget")
+		if v := b.RetryPercent; v != nil && (*v < 0 || *v > 100) {
+			errs = append(errs, field.Invalid(bp.Child("retryPercent"), *v, "must be between 0 and 100"))
+		}
+		if v := b.MinRetriesPerSecond; v != nil && (*v < 0 || *v > MaxMinRetriesPerSec) {
+			errs = append(errs, field.Invalid(bp.Child("minRetriesPerSecond"), *v,
+				fmt.Sprintf("must be between 0 and %d", MaxMinRetriesPerSec)))
+		}
+	}
+
+	if r := u.RateLimit; r != nil {
+		rp := p.Child("rateLimit")
+		if r.RequestsPerMinute < 1 || r.RequestsPerMinute > MaxRequestsPerMinute {
+			errs = append(errs, field.Invalid(rp.Child("requestsPerMinute"), r.RequestsPerMinute,
+				fmt.Sprintf("must be between 1 and %d", MaxRequestsPerMinute)))
+		}
+		if v := r.Burst; v != nil && (*v < 1 || *v > MaxBurst) {
+			errs = append(errs, field.Invalid(rp.Child("burst"), *v, fmt.Sprintf("must be between 1 and %d", MaxBurst)))
+		}
+	}
+
+	if c := u.Concurrency; c != nil {
+		cp := p.Child("concurrency")
+		if c.MaxInFlight < 1 || c.MaxInFlight > MaxInFlightLimit {
+			errs = append(errs, field.Invalid(cp.Child("maxInFlight"), c.MaxInFlight,
+				fmt.Sprintf("must be between 1 and %d", MaxInFlightLimit)))
+		}
+		if v := c.MaxQueued; v != nil && (*v < 0 || *v > MaxQueuedLimit) {
+			errs = append(errs, field.Invalid(cp.Child("maxQueued"), *v, fmt.Sprintf("must be between 0 and %d", MaxQueuedLimit)))
+		}
+		_, e := parseDuration(c.QueueTimeout, cp.Child("queueTimeout"))
+		errs = append(errs, e...)
+	}
+	return errs
+}
+
+// parseDuration returns 0 and no error for an absent duration.
+func parseDuration(d *Duration, p *field.Path) (time.Duration, field.ErrorList) {
+	if d == nil {
+		return 0, nil
+	}
+	s := string(*d)
+	if len(s) > maxDurationTextLength || !durationPattern.MatchString(s) {
+		return 0, field.ErrorList{field.Invalid(p, s, "must be a positive duration such as 100ms, 1.5s or 2m (units ns, us, ms, s, m, h)")}
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v <= 0 {
+		return 0, field.ErrorList{field.Invalid(p, s, "must be a positive duration such as 100ms, 1.5s or 2m (units ns, us, ms, s, m, h)")}
+	}
+	return v, nil
+}
+
+func isAllowedStatus(c StatusCode) bool {
+	for _, a := range AllowedStatusCodes {
+		if a == c {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidateHostPattern checks one entry of hosts and returns "" when it is valid.
+// Accepted forms, always lower-case:
+//
+//	payments.shop.svc          any port
+//	api.partner.example:8443   that port only
+//	10.0.0.7, [fd00::7]:8080   IP literals, with or without a port
+//	*.partner.example          any subdomain of partner.example (not partner.example itself), any port
+func ValidateHostPattern(h string) string {
+	const allowed = `must be "host", "host:port", an IP literal ("10.0.0.7", "[fd00::7]:8080") or "*.suffix", lower-case`
+	if h == "" {
+		return allowed
+	}
+	if h != strings.ToLower(h) {
+		return "must be lower-case (" + strings.ToLower(h) + "); " + allowed
+	}
+	if suffix, ok := strings.CutPrefix(h, "*."); ok {
+		if strings.ContainsAny(suffix, "*:[]") {
+			return `a wildcard is only allowed as the whole first label ("*.suffix") and takes no port; ` + allowed
+		}
+		if msgs := validation.IsDNS1123Subdomain(suffix); len(msgs) > 0 {
+			return "suffix " + strings.Join(msgs, "; ")
+		}
+		return ""
+	}
+	if strings.Contains(h, "*") {
+		return `a wildcard is only allowed as the whole first label ("*.suffix"); ` + allowed
+	}
+	host, port := h, ""
+	if strings.HasPrefix(h, "[") {
+		end := strings.Index(h, "]")
+		if end < 0 {
+			return "unterminated IPv6 literal; " + allowed
+		}
+		host = h[1:end]
+		rest := h[end+1:]
+		if rest != "" {
+			if !strings.HasPrefix(rest, ":") {
+				return allowed
+			}
+			port = rest[1:]
+			if port == "" {
+				return "empty port; " + allowed
+			}
+		}
+		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() {
+			return "invalid IPv6 literal; " + allowed
+		}
+	} else if i := strings.LastIndex(h, ":"); i >= 0 {
+		host, port = h[:i], h[i+1:]
+		if port == "" {
+			return "empty port; " + allowed
+		}
+		if strings.Contains(host, ":") {
+			return "IPv6 literals need brackets, as in [fd00::7]:8080; " + allowed
+		}
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 || port[0] == '0' {
+			return "port must be a number between 1 and 65535; " + allowed
+		}
+	}
+	if strings.HasPrefix(h, "[") {
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	if msgs := validation.IsDNS1123Subdomain(host); len(msgs) > 0 {
+		return strings.Join(msgs, "; ")
+	}
+	return ""
+}
