@@ -1,33 +1,29 @@
-# Build the manager binary
-# Override BASE_IMAGE to build from another registry, e.g. docker.io/library/golang:1.26
+# For users with Docker. One static binary per image, run as 65532:65532 with the
+# entrypoint /<binary> — the same user and entrypoint hack/images writes when there
+# is no Docker (make build-images). Pick the image with --target:
+#
+#   docker build --target manager       -t retry.dev/manager:dev .
+#   docker build --target retry-sidecar -t retry.dev/retry-sidecar:dev .
 ARG BASE_IMAGE=golang:1.26
 FROM ${BASE_IMAGE} AS builder
 ARG TARGETOS
 ARG TARGETARCH
-
 WORKDIR /workspace
-# Copy the Go Modules manifests
-COPY go.mod go.mod
-COPY go.sum go.sum
-# cache deps before building and copying source so that we don't need to re-download as much
-# and so that source changes don't invalidate our downloaded layer
+COPY go.mod go.sum ./
 RUN go mod download
-
-# Copy the Go source (relies on .dockerignore to filter)
 COPY . .
+RUN for b in manager retry-sidecar; do \
+      CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
+      go build -trimpath -ldflags "-s -w" -o /out/$b ./cmd/$b || exit 1; \
+    done
 
-# Build
-# the GOARCH has no default value to allow the binary to be built according to the host where the command
-# was called. For example, if we call make docker-build in a local env which has the Apple Silicon M1 SO
-# the docker BUILDPLATFORM arg will be linux/arm64 when for Apple x86 it will be linux/amd64. Therefore,
-# by leaving it empty we can ensure that the container and binary shipped on it will have the same platform.
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -a -o manager cmd/main.go
-
-# Use distroless as minimal base image to package the manager binary
-# Refer to https://github.com/GoogleContainerTools/distroless for more details
-FROM gcr.io/distroless/static:nonroot
-WORKDIR /
-COPY --from=builder /workspace/manager .
+FROM gcr.io/distroless/static:nonroot AS retry-sidecar
+COPY --from=builder /out/retry-sidecar /retry-sidecar
 USER 65532:65532
+ENTRYPOINT ["/retry-sidecar"]
 
+# The last stage is the default target.
+FROM gcr.io/distroless/static:nonroot AS manager
+COPY --from=builder /out/manager /manager
+USER 65532:65532
 ENTRYPOINT ["/manager"]

@@ -1,0 +1,124 @@
+// Command flaky-upstream is a scriptable HTTP upstream for the end-to-end suite
+// and the demo. Each path misbehaves in one documented way, per logical request
+// (keyed by X-Request-Id), and every arrival is recorded so a test can measure,
+// at the upstream, when each attempt really arrived.
+//
+//	GET  /retry-after/{s}   first arrival: 429 with "Retry-After: s"; later ones: 200
+//	GET  /flaky             first arrival: 503; later ones: 200
+//	GET  /always-503        503 every time (an outage)
+//	ANY  /echo              200, echoes method and Idempotency-Key
+//	POST /write             503 every time (a write that must not be replayed without a key)
+//	GET  /arrivals?id=X     the recorded arrivals of request id X, as JSON
+//	GET  /healthz           200
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Arrival is one attempt as the upstream saw it.
+type Arrival struct {
+	Path           string    `json:"path"`
+	Method         string    `json:"method"`
+	At             time.Time `json:"at"`
+	Attempt        string    `json:"attempt,omitempty"` // X-Retry-Attempt
+	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
+	BodyBytes      int       `json:"bodyBytes"`
+	Status         int       `json:"status"`
+}
+
+type recorder struct {
+	mu  sync.Mutex
+	log map[string][]Arrival // request id → arrivals
+}
+
+func (r *recorder) add(id string, a Arrival) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log[id] = append(r.log[id], a)
+	return len(r.log[id])
+}
+
+func (r *recorder) get(id string) []Arrival {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Arrival(nil), r.log[id]...)
+}
+
+func main() {
+	listen := flag.String("listen", ":8080", "address to serve on")
+	flag.Parse()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	rec := &recorder{log: map[string][]Arrival{}}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /arrivals", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(rec.get(r.URL.Query().Get("id")))
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		id := r.Header.Get("X-Request-Id")
+		a := Arrival{Path: r.URL.Path, Method: r.Method, At: time.Now().UTC(), Attempt: r.Header.Get("X-Retry-Attempt"),
+			IdempotencyKey: r.Header.Get("Idempotency-Key"), BodyBytes: int(n)}
+		a.Status = respond(w, r, rec, id, a)
+		log.Info("arrival", "path", a.Path, "method", a.Method, "requestId", id, "attempt", a.Attempt, "status", a.Status)
+	})
+	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("flaky-upstream listening", "addr", *listen)
+	if err := srv.ListenAndServe(); err != nil {
+		log.Error("serve", "err", err)
+		os.Exit(1)
+	}
+}
+
+// respond scripts the answer and records the arrival; it returns the status sent.
+func respond(w http.ResponseWriter, r *http.Request, rec *recorder, id string, a Arrival) int {
+	path := r.URL.Path
+	status := http.StatusOK
+	first := func() bool {
+		prev := rec.get(id)
+		for _, p := range prev {
+			if p.Path == path {
+				return false
+			}
+		}
+		return true
+	}()
+	switch {
+	case strings.HasPrefix(path, "/retry-after/") && r.Method == http.MethodGet:
+		secs := strings.TrimPrefix(path, "/retry-after/")
+		if _, err := strconv.Atoi(secs); err != nil {
+			status = http.StatusBadRequest
+		} else if first {
+			w.Header().Set("Retry-After", secs)
+			status = http.StatusTooManyRequests
+		}
+	case path == "/flaky" && r.Method == http.MethodGet:
+		if first {
+			status = http.StatusServiceUnavailable
+		}
+	case path == "/always-503", path == "/write":
+		status = http.StatusServiceUnavailable
+	case path == "/echo":
+	default:
+		status = http.StatusNotFound
+	}
+	a.Status = status
+	n := rec.add(id, a)
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "%s %s arrival %d: %d\n", r.Method, path, n, status)
+	return status
+}
