@@ -1,44 +1,40 @@
-/*
-Copyright 2026.
-
-Licensed under the Apache License, Version 2.0 (the "License");
-you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
-
-    http://www.apache.org/licenses/LICENSE-2.0
-
-Unless required by applicable law or agreed to in writing, software
-distributed under the License is distributed on an "AS IS" BASIS,
-WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-See the License for the specific language governing permissions and
-limitations under the License.
-*/
-
+// Command manager runs the RetryPolicy controller and the two admission
+// webhooks (RetryPolicy validation, pod sidecar injection). Flags follow
+// kubebuilder's conventions; docs/manager.md documents each one.
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
+	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
-	// Import all Kubernetes client auth plugins (e.g. Azure, GCP, OIDC, etc.)
-	// to ensure that exec-entrypoint and run can make use of them.
+	// Every client-go auth plugin (OIDC, exec, cloud providers), for --kubeconfig.
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	policyv1alpha1 "github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
-	webhookv1alpha1 "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
-	// +kubebuilder:scaffold:imports
+	"github.com/retrydev/retry-operator/internal/webhook/podinject"
+	"github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
+	"github.com/retrydev/retry-operator/internal/webhook/selfsigned"
 )
 
 var (
@@ -48,169 +44,258 @@ var (
 
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-
-	utilruntime.Must(policyv1alpha1.AddToScheme(scheme))
-	// +kubebuilder:scaffold:scheme
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 }
 
-// nolint:gocyclo
+type options struct {
+	metricsAddr, probeAddr                           string
+	secureMetrics, enableHTTP2, leaderElect          bool
+	metricsCertPath, metricsCertName, metricsCertKey string
+	webhookCertPath, webhookCertName, webhookCertKey string
+	webhookPort                                      int
+
+	certGenerate                     bool
+	certHosts                        string
+	webhookURLHost                   string
+	mutatingConfig, validatingConfig string
+
+	operatorNamespace       string
+	sidecarImage            string
+	sidecarPullPolicy       string
+	sidecarNoProxy          string
+	sidecarCPURequest       string
+	sidecarMemoryRequest    string
+	sidecarMemoryLimit      string
+	maxConcurrentReconciles int
+}
+
 func main() {
-	var metricsAddr string
-	var metricsCertPath, metricsCertName, metricsCertKey string
-	var webhookCertPath, webhookCertName, webhookCertKey string
-	var webhookPort int
-	var enableLeaderElection bool
-	var probeAddr string
-	var secureMetrics bool
-	var enableHTTP2 bool
-	var tlsOpts []func(*tls.Config)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
-		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
-	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
-		"Enable leader election for controller manager. "+
-			"Enabling this will ensure there is only one active controller manager.")
-	flag.BoolVar(&secureMetrics, "metrics-secure", true,
-		"If set, the metrics endpoint is served securely via HTTPS. Use --metrics-secure=false to use HTTP instead.")
-	flag.StringVar(&webhookCertPath, "webhook-cert-path", "", "The directory that contains the webhook certificate.")
-	flag.StringVar(&webhookCertName, "webhook-cert-name", "tls.crt", "The name of the webhook certificate file.")
-	flag.StringVar(&webhookCertKey, "webhook-cert-key", "tls.key", "The name of the webhook key file.")
-	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the webhook server listens on. "+
-		"Defaults to 9443. Set -1 to disable the webhook server.")
-	flag.StringVar(&metricsCertPath, "metrics-cert-path", "",
-		"The directory that contains the metrics server certificate.")
-	flag.StringVar(&metricsCertName, "metrics-cert-name", "tls.crt", "The name of the metrics server certificate file.")
-	flag.StringVar(&metricsCertKey, "metrics-cert-key", "tls.key", "The name of the metrics server key file.")
-	flag.BoolVar(&enableHTTP2, "enable-http2", false,
-		"If set, HTTP/2 will be enabled for the metrics and webhook servers")
-	opts := zap.Options{
-		Development: true,
-	}
-	opts.BindFlags(flag.CommandLine)
+	var o options
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", "0",
+		"Address of the metrics endpoint: :8443 for HTTPS, :8080 for HTTP, 0 to disable.")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
+	flag.BoolVar(&o.leaderElect, "leader-elect", false,
+		"Elect a leader among replicas so that one reconciles at a time (webhooks are served by all).")
+	flag.BoolVar(&o.secureMetrics, "metrics-secure", true,
+		"Serve metrics over HTTPS with authentication and authorization; false for plain HTTP.")
+	flag.BoolVar(&o.enableHTTP2, "enable-http2", false,
+		"Allow HTTP/2 on the metrics and webhook servers (off: CVE-2023-44487, CVE-2023-39325).")
+	flag.StringVar(&o.metricsCertPath, "metrics-cert-path", "", "Directory with the metrics server certificate; empty: self-signed in memory.")
+	flag.StringVar(&o.metricsCertName, "metrics-cert-name", "tls.crt", "Metrics server certificate file name.")
+	flag.StringVar(&o.metricsCertKey, "metrics-cert-key", "tls.key", "Metrics server key file name.")
+	flag.StringVar(&o.webhookCertPath, "webhook-cert-path", "",
+		"Directory with the webhook serving certificate (reloaded when its files change); "+
+			"empty: <temp>/k8s-webhook-server/serving-certs.")
+	flag.StringVar(&o.webhookCertName, "webhook-cert-name", "tls.crt", "Webhook certificate file name.")
+	flag.StringVar(&o.webhookCertKey, "webhook-cert-key", "tls.key", "Webhook key file name.")
+	flag.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+
+	flag.BoolVar(&o.certGenerate, "webhook-cert-generate", false,
+		"Without cert-manager: generate a self-signed CA and serving certificate into --webhook-cert-path "+
+			"(when missing, expiring within 30 days or not covering --webhook-cert-hosts) and write the CA into "+
+			"the caBundle of --mutating-webhook-configuration and --validating-webhook-configuration.")
+	flag.StringVar(&o.certHosts, "webhook-cert-hosts",
+		"retry-operator-webhook-service.retry-operator-system.svc,localhost,127.0.0.1",
+		"Comma-separated DNS names and IPs the generated serving certificate covers (with --webhook-cert-generate).")
+	flag.StringVar(&o.webhookURLHost, "webhook-url-host", "",
+		"With --webhook-cert-generate, for a manager running outside the cluster: point the webhook configurations "+
+			"at https://<host>:<webhook-port>/<path> instead of the in-cluster Service. The host must be in --webhook-cert-hosts.")
+	flag.StringVar(&o.mutatingConfig, "mutating-webhook-configuration", "retry-operator-mutating-webhook-configuration",
+		"Name of the MutatingWebhookConfiguration --webhook-cert-generate patches.")
+	flag.StringVar(&o.validatingConfig, "validating-webhook-configuration", "retry-operator-validating-webhook-configuration",
+		"Name of the ValidatingWebhookConfiguration --webhook-cert-generate patches.")
+
+	flag.StringVar(&o.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "retry-operator-system"),
+		"The manager's own namespace, never injected (default: $POD_NAMESPACE, else retry-operator-system).")
+	flag.StringVar(&o.sidecarImage, "sidecar-image", podinject.DefaultImage, "Image of the injected retry-sidecar container.")
+	flag.StringVar(&o.sidecarPullPolicy, "sidecar-image-pull-policy", "",
+		"imagePullPolicy of the retry-sidecar: Always, IfNotPresent or Never; empty: the API server's default.")
+	flag.StringVar(&o.sidecarNoProxy, "sidecar-no-proxy", podinject.DefaultNoProxy,
+		"NO_PROXY/no_proxy given to app containers: destinations that bypass the sidecar.")
+	def := podinject.DefaultResources()
+	flag.StringVar(&o.sidecarCPURequest, "sidecar-cpu-request", quantity(def.Requests, corev1.ResourceCPU),
+		"Default CPU request of the sidecar (pod annotation retry.dev/sidecar-cpu-request overrides).")
+	flag.StringVar(&o.sidecarMemoryRequest, "sidecar-memory-request", quantity(def.Requests, corev1.ResourceMemory),
+		"Default memory request of the sidecar (pod annotation retry.dev/sidecar-memory-request overrides).")
+	flag.StringVar(&o.sidecarMemoryLimit, "sidecar-memory-limit", quantity(def.Limits, corev1.ResourceMemory),
+		"Default memory limit of the sidecar (pod annotation retry.dev/sidecar-memory-limit overrides); empty: none.")
+	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Namespaces reconciled in parallel.")
+
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	if err := run(o); err != nil {
+		setupLog.Error(err, "manager stopped")
+		os.Exit(1)
+	}
+}
 
-	// if the enable-http2 flag is false (the default), http/2 should be disabled
-	// due to its vulnerabilities. More specifically, disabling http/2 will
-	// prevent from being vulnerable to the HTTP/2 Stream Cancellation and
-	// Rapid Reset CVEs. For more information see:
-	// - https://github.com/advisories/GHSA-qppj-fm5r-hxr3
-	// - https://github.com/advisories/GHSA-4374-p667-p6c8
-	disableHTTP2 := func(c *tls.Config) {
-		setupLog.Info("Disabling HTTP/2")
-		c.NextProtos = []string{"http/1.1"}
+func run(o options) error {
+	webhooksEnabled := os.Getenv("ENABLE_WEBHOOKS") != "false"
+	injectCfg, err := o.injectConfig()
+	if err != nil {
+		return err
 	}
 
-	if !enableHTTP2 {
-		tlsOpts = append(tlsOpts, disableHTTP2)
+	var tlsOpts []func(*tls.Config)
+	if !o.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	certDir := o.webhookCertPath
+	if certDir == "" {
+		certDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+	}
+	webhookServer := webhook.NewServer(webhook.Options{
+		Port: o.webhookPort, TLSOpts: tlsOpts,
+		CertDir: certDir, CertName: o.webhookCertName, KeyName: o.webhookCertKey,
+	})
+	metricsOpts := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.secureMetrics, TLSOpts: tlsOpts}
+	if o.secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	if o.metricsCertPath != "" {
+		metricsOpts.CertDir, metricsOpts.CertName, metricsOpts.KeyName = o.metricsCertPath, o.metricsCertName, o.metricsCertKey
 	}
 
-	// Initial webhook TLS options
-	webhookTLSOpts := tlsOpts
-	webhookServerOptions := webhook.Options{
-		TLSOpts: webhookTLSOpts,
-		Port:    webhookPort,
+	cfg := ctrl.GetConfigOrDie()
+	if webhooksEnabled && o.certGenerate {
+		if err := o.generateCerts(cfg, certDir); err != nil {
+			return err
+		}
 	}
 
-	if len(webhookCertPath) > 0 {
-		setupLog.Info("Initializing webhook certificate watcher using provided certificates",
-			"webhook-cert-path", webhookCertPath, "webhook-cert-name", webhookCertName, "webhook-cert-key", webhookCertKey)
-
-		webhookServerOptions.CertDir = webhookCertPath
-		webhookServerOptions.CertName = webhookCertName
-		webhookServerOptions.KeyName = webhookCertKey
-	}
-
-	webhookServer := webhook.NewServer(webhookServerOptions)
-
-	// Metrics endpoint is enabled in 'config/default/kustomization.yaml'. The Metrics options configure the server.
-	// More info:
-	// - https://pkg.go.dev/sigs.k8s.io/controller-runtime@v0.25.0/pkg/metrics/server
-	// - https://book.kubebuilder.io/reference/metrics.html
-	metricsServerOptions := metricsserver.Options{
-		BindAddress:   metricsAddr,
-		SecureServing: secureMetrics,
-		TLSOpts:       tlsOpts,
-	}
-
-	if secureMetrics {
-		// FilterProvider is used to protect the metrics endpoint with authn/authz.
-		// These configurations ensure that only authorized users and service accounts
-		// can access the metrics endpoint. The RBAC are configured in 'config/rbac/kustomization.yaml'. More info:
-		// https://pkg.go.dev/sigs.k8s.io/controller-runtime@v0.25.0/pkg/metrics/filters#WithAuthenticationAndAuthorization
-		metricsServerOptions.FilterProvider = filters.WithAuthenticationAndAuthorization
-	}
-
-	// If the certificate is not specified, controller-runtime will automatically
-	// generate self-signed certificates for the metrics server. While convenient for development and testing,
-	// this setup is not recommended for production.
-	//
-	// TODO(user): If you enable certManager, uncomment the following lines:
-	// - [METRICS-WITH-CERTS] at config/default/kustomization.yaml to generate and use certificates
-	// managed by cert-manager for the metrics server.
-	// - [PROMETHEUS-WITH-CERTS] at config/prometheus/kustomization.yaml for TLS certification.
-	if len(metricsCertPath) > 0 {
-		setupLog.Info("Initializing metrics certificate watcher using provided certificates",
-			"metrics-cert-path", metricsCertPath, "metrics-cert-name", metricsCertName, "metrics-cert-key", metricsCertKey)
-
-		metricsServerOptions.CertDir = metricsCertPath
-		metricsServerOptions.CertName = metricsCertName
-		metricsServerOptions.KeyName = metricsCertKey
-	}
-
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsServerOptions,
+		Cache:                  controller.CacheOptions(),
+		Metrics:                metricsOpts,
 		WebhookServer:          webhookServer,
-		HealthProbeBindAddress: probeAddr,
-		LeaderElection:         enableLeaderElection,
-		LeaderElectionID:       "f58c1cbd.retry.dev",
-		// LeaderElectionReleaseOnCancel defines if the leader should step down voluntarily
-		// when the Manager ends. This requires the binary to immediately end when the
-		// Manager is stopped, otherwise, this setting is unsafe. Setting this significantly
-		// speeds up voluntary leader transitions as the new leader don't have to wait
-		// LeaseDuration time first.
-		//
-		// In the default scaffold provided, the program ends immediately after
-		// the manager stops, so would be fine to enable this option. However,
-		// if you are doing or is intended to do any operation such as perform cleanups
-		// after the manager stops then its usage might be unsafe.
-		// LeaderElectionReleaseOnCancel: true,
+		HealthProbeBindAddress: o.probeAddr,
+		LeaderElection:         o.leaderElect,
+		LeaderElectionID:       "retry-operator.retry.dev",
+		// main returns as soon as the manager stops, so stepping down at once is safe
+		// and lets a new leader start without waiting out the lease.
+		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
-		setupLog.Error(err, "Failed to start manager")
-		os.Exit(1)
+		return fmt.Errorf("creating manager: %w", err)
 	}
 
 	if err := (&controller.RetryPolicyReconciler{
-		Client: mgr.GetClient(),
-		Scheme: mgr.GetScheme(),
+		Client:                  mgr.GetClient(),
+		Recorder:                mgr.GetEventRecorder("retrypolicy-controller"),
+		MaxConcurrentReconciles: o.maxConcurrentReconciles,
 	}).SetupWithManager(mgr); err != nil {
-		setupLog.Error(err, "Failed to create controller", "controller", "retrypolicy")
-		os.Exit(1)
+		return fmt.Errorf("setting up the RetryPolicy controller: %w", err)
 	}
-	// nolint:goconst
-	if os.Getenv("ENABLE_WEBHOOKS") != "false" {
-		if err := webhookv1alpha1.SetupRetryPolicyWebhookWithManager(mgr); err != nil {
-			setupLog.Error(err, "Failed to create webhook", "webhook", "RetryPolicy")
-			os.Exit(1)
+	if webhooksEnabled {
+		if err := retrypolicy.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the RetryPolicy webhook: %w", err)
 		}
+		if err := podinject.SetupWithManager(mgr, injectCfg); err != nil {
+			return err
+		}
+		setupLog.Info("webhooks enabled", "sidecarImage", injectCfg.Image, "excludedNamespaces", injectCfg.ExcludedNamespaces)
+	} else {
+		setupLog.Info("webhooks disabled by ENABLE_WEBHOOKS=false; the controller still validates every policy")
 	}
-	// +kubebuilder:scaffold:builder
 
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		setupLog.Error(err, "Failed to set up health check")
-		os.Exit(1)
+		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		setupLog.Error(err, "Failed to set up ready check")
-		os.Exit(1)
+	ready := healthz.Ping
+	if webhooksEnabled {
+		// Not ready until the webhook server serves TLS: the Service must not send
+		// admission requests to a replica that would fail them.
+		ready = mgr.GetWebhookServer().StartedChecker()
 	}
+	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
+		return err
+	}
+	setupLog.Info("starting manager")
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
 
-	setupLog.Info("Starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		setupLog.Error(err, "Failed to run manager")
-		os.Exit(1)
+func (o options) injectConfig() (podinject.Config, error) {
+	cfg := podinject.Config{
+		Image:              o.sidecarImage,
+		ImagePullPolicy:    corev1.PullPolicy(o.sidecarPullPolicy),
+		NoProxy:            o.sidecarNoProxy,
+		ExcludedNamespaces: []string{"kube-system", o.operatorNamespace},
+		Resources:          corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}},
 	}
+	switch cfg.ImagePullPolicy {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return cfg, fmt.Errorf("--sidecar-image-pull-policy: %q is not one of Always, IfNotPresent, Never", o.sidecarPullPolicy)
+	}
+	if o.sidecarImage == "" {
+		return cfg, fmt.Errorf("--sidecar-image: must not be empty")
+	}
+	for _, q := range []struct {
+		flag, value string
+		list        corev1.ResourceList
+		name        corev1.ResourceName
+	}{
+		{"--sidecar-cpu-request", o.sidecarCPURequest, cfg.Resources.Requests, corev1.ResourceCPU},
+		{"--sidecar-memory-request", o.sidecarMemoryRequest, cfg.Resources.Requests, corev1.ResourceMemory},
+		{"--sidecar-memory-limit", o.sidecarMemoryLimit, cfg.Resources.Limits, corev1.ResourceMemory},
+	} {
+		if q.value == "" {
+			continue
+		}
+		v, err := resource.ParseQuantity(q.value)
+		if err != nil {
+			return cfg, fmt.Errorf("%s: %q is not a quantity such as 50m, 32Mi or 1", q.flag, q.value)
+		}
+		q.list[q.name] = v
+	}
+	return cfg, nil
+}
+
+func (o options) generateCerts(cfg *rest.Config, dir string) error {
+	hosts := splitList(o.certHosts)
+	if len(hosts) == 0 {
+		return fmt.Errorf("--webhook-cert-hosts: at least one DNS name or IP is required")
+	}
+	caPEM, err := selfsigned.Ensure(dir, hosts, time.Now())
+	if err != nil {
+		return fmt.Errorf("generating webhook certificates in %s: %w", dir, err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := selfsigned.PatchWebhookConfigurations(ctx, c, o.mutatingConfig, o.validatingConfig, caPEM, o.webhookURLHost, o.webhookPort); err != nil {
+		return err
+	}
+	setupLog.Info("self-signed webhook certificate ready", "dir", dir, "hosts", hosts, "urlHost", o.webhookURLHost)
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func quantity(l corev1.ResourceList, name corev1.ResourceName) string {
+	if q, ok := l[name]; ok {
+		return q.String()
+	}
+	return ""
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

@@ -1,63 +1,334 @@
-/*
-Copyright 2026.
-
-Licensed under the Apache License, Version 2.0 (the "License");
-you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
-
-    http://www.apache.org/licenses/LICENSE-2.0
-
-Unless required by applicable law or agreed to in writing, software
-distributed under the License is distributed on an "AS IS" BASIS,
-WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-See the License for the specific language governing permissions and
-limitations under the License.
-*/
-
+// Package controller renders the RetryPolicies of each namespace into that
+// namespace's retry-policies ConfigMap and reports, on every policy, whether it
+// is accepted and rendered.
+//
+// The unit of reconciliation is the namespace, not the policy: conflicts are
+// decided between the policies of a namespace and they all share one ConfigMap,
+// so one reconcile sees them all, writes the ConfigMap once and the statuses
+// that changed. Every event (a policy, its ConfigMap, an injected pod) maps to
+// the request {namespace, "retry-policies"}; the work queue folds a burst of
+// them into one reconcile.
 package controller
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
-	"k8s.io/apimachinery/pkg/runtime"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
-	policyv1alpha1 "github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
 
-// RetryPolicyReconciler reconciles a RetryPolicy object
+const (
+	// FieldOwner is the server-side apply field manager of the ConfigMap.
+	FieldOwner = "retry-operator"
+	// ManagedByLabel marks the ConfigMaps this controller renders; the manager's
+	// cache holds only those, not every ConfigMap of the cluster.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of ManagedByLabel.
+	ManagedByValue = "retry-operator"
+)
+
+// RetryPolicyReconciler reconciles the RetryPolicies of one namespace into its
+// retry-policies ConfigMap and their statuses.
 type RetryPolicyReconciler struct {
 	client.Client
-	Scheme *runtime.Scheme
+	// Recorder emits events with the condition reasons (reasons.go).
+	Recorder recorder.EventRecorder
+	// MaxConcurrentReconciles bounds how many namespaces are reconciled at once.
+	MaxConcurrentReconciles int
 }
 
-// +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies/finalizers,verbs=update
+// +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies/status,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile is part of the main kubernetes reconciliation loop which aims to
-// move the current state of the cluster closer to the desired state.
-// TODO(user): Modify the Reconcile function to compare the state specified by
-// the RetryPolicy object against the actual cluster state, and then
-// perform operations to make the cluster state reflect the state specified by
-// the user.
-//
-// For more details, check Reconcile and its Result here:
-// - https://pkg.go.dev/sigs.k8s.io/controller-runtime@v0.25.0/pkg/reconcile
+// Reconcile gathers the namespace's policies, injected pods and current
+// ConfigMap, computes the desired state (Compute, pure), and writes only what
+// differs: the ConfigMap by server-side apply when its content or owners
+// changed, a policy's status when meta.SetStatusCondition reports a change.
 func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	_ = logf.FromContext(ctx)
+	ns := req.Namespace
+	log := logf.FromContext(ctx).WithValues("namespace", ns)
 
-	// TODO(user): your logic here
+	// Gather.
+	var policies v1alpha1.RetryPolicyList
+	if err := r.List(ctx, &policies, client.InNamespace(ns)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing RetryPolicies in %s: %w", ns, err)
+	}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(ns),
+		client.MatchingLabels{podinject.LabelSidecar: podinject.LabelSidecarInjected}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing injected pods in %s: %w", ns, err)
+	}
+	var cm corev1.ConfigMap
+	cmExists := true
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &cm); apierrors.IsNotFound(err) {
+		cmExists = false
+	} else if err != nil {
+		return ctrl.Result{}, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
+	}
+	in := Input{Policies: policies.Items, Pods: podInfos(pods.Items)}
+	if cmExists {
+		if doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey])); err != nil {
+			// Someone edited it by hand: rebuild from the policies alone. Only the
+			// last rendering of an invalid generation is lost, and the log says so.
+			log.Info("ignoring unreadable ConfigMap content; rendering from the policies", "configMap", policyset.ConfigMapName, "error", err.Error())
+		} else {
+			in.Previous = doc
+		}
+	}
 
+	// Compute.
+	out, err := Compute(in)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// Apply: the ConfigMap first, so a status never claims a rendering that is
+	// not there yet.
+	if err := r.applyConfigMap(ctx, ns, &cm, cmExists, out); err != nil {
+		return ctrl.Result{}, err
+	}
+	var invalid []string
+	for i := range policies.Items {
+		p := &policies.Items[i]
+		st, ok := out.Status[p.Name]
+		if !ok {
+			continue
+		}
+		newlyInvalid, err := r.applyStatus(ctx, p, st)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if newlyInvalid {
+			invalid = append(invalid, fmt.Sprintf("%s (generation %d): %s", p.Name, p.Generation, st.Accepted.Message))
+		}
+	}
+	if len(invalid) > 0 {
+		// Retrying cannot fix a spec; the next edit of the policy triggers a new
+		// reconcile. TerminalError records it without a requeue.
+		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("invalid RetryPolicy %s", strings.Join(invalid, "; ")))
+	}
 	return ctrl.Result{}, nil
 }
 
-// SetupWithManager sets up the controller with the Manager.
+// applyConfigMap makes the ConfigMap hold out.Data, owned by the rendered
+// policies, or deletes it when nothing is rendered. It does not write when the
+// content, owners and label already match.
+func (r *RetryPolicyReconciler) applyConfigMap(ctx context.Context, ns string, cm *corev1.ConfigMap, exists bool, out Output) error {
+	log := logf.FromContext(ctx)
+	if out.Data == nil {
+		if !exists {
+			return nil
+		}
+		// Owner references would let the garbage collector do this once the last
+		// policy is gone, but not when policies remain that are all rejected.
+		if err := r.Delete(ctx, cm, client.Preconditions{UID: &cm.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
+		}
+		log.Info("deleted ConfigMap: no policy is rendered", "configMap", policyset.ConfigMapName)
+		return nil
+	}
+
+	owners := r.ownerRefs(ns, out)
+	if exists && cm.Data[policyset.ConfigMapKey] == string(out.Data) && len(cm.Data) == 1 &&
+		cm.Labels[ManagedByLabel] == ManagedByValue && sameOwners(cm.OwnerReferences, owners) {
+		return nil
+	}
+	apply := corev1ac.ConfigMap(policyset.ConfigMapName, ns).
+		WithLabels(map[string]string{ManagedByLabel: ManagedByValue}).
+		WithData(map[string]string{policyset.ConfigMapKey: string(out.Data)})
+	for _, o := range owners {
+		apply.WithOwnerReferences(metav1ac.OwnerReference().
+			WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind("RetryPolicy").
+			WithName(o.Name).WithUID(o.UID))
+	}
+	if err := r.Apply(ctx, apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
+	}
+	log.Info("rendered ConfigMap", "configMap", policyset.ConfigMapName, "hash", out.Hash, "policies", len(out.Document.Policies))
+	return nil
+}
+
+// ownerRefs are the rendered policies, sorted by name so the list is stable.
+// None is a controller reference: no single policy owns the namespace's
+// ConfigMap, and the garbage collector deletes it only when all are gone.
+func (r *RetryPolicyReconciler) ownerRefs(ns string, out Output) []metav1.OwnerReference {
+	refs := make([]metav1.OwnerReference, 0, len(out.Document.Policies))
+	for _, p := range out.Document.Policies {
+		refs = append(refs, metav1.OwnerReference{
+			APIVersion: v1alpha1.GroupVersion.String(), Kind: "RetryPolicy", Name: p.Name, UID: out.UIDs[p.Name],
+		})
+	}
+	slices.SortFunc(refs, func(a, b metav1.OwnerReference) int { return strings.Compare(a.Name, b.Name) })
+	return refs
+}
+
+func sameOwners(have, want []metav1.OwnerReference) bool {
+	return slices.EqualFunc(have, want, func(a, b metav1.OwnerReference) bool {
+		return a.APIVersion == b.APIVersion && a.Kind == b.Kind && a.Name == b.Name && a.UID == b.UID &&
+			a.Controller == nil && a.BlockOwnerDeletion == nil
+	})
+}
+
+// applyStatus writes the policy's status when it differs from st and emits an
+// event per changed condition. It reports whether the policy just became (or
+// was first seen) Invalid at this generation.
+func (r *RetryPolicyReconciler) applyStatus(ctx context.Context, p *v1alpha1.RetryPolicy, st PolicyStatus) (bool, error) {
+	orig := p.DeepCopy()
+	acc, prog := st.Accepted, st.Programmed
+	acc.ObservedGeneration, prog.ObservedGeneration = p.Generation, p.Generation
+	prevProg := meta.FindStatusCondition(orig.Status.Conditions, ConditionProgrammed)
+
+	accChanged := meta.SetStatusCondition(&p.Status.Conditions, acc)
+	progChanged := meta.SetStatusCondition(&p.Status.Conditions, prog)
+	changed := accChanged || progChanged ||
+		p.Status.ObservedGeneration != p.Generation || p.Status.SelectedPods != st.SelectedPods
+	if !changed {
+		return false, nil
+	}
+	p.Status.ObservedGeneration = p.Generation
+	p.Status.SelectedPods = st.SelectedPods
+	// The optimistic lock makes a status computed from a stale cache fail (and
+	// be retried from fresh data) instead of overwriting a newer one.
+	if err := r.Status().Patch(ctx, p, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil // deleted meanwhile; its delete event brings us back
+		}
+		return false, fmt.Errorf("updating status of RetryPolicy %s/%s: %w", p.Namespace, p.Name, err)
+	}
+
+	if accChanged {
+		typ := corev1.EventTypeNormal
+		if acc.Status != metav1.ConditionTrue {
+			typ = corev1.EventTypeWarning
+		}
+		r.event(p, typ, acc.Reason, "Validate", acc.Message)
+	}
+	// A Rendered event when a generation first reaches the sidecars, not each
+	// time a pod count changes the hash.
+	if prog.Status == metav1.ConditionTrue && (prevProg == nil || prevProg.Status != metav1.ConditionTrue ||
+		renderedGeneration(prevProg.Message) != st.RenderedGeneration) {
+		r.event(p, corev1.EventTypeNormal, ReasonRendered, "Render", prog.Message)
+	}
+	return accChanged && acc.Reason == ReasonInvalid, nil
+}
+
+func (r *RetryPolicyReconciler) event(p *v1alpha1.RetryPolicy, typ, reason, action, note string) {
+	if r.Recorder == nil {
+		return
+	}
+	r.Recorder.Eventf(p, nil, typ, reason, action, "%s", note)
+}
+
+// renderedGeneration reads the generation back from a Programmed message
+// ("generation 3 is rendered into …"); 0 when it has none.
+func renderedGeneration(msg string) int64 {
+	var g int64
+	if _, err := fmt.Sscanf(msg, "generation %d is rendered", &g); err != nil {
+		return 0
+	}
+	return g
+}
+
+func podInfos(pods []corev1.Pod) []PodInfo {
+	out := make([]PodInfo, 0, len(pods))
+	for i := range pods {
+		out = append(out, PodInfo{Labels: pods[i].Labels, Ready: podReady(&pods[i])})
+	}
+	return out
+}
+
+// podReady: Ready condition True and not terminating. A terminating pod no
+// longer takes traffic, so its quota share goes to the others at once.
+func podReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// CacheOptions narrows the manager's cache to what the controller reads: only
+// the ConfigMaps it renders and only injected pods, not every ConfigMap and
+// pod of the cluster; managed fields are dropped from every cached object.
+func CacheOptions() cache.Options {
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})},
+			&corev1.Pod{}:       {Label: labels.SelectorFromSet(labels.Set{podinject.LabelSidecar: podinject.LabelSidecarInjected})},
+		},
+	}
+}
+
+// SetupWithManager registers the controller. Events of all three kinds map to
+// the namespace's request:
+//   - RetryPolicy: on create, delete and spec (generation) changes only, so the
+//     controller's own status writes do not wake it;
+//   - ConfigMap retry-policies: an edit or delete by someone else is undone;
+//   - injected Pods: on create, delete, readiness or label change, for rate
+//     sharing and status.selectedPods.
+//
+// The ConfigMap is watched with Watches rather than Owns because it has one
+// owner reference per rendered policy and none is a controller reference;
+// what must be reconciled when it changes is its namespace, not an owner.
 func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: policyset.ConfigMapName}}}
+	})
+	isRendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == policyset.ConfigMapName })
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&policyv1alpha1.RetryPolicy{}).
 		Named("retrypolicy").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
+		Watches(&v1alpha1.RetryPolicy{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(isRendered)).
+		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
 		Complete(r)
+}
+
+// podChanged passes the pod events that can change a count of ready selected
+// pods: create, delete, and an update that flips readiness or changes labels.
+func podChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Pod)
+			n, ok2 := e.ObjectNew.(*corev1.Pod)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return podReady(o) != podReady(n) || !maps.Equal(o.Labels, n.Labels)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }

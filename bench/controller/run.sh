@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Scale benchmark of the manager (SPEC §8), run by `make bench-controller`:
+# 1,000 RetryPolicies in 100 namespaces until all Accepted, 60 s of steady state
+# (writes counted), 200 pod creates through the injection webhook (latency).
+# Needs the envtest binaries in bin/k8s/<version> (hack/kube-binaries.sh) or
+# $KUBEBUILDER_ASSETS. BENCH_STEADY=10s shortens the steady state; BENCH_OUT=file
+# also writes the report there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+exec go test -v -tags bench -run '^TestScale$' -count=1 -timeout 20m ./bench/controller/ "$@"

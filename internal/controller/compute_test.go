@@ -1,0 +1,209 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/policyset"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func pol(name string, ageSec int, gen int64, sel map[string]string, hosts ...string) v1alpha1.RetryPolicy {
+	p := v1alpha1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Generation: gen, UID: types.UID("uid-" + name),
+		CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(ageSec) * time.Second))},
+		Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{{Name: "u", Hosts: hosts}}}}
+	if sel != nil {
+		p.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: sel}
+	}
+	return p
+}
+
+func TestCompute(t *testing.T) {
+	type want struct {
+		accepted, programmed string // "True/Valid" form
+		selected             int32
+		renderedGen          int64
+	}
+	invalid := pol("p", 0, 2, nil, "Bad.Host")
+	prevGood := policyset.Policy{Namespace: "ns", Name: "p", Generation: 1,
+		Upstreams: []policyset.Upstream{policyset.CompileUpstream(v1alpha1.Upstream{Name: "u", Hosts: []string{"good.svc"}}, 0)}}
+	tests := map[string]struct {
+		in       Input
+		want     map[string]want
+		rendered []string
+		messages map[string]string // Accepted message by policy, when checked
+	}{
+		"a valid policy alone is accepted and rendered": {
+			in:       Input{Policies: []v1alpha1.RetryPolicy{pol("a", 0, 1, nil, "a.svc")}},
+			want:     map[string]want{"a": {"True/Valid", "True/Rendered", 0, 1}},
+			rendered: []string{"a"},
+		},
+		"the newer of two policies with a shared host and overlapping selectors gets Conflict": {
+			in: Input{Policies: []v1alpha1.RetryPolicy{
+				pol("newer", 10, 1, map[string]string{"tier": "web"}, "x.svc"),
+				pol("older", 0, 1, map[string]string{"app": "web"}, "x.svc", "y.svc"),
+			}},
+			want:     map[string]want{"older": {"True/Valid", "True/Rendered", 0, 1}, "newer": {"False/Conflict", "False/NotRendered", 0, 0}},
+			rendered: []string{"older"},
+			messages: map[string]string{"newer": `host "x.svc" is already claimed by RetryPolicy "older" (older) for pods both policies select; the older policy wins`},
+		},
+		"with equal creation times the name decides": {
+			in:       Input{Policies: []v1alpha1.RetryPolicy{pol("b", 0, 1, nil, "x.svc"), pol("a", 0, 1, nil, "x.svc")}},
+			want:     map[string]want{"a": {"True/Valid", "True/Rendered", 0, 1}, "b": {"False/Conflict", "False/NotRendered", 0, 0}},
+			rendered: []string{"a"},
+		},
+		"a shared host with disjoint selectors is no conflict": {
+			in: Input{Policies: []v1alpha1.RetryPolicy{
+				pol("a", 0, 1, map[string]string{"app": "a"}, "x.svc"),
+				pol("b", 1, 1, map[string]string{"app": "b"}, "x.svc"),
+			}},
+			want:     map[string]want{"a": {"True/Valid", "True/Rendered", 0, 1}, "b": {"True/Valid", "True/Rendered", 0, 1}},
+			rendered: []string{"a", "b"},
+		},
+		"an invalid new generation keeps the last accepted rendering": {
+			in:       Input{Policies: []v1alpha1.RetryPolicy{invalid}, Previous: policyset.Document{Version: 1, Policies: []policyset.Policy{prevGood}}},
+			want:     map[string]want{"p": {"False/Invalid", "True/Rendered", 0, 1}},
+			rendered: []string{"p"},
+			messages: map[string]string{"p": `spec.upstreams[0].hosts[0]: Invalid value: "Bad.Host": must be lower-case (bad.host); must be "host", "host:port", an IP literal ("10.0.0.7", "[fd00::7]:8080") or "*.suffix", lower-case; generation 1, the last accepted, stays in force`},
+		},
+		"an invalid policy never accepted is not rendered": {
+			in:   Input{Policies: []v1alpha1.RetryPolicy{invalid}},
+			want: map[string]want{"p": {"False/Invalid", "False/NotRendered", 0, 0}},
+		},
+		"the kept rendering of an invalid policy still wins conflicts by age": {
+			in: Input{Policies: []v1alpha1.RetryPolicy{invalid, pol("later", 5, 1, nil, "good.svc")},
+				Previous: policyset.Document{Version: 1, Policies: []policyset.Policy{prevGood}}},
+			want:     map[string]want{"p": {"False/Invalid", "True/Rendered", 0, 1}, "later": {"False/Conflict", "False/NotRendered", 0, 0}},
+			rendered: []string{"p"},
+		},
+		"a policy being deleted is neither rendered nor given a status": {
+			in: Input{Policies: []v1alpha1.RetryPolicy{func() v1alpha1.RetryPolicy {
+				p := pol("gone", 0, 1, nil, "a.svc")
+				p.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+				return p
+			}()}},
+			want: map[string]want{},
+		},
+		"selectedPods counts ready pods the selector selects": {
+			in: Input{Policies: []v1alpha1.RetryPolicy{pol("a", 0, 1, map[string]string{"app": "web"}, "a.svc"), pol("all", 0, 1, nil, "b.svc")},
+				Pods: []PodInfo{
+					{Labels: map[string]string{"app": "web"}, Ready: true},
+					{Labels: map[string]string{"app": "web"}, Ready: false},
+					{Labels: map[string]string{"app": "db"}, Ready: true},
+				}},
+			want:     map[string]want{"a": {"True/Valid", "True/Rendered", 1, 1}, "all": {"True/Valid", "True/Rendered", 2, 1}},
+			rendered: []string{"a", "all"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, err := Compute(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out.Status) != len(tc.want) {
+				t.Errorf("statuses for %d policies, want %d", len(out.Status), len(tc.want))
+			}
+			for p, w := range tc.want {
+				st := out.Status[p]
+				got := want{string(st.Accepted.Status) + "/" + st.Accepted.Reason, string(st.Programmed.Status) + "/" + st.Programmed.Reason, st.SelectedPods, st.RenderedGeneration}
+				if got != w {
+					t.Errorf("%s: got %+v, want %+v", p, got, w)
+				}
+			}
+			for p, msg := range tc.messages {
+				if got := out.Status[p].Accepted.Message; got != msg {
+					t.Errorf("%s: message\n%q\nwant\n%q", p, got, msg)
+				}
+			}
+			var names []string
+			for _, p := range out.Document.Policies {
+				names = append(names, p.Name)
+			}
+			if len(names) != len(tc.rendered) || (len(names) > 0 && !equal(names, tc.rendered)) {
+				t.Errorf("rendered %v, want %v", names, tc.rendered)
+			}
+			if len(tc.rendered) == 0 && out.Data != nil {
+				t.Errorf("Data = %s, want nil (ConfigMap must not exist)", out.Data)
+			}
+		})
+	}
+}
+
+func TestComputeRateShareAndDeterminism(t *testing.T) {
+	a := pol("a", 0, 1, map[string]string{"app": "web"}, "a.svc")
+	a.Spec.Upstreams[0].RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: 90}
+	b := pol("b", 1, 1, nil, "b.svc")
+	pods := []PodInfo{{Labels: map[string]string{"app": "web"}, Ready: true}, {Labels: map[string]string{"app": "web"}, Ready: true},
+		{Labels: map[string]string{"app": "web"}, Ready: true}, {Labels: map[string]string{"app": "web"}, Ready: true}}
+	one, err := Compute(Input{Policies: []v1alpha1.RetryPolicy{a, b}, Pods: pods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := Compute(Input{Policies: []v1alpha1.RetryPolicy{b, a}, Pods: pods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(one.Data) != string(two.Data) || one.Hash != two.Hash {
+		t.Fatalf("output depends on list order")
+	}
+	if got := one.Document.Policies[0].Upstreams[0].PodRequestsPerMinute; got != 22.5 {
+		t.Fatalf("podRequestsPerMinute = %v, want 22.5 (90 / 4 ready pods)", got)
+	}
+}
+
+func TestSelectorsMayOverlap(t *testing.T) {
+	ml := func(kv ...string) *metav1.LabelSelector {
+		s := &metav1.LabelSelector{MatchLabels: map[string]string{}}
+		for i := 0; i < len(kv); i += 2 {
+			s.MatchLabels[kv[i]] = kv[i+1]
+		}
+		return s
+	}
+	expr := func(key string, op metav1.LabelSelectorOperator, vals ...string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: key, Operator: op, Values: vals}}}
+	}
+	tests := map[string]struct {
+		a, b *metav1.LabelSelector
+		want bool
+	}{
+		"nil selects every pod":                       {a: nil, b: ml("app", "a"), want: true},
+		"empty selects every pod":                     {a: &metav1.LabelSelector{}, b: ml("app", "a"), want: true},
+		"one key with two values never meets":         {a: ml("app", "a"), b: ml("app", "b"), want: false},
+		"different keys may meet on one pod":          {a: ml("app", "a"), b: ml("tier", "web"), want: true},
+		"In sets that intersect meet":                 {a: expr("app", metav1.LabelSelectorOpIn, "a", "b"), b: ml("app", "b"), want: true},
+		"In against NotIn of the same values misses":  {a: expr("app", metav1.LabelSelectorOpIn, "a", "b"), b: expr("app", metav1.LabelSelectorOpNotIn, "a", "b"), want: false},
+		"In against NotIn of some values meets":       {a: expr("app", metav1.LabelSelectorOpIn, "a", "b"), b: expr("app", metav1.LabelSelectorOpNotIn, "a"), want: true},
+		"Exists against DoesNotExist misses":          {a: expr("app", metav1.LabelSelectorOpExists), b: expr("app", metav1.LabelSelectorOpDoesNotExist), want: false},
+		"a value against DoesNotExist misses":         {a: ml("app", "a"), b: expr("app", metav1.LabelSelectorOpDoesNotExist), want: false},
+		"NotIn against DoesNotExist meets (no label)": {a: expr("app", metav1.LabelSelectorOpNotIn, "a"), b: expr("app", metav1.LabelSelectorOpDoesNotExist), want: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := SelectorsMayOverlap(tc.a, tc.b); got != tc.want {
+				t.Fatalf("SelectorsMayOverlap = %v, want %v", got, tc.want)
+			}
+			if got := SelectorsMayOverlap(tc.b, tc.a); got != tc.want {
+				t.Fatalf("not symmetric: SelectorsMayOverlap(b, a) = %v", got)
+			}
+		})
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

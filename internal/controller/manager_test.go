@@ -1,0 +1,635 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/webhook/podinject"
+	"github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
+)
+
+// harness is a manager (controller + both webhooks) running in-process against
+// a real kube-apiserver and etcd, with the webhook configurations of
+// config/webhook/manifests.yaml installed.
+type harness struct {
+	c          client.Client // direct, uncached: what the API server says now
+	warnings   *warningLog
+	reconciler *RetryPolicyReconciler
+	calls      *callCounter
+	wio        *envtest.WebhookInstallOptions
+	scheme     *runtime.Scheme
+}
+
+const operatorNamespace = "retry-operator-system"
+
+func startManager(t *testing.T) *harness {
+	t.Helper()
+	var logs io.Writer = io.Discard
+	if os.Getenv("TEST_LOG") != "" { // TEST_LOG=1 go test ... shows the manager's log
+		logs = os.Stderr
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logs)))
+	env := &envtest.Environment{WebhookInstallOptions: envtest.WebhookInstallOptions{
+		Paths: []string{filepath.Join(testenv.ModuleRoot(), "config", "webhook", "manifests.yaml")},
+	}}
+	cfg := testenv.Start(t, env)
+	wio := &env.WebhookInstallOptions
+
+	scheme := runtime.NewScheme()
+	must(t, clientgoscheme.AddToScheme(scheme))
+	must(t, v1alpha1.AddToScheme(scheme))
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
+		}),
+	})
+	must(t, err)
+	rec := &RetryPolicyReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("retrypolicy-controller"), MaxConcurrentReconciles: 4}
+	must(t, rec.SetupWithManager(mgr))
+	must(t, retrypolicy.SetupWithManager(mgr))
+	must(t, podinject.WarmCache(mgr))
+	calls := &callCounter{n: map[string]int{}}
+	injectCfg := podinject.Config{Image: "retry.dev/retry-sidecar:test", NoProxy: podinject.DefaultNoProxy,
+		Resources: podinject.DefaultResources(), ExcludedNamespaces: []string{"kube-system", operatorNamespace}}
+	mgr.GetWebhookServer().Register(podinject.Path, &webhook.Admission{Handler: calls.wrap(podinject.NewHandler(mgr, injectCfg))})
+	// A second mutating webhook that changes every pod after ours, so the API
+	// server reinvokes ours (reinvocationPolicy IfNeeded): the idempotency test.
+	mgr.GetWebhookServer().Register("/test-relabel", &webhook.Admission{Handler: admission.HandlerFunc(relabel)})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	started := mgr.GetWebhookServer().StartedChecker()
+	eventually(t, 20*time.Second, func() error { return started(nil) })
+
+	warnings := &warningLog{}
+	direct := rest.CopyConfig(cfg)
+	direct.WarningHandler = warnings
+	c, err := client.New(direct, client.Options{Scheme: scheme})
+	must(t, err)
+	// The reconciler's own instance, called directly to prove a no-op reconcile
+	// writes nothing; it reads through the same cache as the running one.
+	return &harness{c: c, warnings: warnings, reconciler: rec, calls: calls, wio: wio, scheme: scheme}
+}
+
+// TestManager runs every scenario against one API server; the subtests are
+// sequential and each uses its own namespace.
+func TestManager(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kube-apiserver and etcd")
+	}
+	h := startManager(t)
+	t.Run("a new policy is rendered into the ConfigMap and reported Accepted and Programmed", h.testCreate)
+	t.Run("an update re-renders; a reconcile with nothing changed writes nothing", h.testUpdateAndNoOp)
+	t.Run("deleting policies shrinks the ConfigMap, deleting the last removes it", h.testDelete)
+	t.Run("the newer of two policies claiming one host for overlapping pods gets Conflict", h.testConflict)
+	t.Run("the webhook rejects an invalid policy naming the field path, and warns about risky ones", h.testWebhookRejects)
+	t.Run("the rate limit is shared among ready injected pods and recomputed when one is added", h.testRateSharing)
+	t.Run("a pod of an opted-in namespace gets exactly one sidecar although the webhook runs twice", h.testInjectOnce)
+	t.Run("a kube-system pod is never sent to the webhook and stays untouched", h.testKubeSystem)
+	// Last: it deletes the validating webhook configuration.
+	t.Run("with the webhook gone an invalid update is caught by the reconciler and the last rendering survives", h.testInvalidBypassingWebhook)
+}
+
+func (h *harness) testCreate(t *testing.T) {
+	ns := h.namespace(t, "create", nil)
+	p := h.createPolicy(t, ns, "payments", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}},
+		upstream("payments-api", "payments.shop.svc", "api.partner.example:8443"))
+
+	got := h.waitAccepted(t, ns, "payments", metav1.ConditionTrue, ReasonValid)
+	cm := h.configMap(t, ns)
+	want := render(t, got, 0)
+	if cm.Data[policyset.ConfigMapKey] != string(want) {
+		t.Fatalf("policies.json:\n%s\nwant:\n%s", cm.Data[policyset.ConfigMapKey], want)
+	}
+	if cm.Labels[ManagedByLabel] != ManagedByValue {
+		t.Errorf("labels = %v, want %s=%s", cm.Labels, ManagedByLabel, ManagedByValue)
+	}
+	if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != p.UID || cm.OwnerReferences[0].Kind != "RetryPolicy" {
+		t.Errorf("ownerReferences = %+v, want the policy %s", cm.OwnerReferences, p.UID)
+	}
+	prog := meta.FindStatusCondition(got.Status.Conditions, ConditionProgrammed)
+	wantMsg := fmt.Sprintf("generation 1 is rendered into ConfigMap retry-policies (policies.json %s)", policyset.Hash(want))
+	if prog == nil || prog.Status != metav1.ConditionTrue || prog.Reason != ReasonRendered || prog.Message != wantMsg || prog.ObservedGeneration != 1 {
+		t.Errorf("Programmed = %+v, want True/Rendered %q at generation 1", prog, wantMsg)
+	}
+	if got.Status.ObservedGeneration != 1 {
+		t.Errorf("observedGeneration = %d, want 1", got.Status.ObservedGeneration)
+	}
+	h.waitEvent(t, ns, "payments", ReasonValid)
+	h.waitEvent(t, ns, "payments", ReasonRendered)
+}
+
+func (h *harness) testUpdateAndNoOp(t *testing.T) {
+	ns := h.namespace(t, "update", nil)
+	h.createPolicy(t, ns, "api", nil, upstream("api", "api.update.svc"))
+	p := h.waitAccepted(t, ns, "api", metav1.ConditionTrue, ReasonValid)
+
+	p.Spec.Upstreams[0].MaxAttempts = ptr.To[int32](4)
+	must(t, h.c.Update(context.Background(), p))
+	eventually(t, 10*time.Second, func() error {
+		cm := h.configMap(t, ns)
+		doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+		if err != nil {
+			return err
+		}
+		if g, a := doc.Policies[0].Generation, *doc.Policies[0].Upstreams[0].MaxAttempts; g != 2 || a != 4 {
+			return fmt.Errorf("rendered generation %d maxAttempts %d, want 2 and 4", g, a)
+		}
+		return nil
+	})
+	p = h.waitObserved(t, ns, "api", 2)
+
+	cmRV, pRV := h.configMap(t, ns).ResourceVersion, p.ResourceVersion
+	for range 3 {
+		if _, err := h.reconciler.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}}); err != nil {
+			t.Fatalf("reconcile: %v", err)
+		}
+	}
+	// Settle: anything the running controller would still write happens now.
+	time.Sleep(500 * time.Millisecond)
+	if rv := h.configMap(t, ns).ResourceVersion; rv != cmRV {
+		t.Errorf("ConfigMap written by a no-op reconcile: resourceVersion %s -> %s", cmRV, rv)
+	}
+	if rv := h.policy(t, ns, "api").ResourceVersion; rv != pRV {
+		t.Errorf("status written by a no-op reconcile: resourceVersion %s -> %s", pRV, rv)
+	}
+}
+
+func (h *harness) testDelete(t *testing.T) {
+	ns := h.namespace(t, "delete", nil)
+	a := h.createPolicy(t, ns, "a", nil, upstream("a", "a.delete.svc"))
+	b := h.createPolicy(t, ns, "b", nil, upstream("b", "b.delete.svc"))
+	h.waitAccepted(t, ns, "a", metav1.ConditionTrue, ReasonValid)
+	h.waitAccepted(t, ns, "b", metav1.ConditionTrue, ReasonValid)
+	eventually(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "a", "b") })
+
+	must(t, h.c.Delete(context.Background(), a))
+	eventually(t, 10*time.Second, func() error {
+		cm := h.configMap(t, ns)
+		if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != b.UID {
+			return fmt.Errorf("ownerReferences = %+v, want only b", cm.OwnerReferences)
+		}
+		return renderedNames(cm, "b")
+	})
+
+	must(t, h.c.Delete(context.Background(), b))
+	eventually(t, 10*time.Second, func() error {
+		err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &corev1.ConfigMap{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("ConfigMap still there (err=%v)", err)
+		}
+		return nil
+	})
+}
+
+func (h *harness) testConflict(t *testing.T) {
+	ns := h.namespace(t, "conflict", nil)
+	h.createPolicy(t, ns, "older", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}}, upstream("pay", "payments.conflict.svc"))
+	h.waitAccepted(t, ns, "older", metav1.ConditionTrue, ReasonValid)
+	// creationTimestamp has one-second resolution: make "newer" really newer.
+	time.Sleep(1100 * time.Millisecond)
+	h.createPolicy(t, ns, "newer", &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "web"}}, upstream("pay2", "payments.conflict.svc"))
+	// Disjoint from both: app differs from older's, tier from newer's.
+	h.createPolicy(t, ns, "disjoint", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "billing", "tier": "batch"}}, upstream("pay3", "payments.conflict.svc"))
+
+	newer := h.waitAccepted(t, ns, "newer", metav1.ConditionFalse, ReasonConflict)
+	acc := meta.FindStatusCondition(newer.Status.Conditions, ConditionAccepted)
+	if want := `host "payments.conflict.svc" is already claimed by RetryPolicy "older" (older) for pods both policies select; the older policy wins`; acc.Message != want {
+		t.Errorf("Conflict message = %q, want %q", acc.Message, want)
+	}
+	if prog := meta.FindStatusCondition(newer.Status.Conditions, ConditionProgrammed); prog.Status != metav1.ConditionFalse || prog.Reason != ReasonNotRendered {
+		t.Errorf("Programmed of the loser = %+v, want False/NotRendered", prog)
+	}
+	h.waitAccepted(t, ns, "disjoint", metav1.ConditionTrue, ReasonValid)
+	eventually(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "disjoint", "older") })
+	h.waitEvent(t, ns, "newer", ReasonConflict)
+
+	must(t, h.c.Delete(context.Background(), h.policy(t, ns, "older")))
+	h.waitAccepted(t, ns, "newer", metav1.ConditionTrue, ReasonValid)
+	eventually(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "disjoint", "newer") })
+}
+
+func (h *harness) testWebhookRejects(t *testing.T) {
+	ns := h.namespace(t, "reject", nil)
+	bad := policy(ns, "bad", nil, upstream("api", "Payments.Shop.svc"), upstream("api2", "x.reject.svc"))
+	bad.Spec.Upstreams[1].IdempotencyKey = &v1alpha1.IdempotencyKey{Header: "Bad Header"}
+	err := h.c.Create(context.Background(), bad)
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("create of an invalid policy: err = %v, want 422 Invalid", err)
+	}
+	for _, want := range []string{
+		`admission webhook "validate.retrypolicy.retry.dev" denied the request`,
+		`spec.upstreams[0].hosts[0]: Invalid value: "Payments.Shop.svc": must be lower-case (payments.shop.svc)`,
+		`spec.upstreams[1].idempotencyKey.header: Invalid value: "Bad Header": must be an HTTP header name`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q\ndoes not contain %q", err, want)
+		}
+	}
+
+	risky := policy(ns, "risky", nil, upstream("api", "risky.reject.svc"))
+	risky.Spec.Upstreams[0].MaxAttempts = ptr.To[int32](8)
+	risky.Spec.Upstreams[0].ReplayableMethods = []string{"GET", "PUT"}
+	h.warnings.reset()
+	must(t, h.c.Create(context.Background(), risky))
+	want := []string{
+		"spec.upstreams[0].maxAttempts: 8 transmissions per request multiply load 8-fold when the upstream fails; 5 or fewer is usual",
+		"spec.upstreams[0].replayableMethods[1]: PUT is replayed without an idempotency key; a retry after a lost response may apply the write twice unless the upstream's PUT is idempotent (set idempotencyKey.header to be sure)",
+	}
+	if got := h.warnings.get(); !slices.Equal(got, want) {
+		t.Errorf("warnings = %q\nwant %q", got, want)
+	}
+}
+
+func (h *harness) testRateSharing(t *testing.T) {
+	ns := h.namespace(t, "rate", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	u := upstream("partner", "api.partner.example")
+	u.RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: 90}
+	h.createPolicy(t, ns, "quota", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, u)
+	h.waitAccepted(t, ns, "quota", metav1.ConditionTrue, ReasonValid)
+	h.waitShare(t, ns, 90, 0) // no pod yet: the first one gets it all
+
+	for i := range 3 {
+		h.readyPod(t, ns, fmt.Sprintf("web-%d", i), map[string]string{"app": "web"})
+	}
+	h.readyPod(t, ns, "other", map[string]string{"app": "other"}) // injected, not selected
+	h.waitShare(t, ns, 30, 3)
+
+	h.readyPod(t, ns, "web-3", map[string]string{"app": "web"})
+	h.waitShare(t, ns, 22.5, 4)
+}
+
+func (h *harness) testInjectOnce(t *testing.T) {
+	ns := h.namespace(t, "inject", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	h.installRelabeler(t)
+	pod := testPod(ns, "app", map[string]string{"app": "web"})
+	must(t, h.c.Create(context.Background(), pod))
+
+	if n := h.calls.get(ns + "/app"); n < 2 {
+		t.Errorf("pod webhook called %d time(s), want 2 (reinvoked after the relabeler)", n)
+	}
+	if pod.Labels["test.retry.dev/relabeled"] != "true" {
+		t.Errorf("the relabeler did not run: labels %v", pod.Labels)
+	}
+	var sidecars int
+	for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
+		if c.Name == podinject.ContainerName {
+			sidecars++
+		}
+	}
+	if sidecars != 1 || pod.Spec.InitContainers[0].Name != podinject.ContainerName ||
+		*pod.Spec.InitContainers[0].RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Fatalf("want exactly one retry-sidecar, first init container, restartPolicy Always; got %d in %+v", sidecars, pod.Spec.InitContainers)
+	}
+	var proxies int
+	for _, e := range pod.Spec.Containers[0].Env {
+		if e.Name == "HTTP_PROXY" {
+			proxies++
+		}
+	}
+	if proxies != 1 || pod.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+		t.Errorf("HTTP_PROXY set %d times (want 1), labels %v", proxies, pod.Labels)
+	}
+	h.waitEvent(t, ns, "app", podinject.EventInjected)
+}
+
+func (h *harness) testKubeSystem(t *testing.T) {
+	pod := testPod("kube-system", "must-stay-plain", map[string]string{podinject.LabelPodInject: "true"})
+	must(t, h.c.Create(context.Background(), pod))
+	t.Cleanup(func() { _ = h.c.Delete(context.Background(), pod) })
+	if len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Containers[0].Env) != 0 || pod.Labels[podinject.LabelSidecar] != "" {
+		t.Errorf("kube-system pod was mutated: %+v", pod.Spec)
+	}
+	if n := h.calls.get("kube-system/must-stay-plain"); n != 0 {
+		t.Errorf("pod webhook called %d time(s) for kube-system, want 0 (namespaceSelector)", n)
+	}
+}
+
+func (h *harness) testInvalidBypassingWebhook(t *testing.T) {
+	ns := h.namespace(t, "bypass", nil)
+	h.createPolicy(t, ns, "api", nil, upstream("api", "api.bypass.svc"))
+	h.waitAccepted(t, ns, "api", metav1.ConditionTrue, ReasonValid)
+	before := h.configMap(t, ns).Data[policyset.ConfigMapKey]
+
+	must(t, h.c.Delete(context.Background(), &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "validating-webhook-configuration"}}))
+	// The API server drops the webhook asynchronously: retry until the update
+	// (legal for the CRD schema, illegal for Validate) gets through.
+	eventually(t, 20*time.Second, func() error {
+		p := h.policy(t, ns, "api")
+		p.Spec.Upstreams[0].Hosts = []string{"API.bypass.svc"}
+		return h.c.Update(context.Background(), p)
+	})
+
+	p := h.waitAccepted(t, ns, "api", metav1.ConditionFalse, ReasonInvalid)
+	acc := meta.FindStatusCondition(p.Status.Conditions, ConditionAccepted)
+	want := `spec.upstreams[0].hosts[0]: Invalid value: "API.bypass.svc": must be lower-case (api.bypass.svc); must be "host", "host:port", an IP literal ("10.0.0.7", "[fd00::7]:8080") or "*.suffix", lower-case; generation 1, the last accepted, stays in force`
+	if acc.Message != want || acc.ObservedGeneration != 2 {
+		t.Errorf("Accepted = %+v\nwant message %q at generation 2", acc, want)
+	}
+	if prog := meta.FindStatusCondition(p.Status.Conditions, ConditionProgrammed); prog.Status != metav1.ConditionTrue ||
+		!strings.HasPrefix(prog.Message, "generation 1 is rendered") {
+		t.Errorf("Programmed = %+v, want True for generation 1", prog)
+	}
+	if after := h.configMap(t, ns).Data[policyset.ConfigMapKey]; after != before {
+		t.Errorf("the last accepted rendering changed:\n%s\nwas:\n%s", after, before)
+	}
+	h.waitEvent(t, ns, "api", ReasonInvalid)
+}
+
+// ---- helpers ----
+
+func (h *harness) namespace(t *testing.T, name string, labels map[string]string) string {
+	t.Helper()
+	must(t, h.c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}))
+	return name
+}
+
+func upstream(name string, hosts ...string) v1alpha1.Upstream {
+	return v1alpha1.Upstream{Name: name, Hosts: hosts}
+}
+
+func policy(ns, name string, sel *metav1.LabelSelector, ups ...v1alpha1.Upstream) *v1alpha1.RetryPolicy {
+	return &v1alpha1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.RetryPolicySpec{PodSelector: sel, Upstreams: ups}}
+}
+
+func (h *harness) createPolicy(t *testing.T, ns, name string, sel *metav1.LabelSelector, ups ...v1alpha1.Upstream) *v1alpha1.RetryPolicy {
+	t.Helper()
+	p := policy(ns, name, sel, ups...)
+	must(t, h.c.Create(context.Background(), p))
+	return p
+}
+
+func (h *harness) policy(t *testing.T, ns, name string) *v1alpha1.RetryPolicy {
+	t.Helper()
+	var p v1alpha1.RetryPolicy
+	must(t, h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p))
+	return &p
+}
+
+func (h *harness) configMap(t *testing.T, ns string) *corev1.ConfigMap {
+	t.Helper()
+	var cm corev1.ConfigMap
+	eventually(t, 10*time.Second, func() error {
+		return h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &cm)
+	})
+	return &cm
+}
+
+func (h *harness) waitAccepted(t *testing.T, ns, name string, status metav1.ConditionStatus, reason string) *v1alpha1.RetryPolicy {
+	t.Helper()
+	var p *v1alpha1.RetryPolicy
+	eventually(t, 10*time.Second, func() error {
+		p = h.policy(t, ns, name)
+		c := meta.FindStatusCondition(p.Status.Conditions, ConditionAccepted)
+		if c == nil || c.Status != status || c.Reason != reason || c.ObservedGeneration != p.Generation {
+			return fmt.Errorf("Accepted = %+v at generation %d, want %s/%s", c, p.Generation, status, reason)
+		}
+		return nil
+	})
+	return p
+}
+
+func (h *harness) waitObserved(t *testing.T, ns, name string, gen int64) *v1alpha1.RetryPolicy {
+	t.Helper()
+	var p *v1alpha1.RetryPolicy
+	eventually(t, 10*time.Second, func() error {
+		p = h.policy(t, ns, name)
+		if p.Status.ObservedGeneration != gen {
+			return fmt.Errorf("observedGeneration %d, want %d", p.Status.ObservedGeneration, gen)
+		}
+		return nil
+	})
+	return p
+}
+
+func (h *harness) waitShare(t *testing.T, ns string, share float64, pods int32) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() error {
+		doc, err := policyset.Unmarshal([]byte(h.configMap(t, ns).Data[policyset.ConfigMapKey]))
+		if err != nil {
+			return err
+		}
+		if got := doc.Policies[0].Upstreams[0].PodRequestsPerMinute; got != share {
+			return fmt.Errorf("podRequestsPerMinute = %v, want %v", got, share)
+		}
+		if got := h.policy(t, ns, "quota").Status.SelectedPods; got != pods {
+			return fmt.Errorf("status.selectedPods = %d, want %d", got, pods)
+		}
+		return nil
+	})
+}
+
+func (h *harness) waitEvent(t *testing.T, ns, regarding, reason string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() error {
+		var evs eventsv1.EventList
+		if err := h.c.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == regarding && e.Reason == reason {
+				return nil
+			}
+		}
+		return fmt.Errorf("no event %s regarding %s/%s", reason, ns, regarding)
+	})
+}
+
+func testPod(ns, name string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}}}
+}
+
+// readyPod creates a pod through the webhook (which injects it) and marks it
+// Ready, as the kubelet would.
+func (h *harness) readyPod(t *testing.T, ns, name string, labels map[string]string) {
+	t.Helper()
+	pod := testPod(ns, name, labels)
+	must(t, h.c.Create(context.Background(), pod))
+	if pod.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+		t.Fatalf("pod %s not injected: labels %v", name, pod.Labels)
+	}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	must(t, h.c.Status().Update(context.Background(), pod))
+}
+
+func (h *harness) installRelabeler(t *testing.T) {
+	t.Helper()
+	url := fmt.Sprintf("https://%s:%d/test-relabel", h.wio.LocalServingHost, h.wio.LocalServingPort)
+	cfg := &admissionv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "zz-test-relabeler"},
+		Webhooks: []admissionv1.MutatingWebhook{{
+			Name:                    "relabel.test.retry.dev",
+			ClientConfig:            admissionv1.WebhookClientConfig{URL: &url, CABundle: h.wio.LocalServingCAData},
+			Rules:                   []admissionv1.RuleWithOperations{{Operations: []admissionv1.OperationType{admissionv1.Create}, Rule: admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+			SideEffects:             ptr.To(admissionv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      ptr.To(admissionv1.IfNeededReinvocationPolicy),
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "inject"}},
+		}},
+	}
+	must(t, h.c.Create(context.Background(), cfg))
+	// Wait until the API server calls it: a throwaway pod comes back relabelled.
+	eventually(t, 20*time.Second, func() error {
+		probe := testPod("inject", fmt.Sprintf("probe-%d", time.Now().UnixNano()), nil)
+		probe.Labels = map[string]string{podinject.LabelPodInject: "false"}
+		if err := h.c.Create(context.Background(), probe); err != nil {
+			return err
+		}
+		if probe.Labels["test.retry.dev/relabeled"] != "true" {
+			return errors.New("relabeler not active yet")
+		}
+		return nil
+	})
+}
+
+func relabel(_ context.Context, req admission.Request) admission.Response {
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return admission.Errored(400, err)
+	}
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels["test.retry.dev/relabeled"] = "true"
+	pod.Labels["test.retry.dev/relabel-count"] += "x" // a change on every call, so ours is reinvoked
+	raw, err := json.Marshal(&pod)
+	if err != nil {
+		return admission.Errored(500, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+}
+
+func render(t *testing.T, p *v1alpha1.RetryPolicy, pods int32) []byte {
+	t.Helper()
+	rp := policyset.Policy{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, PodSelector: p.Spec.PodSelector}
+	for _, u := range p.Spec.Upstreams {
+		rp.Upstreams = append(rp.Upstreams, policyset.CompileUpstream(u, pods))
+	}
+	data, err := policyset.Marshal(policyset.Document{Policies: []policyset.Policy{rp}})
+	must(t, err)
+	return data
+}
+
+func renderedNames(cm *corev1.ConfigMap, want ...string) error {
+	doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+	if err != nil {
+		return err
+	}
+	var got []string
+	for _, p := range doc.Policies {
+		got = append(got, p.Name)
+	}
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("rendered policies %v, want %v", got, want)
+	}
+	return nil
+}
+
+func eventually(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// callCounter counts pod webhook invocations per namespace/name.
+type callCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *callCounter) wrap(h admission.Handler) admission.Handler {
+	return admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
+		c.mu.Lock()
+		c.n[req.Namespace+"/"+req.Name]++
+		c.mu.Unlock()
+		return h.Handle(ctx, req)
+	})
+}
+
+func (c *callCounter) get(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[key]
+}
+
+// warningLog collects the API server's warnings (admission.Warnings).
+type warningLog struct {
+	mu sync.Mutex
+	w  []string
+}
+
+func (l *warningLog) HandleWarningHeader(_ int, _ string, text string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w = append(l.w, text)
+}
+
+func (l *warningLog) reset() { l.mu.Lock(); l.w = nil; l.mu.Unlock() }
+
+func (l *warningLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.w)
+}

@@ -1,0 +1,37 @@
+package controller
+
+// Condition types of RetryPolicy.status.conditions.
+const (
+	// ConditionAccepted says whether the policy is in force: valid and not in
+	// conflict with an older policy. Reasons: ReasonValid, ReasonInvalid,
+	// ReasonConflict.
+	ConditionAccepted = "Accepted"
+	// ConditionProgrammed says whether the policy is rendered into the namespace's
+	// retry-policies ConfigMap, which the injected sidecars read. Reasons:
+	// ReasonRendered, ReasonNotRendered.
+	ConditionProgrammed = "Programmed"
+)
+
+// Reasons, used both as condition reasons and as Kubernetes event reasons, so
+// `kubectl get events --field-selector reason=Conflict` finds what `kubectl get rp`
+// shows.
+const (
+	// ReasonValid: the spec passed validation and no older policy claims the same
+	// host for overlapping pods. Accepted=True.
+	ReasonValid = "Valid"
+	// ReasonInvalid: the spec fails the shared validation (the object reached
+	// the API server while the validating webhook was down or disabled). The
+	// message lists every field error; when an earlier generation was accepted it
+	// says that generation stays in force. Accepted=False.
+	ReasonInvalid = "Invalid"
+	// ReasonConflict: an older policy (by creationTimestamp, then name) claims a
+	// host of this policy for pods both selectors may select. The message names
+	// the winner and the host. Accepted=False.
+	ReasonConflict = "Conflict"
+	// ReasonRendered: the policy is in the ConfigMap; the message carries the
+	// rendered generation and the content hash of policies.json. Programmed=True.
+	ReasonRendered = "Rendered"
+	// ReasonNotRendered: the policy is not in the ConfigMap because it is not
+	// accepted and no earlier generation of it was. Programmed=False.
+	ReasonNotRendered = "NotRendered"
+)

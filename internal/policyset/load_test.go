@@ -1,0 +1,197 @@
+package policyset
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+)
+
+const partnerYAML = `
+# a comment-only document is skipped
+---
+apiVersion: policy.retry.dev/v1alpha1
+kind: RetryPolicy
+metadata: {name: partner, namespace: shop}
+spec:
+  podSelector: {matchLabels: {app: checkout}}
+  upstreams:
+  - name: payments-api
+    hosts: ["api.partner.example:8443", "payments.shop.svc"]
+    maxAttempts: 4
+    deadline: 30s
+    perTryTimeout: 5s
+    backoff: {base: 1s, max: 8s, jitter: Equal}
+    retryOn: {statusCodes: [429, 503]}
+    idempotencyKey: {header: Idempotency-Key}
+    retryAfter: {maxWait: 30s, spread: 1s}
+    budget: {retryPercent: 20, minRetriesPerSecond: 10}
+    rateLimit: {requestsPerMinute: 90, burst: 3}
+    concurrency: {maxInFlight: 3, maxQueued: 10, queueTimeout: 1s}
+---
+apiVersion: policy.retry.dev/v1alpha1
+kind: RetryPolicy
+metadata: {name: catalogue}
+spec:
+  upstreams:
+  - name: catalogue
+    hosts: ["*.catalogue.svc"]
+`
+
+func TestFromPolicyYAMLConvertsEveryField(t *testing.T) {
+	doc, err := FromPolicyYAML([]byte(partnerYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Policies) != 2 || doc.Policies[1].Namespace != DefaultNamespace {
+		t.Fatalf("want 2 policies, the second in %q; got %+v", DefaultNamespace, doc.Policies)
+	}
+	got, err := ToConfig(doc.Policies[0].Upstreams[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := retrypolicy.Config{
+		Name:                  "payments-api",
+		Hosts:                 []string{"api.partner.example:8443", "payments.shop.svc"},
+		MaxAttempts:           4,
+		Deadline:              30 * time.Second,
+		PerTryTimeout:         5 * time.Second,
+		Backoff:               retrypolicy.Backoff{Base: time.Second, Max: 8 * time.Second, Jitter: retrypolicy.JitterEqual},
+		RetryOnStatus:         []int{429, 503},
+		RetryOnConnectFailure: true,
+		ReplayableMethods:     []string{"GET", "HEAD", "OPTIONS"},
+		IdempotencyKeyHeader:  "Idempotency-Key",
+		MaxReplayBodyBytes:    65536,
+		RetryAfterMaxWait:     30 * time.Second,
+		RetryAfterSpread:      time.Second,
+		Budget:                &retrypolicy.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10},
+		RateLimit:             &retrypolicy.RateLimitConfig{RequestsPerSecond: 1.5, Burst: 3},
+		Concurrency:           &retrypolicy.ConcurrencyConfig{MaxInFlight: 3, MaxQueued: 10, QueueTimeout: time.Second},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ToConfig (-want +got):\n%s", diff)
+	}
+}
+
+func TestFromPolicyYAMLRejectsWhatTheAPIRejects(t *testing.T) {
+	tests := map[string]struct {
+		yaml string
+		want string
+	}{
+		"a backoff max below its base names the field and the base": {
+			yaml: "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], backoff: {base: 2s, max: 1s}}\n",
+			want: `RetryPolicy default/p: spec.upstreams[0].backoff.max: Invalid value: "1s": must be >= backoff.base (2s)`,
+		},
+		"an unknown field is an error, as under strict field validation": {
+			yaml: "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], retries: 3}\n",
+			want: `document 0: error unmarshaling JSON: while decoding JSON: json: unknown field "retries"`,
+		},
+		"another kind is refused": {
+			yaml: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: p}\n",
+			want: `document 0: apiVersion/kind is "v1"/"ConfigMap"; want policy.retry.dev/v1alpha1/RetryPolicy`,
+		},
+		"a file without policies is refused": {
+			yaml: "# nothing here\n",
+			want: "no RetryPolicy documents found",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := FromPolicyYAML([]byte(tc.yaml))
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("got error %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSelectByPodLabels(t *testing.T) {
+	doc, err := FromPolicyYAML([]byte(partnerYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		labels map[string]string
+		want   []string
+	}{
+		"without label information every policy applies":                 {labels: nil, want: []string{"partner", "catalogue"}},
+		"a checkout pod gets the selected and the empty-selector policy": {labels: map[string]string{"app": "checkout"}, want: []string{"partner", "catalogue"}},
+		"another pod gets only the empty-selector policy":                {labels: map[string]string{"app": "web"}, want: []string{"catalogue"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			sel, err := Select(doc, tc.labels)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range sel {
+				got = append(got, p.Name)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCompileMatchesHostsAndQualifiesCollidingNames(t *testing.T) {
+	doc, err := FromPolicyYAML([]byte(partnerYAML + `---
+apiVersion: policy.retry.dev/v1alpha1
+kind: RetryPolicy
+metadata: {name: other}
+spec:
+  upstreams:
+  - name: catalogue
+    hosts: ["catalogue.other.svc"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := Compile(doc.Policies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for authority, want := range map[string]string{
+		"api.partner.example:8443": "payments-api",
+		"x.catalogue.svc":          "catalogue/catalogue",
+		"catalogue.other.svc":      "other/catalogue",
+	} {
+		p := set.Match(authority)
+		if p == nil || p.Name() != want {
+			t.Errorf("Match(%q) = %v, want %s", authority, p, want)
+		}
+	}
+	if p := set.Match("api.partner.example:443"); p != nil {
+		t.Errorf("a host:port pattern must not match another port, got %s", p.Name())
+	}
+}
+
+func TestSamplesLoadAsPolicyFiles(t *testing.T) {
+	files, _ := filepath.Glob("../../config/samples/*-*.yaml")
+	if len(files) < 3 {
+		t.Fatalf("want 3 samples, got %v", files)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, err := FromPolicyYAML(data)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if _, err := Compile(doc.Policies); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+		if !strings.HasPrefix(doc.Policies[0].Namespace, "shop") {
+			t.Errorf("%s: namespace %q", f, doc.Policies[0].Namespace)
+		}
+	}
+}

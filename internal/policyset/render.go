@@ -1,0 +1,88 @@
+package policyset
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
+)
+
+// Marshal encodes doc as the policies.json value of the ConfigMap. It sorts the
+// policies by (namespace, name) on a copy, so the same set of policies gives the
+// same bytes whatever order they were listed in; encoding/json already sorts map
+// keys (matchLabels) and follows struct field order. The result is indented, for
+// the humans who `kubectl get cm retry-policies -o yaml`, and ends in a newline.
+//
+// Byte-identical output is what lets the reconciler skip a write (and the kubelet
+// skip a volume update, and the sidecar skip a reload) when nothing changed.
+func Marshal(doc Document) ([]byte, error) {
+	doc.Version = DocumentVersion
+	policies := append([]Policy(nil), doc.Policies...)
+	sort.Slice(policies, func(i, j int) bool {
+		if policies[i].Namespace != policies[j].Namespace {
+			return policies[i].Namespace < policies[j].Namespace
+		}
+		return policies[i].Name < policies[j].Name
+	})
+	if policies == nil {
+		policies = []Policy{} // "policies":[] rather than null, for readers in any language
+	}
+	doc.Policies = policies
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // hosts and selectors are not HTML; keep them readable
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("encoding %s: %w", ConfigMapKey, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Unmarshal decodes a policies.json value. It refuses a document of another
+// version rather than guess at its meaning.
+func Unmarshal(data []byte) (Document, error) {
+	var doc Document
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return Document{}, fmt.Errorf("decoding %s: %w", ConfigMapKey, err)
+	}
+	if doc.Version != DocumentVersion {
+		return Document{}, fmt.Errorf("decoding %s: version %d is not supported (supported: %d)", ConfigMapKey, doc.Version, DocumentVersion)
+	}
+	return doc, nil
+}
+
+// Hash is the content hash of a rendered document, "sha256:" and the first 16 hex
+// digits: enough to tell renderings apart in a condition message or a log line.
+func Hash(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:8])
+}
+
+// CompileUpstream returns u with every default applied (so the sidecar needs no
+// knowledge of API defaults) and its per-pod share of the fleet-wide rate limit:
+//
+//	rateLimit.requestsPerMinute = 90, ready selected pods = 4  ->  podRequestsPerMinute = 22.5
+//	rateLimit.requestsPerMinute = 90, ready selected pods = 0  ->  podRequestsPerMinute = 90
+//	no rateLimit                                               ->  podRequestsPerMinute = 0 (omitted)
+//
+// u is not modified.
+func CompileUpstream(u v1alpha1.Upstream, readyPods int32) Upstream {
+	p := v1alpha1.RetryPolicy{Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{*u.DeepCopy()}}}
+	v1alpha1.SetDefaults(&p)
+	out := Upstream{Upstream: p.Spec.Upstreams[0]}
+	if out.RateLimit != nil {
+		out.PodRequestsPerMinute = PodShare(out.RateLimit.RequestsPerMinute, readyPods)
+	}
+	return out
+}
+
+// PodShare is requestsPerMinute / max(1, pods): what one sidecar may start so
+// that all of them together stay inside one account quota. With no ready pod the
+// first one to become ready gets the whole quota rather than nothing.
+func PodShare(requestsPerMinute, pods int32) float64 {
+	return float64(requestsPerMinute) / float64(max(1, pods))
+}

@@ -1,0 +1,153 @@
+package policyset
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
+)
+
+// update refreshes golden files. Defined here once for the package: a second
+// definition in another _test.go file of this package would panic.
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+func TestPodShare(t *testing.T) {
+	tests := map[string]struct {
+		rpm, pods int32
+		want      float64
+	}{
+		"four pods split the quota evenly":           {rpm: 90, pods: 4, want: 22.5},
+		"one pod gets the whole quota":               {rpm: 90, pods: 1, want: 90},
+		"no ready pod yet gives the whole quota":     {rpm: 90, pods: 0, want: 90},
+		"a negative count is treated as no pod":      {rpm: 90, pods: -3, want: 90},
+		"a share below one per minute is kept exact": {rpm: 1, pods: 4, want: 0.25},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := PodShare(tc.rpm, tc.pods); got != tc.want {
+				t.Fatalf("PodShare(%d, %d) = %v, want %v", tc.rpm, tc.pods, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCompileUpstreamAppliesDefaultsWithoutTouchingInput(t *testing.T) {
+	in := v1alpha1.Upstream{Name: "api", Hosts: []string{"api.shop.svc"},
+		RateLimit: &v1alpha1.RateLimit{RequestsPerMinute: 90}}
+	got := CompileUpstream(in, 3)
+	if in.MaxAttempts != nil || in.RateLimit.Burst != nil {
+		t.Fatalf("input was modified: %+v", in)
+	}
+	if *got.MaxAttempts != v1alpha1.DefaultMaxAttempts || *got.RateLimit.Burst != v1alpha1.DefaultBurst ||
+		*got.Deadline != v1alpha1.DefaultDeadline || got.PodRequestsPerMinute != 30 {
+		t.Fatalf("defaults not applied or share wrong: maxAttempts=%d burst=%d deadline=%s share=%v",
+			*got.MaxAttempts, *got.RateLimit.Burst, *got.Deadline, got.PodRequestsPerMinute)
+	}
+}
+
+func TestMarshalIsIndependentOfInputOrder(t *testing.T) {
+	a := Policy{Namespace: "shop", Name: "a", Generation: 1, Upstreams: []Upstream{CompileUpstream(v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"}}, 0)}}
+	b := Policy{Namespace: "shop", Name: "b", Generation: 2,
+		PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"z": "1", "app": "checkout", "m": "2"}},
+		Upstreams:   []Upstream{CompileUpstream(v1alpha1.Upstream{Name: "y", Hosts: []string{"y.svc"}}, 0)}}
+	one, err := Marshal(Document{Policies: []Policy{a, b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 { // map iteration order differs between runs; the bytes must not
+		two, err := Marshal(Document{Policies: []Policy{b, a}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(one, two) {
+			t.Fatalf("output depends on input order:\n%s\n---\n%s", one, two)
+		}
+	}
+	if Hash(one) != Hash(append([]byte(nil), one...)) || len(Hash(one)) != len("sha256:")+16 {
+		t.Fatalf("Hash not stable or wrong length: %s", Hash(one))
+	}
+}
+
+func TestMarshalEmptyDocument(t *testing.T) {
+	got, err := Marshal(Document{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\n  \"version\": 1,\n  \"policies\": []\n}\n"; string(got) != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func TestUnmarshal(t *testing.T) {
+	tests := map[string]struct {
+		in      string
+		wantErr string
+	}{
+		"a version 1 document is read":       {in: `{"version":1,"policies":[{"namespace":"a","name":"b","generation":1,"upstreams":[]}]}`},
+		"an unknown version is refused":      {in: `{"version":2,"policies":[]}`, wantErr: "decoding policies.json: version 2 is not supported (supported: 1)"},
+		"a document without version refused": {in: `{"policies":[]}`, wantErr: "decoding policies.json: version 0 is not supported (supported: 1)"},
+		"malformed JSON is refused":          {in: `{`, wantErr: "decoding policies.json: unexpected end of JSON input"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := Unmarshal([]byte(tc.in))
+			if got := errString(err); got != tc.wantErr {
+				t.Fatalf("error = %q, want %q", got, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestGoldenRendering pins the exact bytes of a rendered document: the sidecar
+// engineer and any external reader of policies.json rely on this shape.
+// Refresh with: go test ./internal/policyset -run TestGoldenRendering -update
+func TestGoldenRendering(t *testing.T) {
+	doc := Document{Policies: []Policy{{
+		Namespace: "shop", Name: "payments", Generation: 3,
+		PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}},
+		Upstreams: []Upstream{CompileUpstream(v1alpha1.Upstream{
+			Name: "payments-api", Hosts: []string{"payments.shop.svc", "api.partner.example:8443"},
+			MaxAttempts:    ptr.To[int32](4),
+			IdempotencyKey: &v1alpha1.IdempotencyKey{Header: "Idempotency-Key"},
+			RateLimit:      &v1alpha1.RateLimit{RequestsPerMinute: 90, Burst: ptr.To[int32](3)},
+		}, 4)},
+	}}}
+	got, err := Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareGolden(t, filepath.Join("testdata", "policies.json"), got)
+}
+
+func compareGolden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s is stale (run with -update to refresh); got:\n%s", path, got)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,172 @@
+package podinject
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// go test ./internal/webhook/podinject -run TestGolden -update
+var update = flag.Bool("update", false, "rewrite testdata/inject/*.yaml.injected")
+
+func testConfig() Config {
+	return Config{
+		Image:              DefaultImage,
+		NoProxy:            DefaultNoProxy,
+		Resources:          DefaultResources(),
+		ExcludedNamespaces: []string{"kube-system", "retry-operator-system"},
+	}
+}
+
+// TestGolden runs ShouldInject and Inject over testdata/inject/X.yaml (a
+// Namespace and a Pod) and compares with X.yaml.injected: the decision, the
+// admission warnings and the resulting pod.
+func TestGolden(t *testing.T) {
+	inputs, err := filepath.Glob(filepath.Join("testdata", "inject", "*.yaml"))
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no inputs: %v", err)
+	}
+	for _, in := range inputs {
+		t.Run(filepath.Base(in), func(t *testing.T) {
+			ns, pod := readInput(t, in)
+			got := render(t, testConfig(), ns, pod)
+			golden := in + ".injected"
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s is stale (run go test ./internal/webhook/podinject -run TestGolden -update); got:\n%s", golden, got)
+			}
+		})
+	}
+}
+
+// TestGoldenFilesHaveInputs fails on a .injected file left behind by a removed input.
+func TestGoldenFilesHaveInputs(t *testing.T) {
+	outs, _ := filepath.Glob(filepath.Join("testdata", "inject", "*.yaml.injected"))
+	for _, o := range outs {
+		if _, err := os.Stat(strings.TrimSuffix(o, ".injected")); err != nil {
+			t.Errorf("%s has no input", o)
+		}
+	}
+}
+
+// TestInjectionIsIdempotent: what the webhook does to its own output is nothing,
+// for every golden input.
+func TestInjectionIsIdempotent(t *testing.T) {
+	inputs, _ := filepath.Glob(filepath.Join("testdata", "inject", "*.yaml"))
+	cfg := testConfig()
+	for _, in := range inputs {
+		ns, pod := readInput(t, in)
+		once := admit(cfg, ns, pod)
+		twice := admit(cfg, ns, once)
+		if !equality.Semantic.DeepEqual(once, twice) {
+			t.Errorf("%s: a second admission changed the pod", in)
+		}
+	}
+}
+
+func admit(cfg Config, ns *corev1.Namespace, pod *corev1.Pod) *corev1.Pod {
+	if ok, _ := cfg.ShouldInject(ns, pod); ok {
+		return cfg.Inject(pod)
+	}
+	return pod
+}
+
+func TestShouldInject(t *testing.T) {
+	enabled := map[string]string{LabelNamespaceInjection: "enabled"}
+	tests := map[string]struct {
+		nsName   string
+		nsLabels map[string]string
+		pod      corev1.Pod
+		want     bool
+		reason   Reason
+	}{
+		"namespace opted in":                              {nsLabels: enabled, want: true, reason: ReasonNamespaceOptIn},
+		"namespace label with another value is no opt-in": {nsLabels: map[string]string{LabelNamespaceInjection: "true"}, reason: ReasonNotOptedIn},
+		"pod opted in, namespace not":                     {pod: podWith(map[string]string{LabelPodInject: "true"}, false), want: true, reason: ReasonPodOptIn},
+		"pod opted out in an opted-in namespace":          {nsLabels: enabled, pod: podWith(map[string]string{LabelPodInject: "false"}, false), reason: ReasonPodOptOut},
+		"nobody opted in":                                 {reason: ReasonNotOptedIn},
+		"hostNetwork pod that opted in":                   {pod: podWith(map[string]string{LabelPodInject: "true"}, true), reason: ReasonHostNetwork},
+		"hostNetwork pod nobody opted in":                 {pod: podWith(nil, true), reason: ReasonNotOptedIn},
+		"kube-system, even with a pod opt-in":             {nsName: "kube-system", nsLabels: enabled, pod: podWith(map[string]string{LabelPodInject: "true"}, false), reason: ReasonExcludedNamespace},
+		"the operator's own namespace":                    {nsName: "retry-operator-system", nsLabels: enabled, reason: ReasonExcludedNamespace},
+		"already injected": {nsLabels: enabled, pod: corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: ContainerName}}}},
+			reason: ReasonAlreadyInjected},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if tc.nsName == "" {
+				tc.nsName = "shop"
+			}
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tc.nsName, Labels: tc.nsLabels}}
+			got, reason := testConfig().ShouldInject(ns, &tc.pod)
+			if got != tc.want || reason != tc.reason {
+				t.Fatalf("ShouldInject = %v, %s; want %v, %s", got, reason, tc.want, tc.reason)
+			}
+		})
+	}
+}
+
+func podWith(labels map[string]string, hostNetwork bool) corev1.Pod {
+	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{HostNetwork: hostNetwork}}
+}
+
+func readInput(t *testing.T, path string) (*corev1.Namespace, *corev1.Pod) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(data), "\n---\n")
+	if len(docs) != 2 {
+		t.Fatalf("%s: want two YAML documents (Namespace, Pod), got %d", path, len(docs))
+	}
+	var ns corev1.Namespace
+	var pod corev1.Pod
+	if err := yaml.UnmarshalStrict([]byte(docs[0]), &ns); err != nil {
+		t.Fatalf("%s: namespace: %v", path, err)
+	}
+	if err := yaml.UnmarshalStrict([]byte(docs[1]), &pod); err != nil {
+		t.Fatalf("%s: pod: %v", path, err)
+	}
+	return &ns, &pod
+}
+
+// render is the golden form: the decision and warnings as comments, then the pod.
+func render(t *testing.T, cfg Config, ns *corev1.Namespace, pod *corev1.Pod) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	ok, reason := cfg.ShouldInject(ns, pod)
+	fmt.Fprintf(&b, "# shouldInject: %v (%s)\n", ok, reason)
+	out := pod
+	if ok {
+		_, warnings := cfg.SidecarResources(pod.Annotations)
+		for _, w := range warnings {
+			fmt.Fprintf(&b, "# warning: %s\n", w)
+		}
+		out = cfg.Inject(pod)
+	}
+	y, err := yaml.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Write(y)
+	return b.Bytes()
+}

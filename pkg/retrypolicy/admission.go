@@ -1,0 +1,349 @@
+package retrypolicy
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/utils/clock"
+)
+
+// ErrShed is returned by Admit when an attempt is refused for lack of capacity.
+var ErrShed = errors.New("retrypolicy: shed: no capacity")
+
+// Gate bounds attempts in flight for one upstream, with a bounded FIFO queue
+// (R7). A caller that finds all slots busy queues if fewer than MaxQueued are
+// waiting, for at most min(QueueTimeout, its own remaining time); otherwise it is
+// shed at once. A slot is handed straight to the oldest waiter when an attempt
+// really ends (Release), not when its caller stops waiting. Nothing in a Gate
+// grows without bound. Safe for concurrent use.
+type Gate struct {
+	mu       sync.Mutex
+	cfg      ConcurrencyConfig
+	inFlight int
+	queue    []*waiter // FIFO; entries that gave up are marked gone
+	queued   int       // waiters not gone
+	avgHold  time.Duration
+}
+
+type waiter struct {
+	ch      chan struct{}
+	granted bool
+	gone    bool
+}
+
+// NewGate returns an idle gate.
+func NewGate(cfg ConcurrencyConfig) *Gate { return &Gate{cfg: cfg} }
+
+// SetConfig changes the limits in place; attempts in flight and waiters are kept
+// (config reload). A raised MaxInFlight lets queued waiters in at once.
+func (g *Gate) SetConfig(cfg ConcurrencyConfig) {
+	g.mu.Lock()
+	g.cfg = cfg
+	for g.inFlight < g.cfg.MaxInFlight && g.grantLocked() {
+		g.inFlight++
+	}
+	g.mu.Unlock()
+}
+
+// InFlight and Queued report the current occupancy (for tests and metrics).
+func (g *Gate) InFlight() int { g.mu.Lock(); defer g.mu.Unlock(); return g.inFlight }
+
+// Queued reports how many callers are waiting for a slot.
+func (g *Gate) Queued() int { g.mu.Lock(); defer g.mu.Unlock(); return g.queued }
+
+// TryAcquire takes a slot if one is free and nobody is queued (FIFO fairness).
+func (g *Gate) TryAcquire() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight < g.cfg.MaxInFlight && g.queued == 0 {
+		g.inFlight++
+		return true
+	}
+	return false
+}
+
+// Acquire takes a slot, queueing for at most min(QueueTimeout, maxWait) on clk.
+// It returns nil with a slot held, ErrShed with the estimated time until capacity
+// returns, or the context's error if the caller gave up while queued.
+func (g *Gate) Acquire(ctx context.Context, clk clock.Clock, maxWait time.Duration) (time.Duration, error) {
+	g.mu.Lock()
+	if g.inFlight < g.cfg.MaxInFlight && g.queued == 0 {
+		g.inFlight++
+		g.mu.Unlock()
+		return 0, nil
+	}
+	wait := min(g.cfg.QueueTimeout, maxWait)
+	if g.queued >= g.cfg.MaxQueued || wait <= 0 {
+		ra := g.capacityReturnsLocked()
+		g.mu.Unlock()
+		return ra, ErrShed
+	}
+	w := &waiter{ch: make(chan struct{})}
+	g.queue = append(g.queue, w)
+	g.queued++
+	g.mu.Unlock()
+
+	t := clk.NewTimer(wait)
+	defer t.Stop()
+	var err error
+	select {
+	case <-w.ch:
+		return 0, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C():
+		err = ErrShed
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if w.granted { // the slot arrived as we gave up: keep it if only the timer fired
+		if err == ErrShed {
+			return 0, nil
+		}
+		g.releaseLocked(0)
+		return 0, err
+	}
+	w.gone = true
+	g.queued--
+	g.compactLocked()
+	if err == ErrShed {
+		return g.capacityReturnsLocked(), ErrShed
+	}
+	return 0, err
+}
+
+// Release returns a slot when an attempt really ended; held is how long it was
+// in flight (feeds the estimate of when capacity returns).
+func (g *Gate) Release(held time.Duration) {
+	g.mu.Lock()
+	g.releaseLocked(held)
+	g.mu.Unlock()
+}
+
+func (g *Gate) releaseLocked(held time.Duration) {
+	if held > 0 {
+		if g.avgHold == 0 {
+			g.avgHold = held
+		} else {
+			g.avgHold += (held - g.avgHold) / 8
+		}
+	}
+	if g.inFlight <= g.cfg.MaxInFlight && g.grantLocked() {
+		return // handed over: inFlight unchanged
+	}
+	g.inFlight--
+}
+
+// grantLocked hands a slot to the oldest live waiter; false if there is none.
+func (g *Gate) grantLocked() bool {
+	for len(g.queue) > 0 {
+		w := g.queue[0]
+		g.queue[0] = nil
+		g.queue = g.queue[1:]
+		if w.gone {
+			continue
+		}
+		w.granted = true
+		g.queued--
+		close(w.ch)
+		return true
+	}
+	return false
+}
+
+// compactLocked drops gone waiters from the front so the slice stays bounded by
+// MaxQueued live entries plus the ones that gave up behind the head.
+func (g *Gate) compactLocked() {
+	if len(g.queue) > 2*g.cfg.MaxQueued+8 {
+		live := g.queue[:0]
+		for _, w := range g.queue {
+			if !w.gone {
+				live = append(live, w)
+			}
+		}
+		clear(g.queue[len(live):])
+		g.queue = live
+	}
+}
+
+// capacityReturnsLocked estimates when a slot will be free for a new caller:
+// the average hold time times the attempts ahead of it per slot, at least 1s.
+func (g *Gate) capacityReturnsLocked() time.Duration {
+	hold := g.avgHold
+	if hold <= 0 {
+		hold = time.Second
+	}
+	ahead := g.queued + 1
+	return max(time.Duration(int64(hold)*int64(ahead)/int64(max(g.cfg.MaxInFlight, 1))), time.Second)
+}
+
+// Limits is the long-lived runtime state of one upstream: outage budget, start
+// rate limiter and concurrency gate (nil parts are unlimited). A Registry keeps
+// one per upstream name across config reloads and binds it to each newly compiled
+// Policy, so counts, tokens and in-flight slots are not reset by a reload.
+type Limits struct {
+	mu    sync.Mutex // serialises reconfigure
+	parts atomic.Pointer[limitParts]
+}
+
+type limitParts struct {
+	budget  *Budget
+	limiter *rate.Limiter
+	gate    *Gate
+}
+
+func newLimits(c Config) *Limits {
+	l := &Limits{}
+	l.reconfigure(time.Now(), c)
+	return l
+}
+
+// reconfigure applies c in place: existing parts keep their state.
+func (l *Limits) reconfigure(now time.Time, c Config) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var cur limitParts
+	if p := l.parts.Load(); p != nil {
+		cur = *p
+	}
+	next := limitParts{}
+	if c.Budget != nil {
+		next.budget = cur.budget
+		if next.budget == nil {
+			next.budget = NewBudget(*c.Budget)
+		} else {
+			next.budget.SetConfig(*c.Budget)
+		}
+	}
+	if c.RateLimit != nil {
+		next.limiter = cur.limiter
+		if next.limiter == nil {
+			next.limiter = rate.NewLimiter(rate.Limit(c.RateLimit.RequestsPerSecond), c.RateLimit.Burst)
+		} else {
+			next.limiter.SetLimitAt(now, rate.Limit(c.RateLimit.RequestsPerSecond))
+			next.limiter.SetBurstAt(now, c.RateLimit.Burst)
+		}
+	}
+	if c.Concurrency != nil {
+		next.gate = cur.gate
+		if next.gate == nil {
+			next.gate = NewGate(*c.Concurrency)
+		} else {
+			next.gate.SetConfig(*c.Concurrency)
+		}
+	}
+	l.parts.Store(&next)
+}
+
+// Budget is the upstream's outage budget, nil if none.
+func (l *Limits) Budget() *Budget { return l.parts.Load().budget }
+
+// Gate is the upstream's concurrency gate, nil if unlimited.
+func (l *Limits) Gate() *Gate { return l.parts.Load().gate }
+
+// Limiter is the upstream's start-rate limiter, nil if unlimited.
+func (l *Limits) Limiter() *rate.Limiter { return l.parts.Load().limiter }
+
+// Ticket is an admitted attempt. Release it exactly once when the attempt really
+// ends (its response body closed, or its error returned).
+type Ticket struct {
+	gate  *Gate
+	start time.Time
+}
+
+// Release returns the in-flight slot, if the attempt held one.
+func (t Ticket) Release(now time.Time) {
+	if t.gate != nil {
+		t.gate.Release(now.Sub(t.start))
+	}
+}
+
+// Admit asks permission to start one attempt (R7). maxWait is how long the
+// caller can afford to wait in total (its remaining deadline minus the attempt's
+// reserve). First a start token: if the limiter can give one within maxWait the
+// caller sleeps until then (sleep ends at once on cancellation), else it is shed
+// with the exact time the token would come. Then an in-flight slot from the Gate.
+// It returns ErrShed with the time until capacity returns (for the 503's
+// Retry-After), or the context's error.
+//
+// The rate wait needs no queue of its own: every waiter has reserved a distinct
+// future token, so at most burst + rate·maxWait callers can be waiting, and a
+// caller that would wait past its deadline is shed, not queued.
+func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxWait time.Duration) (Ticket, time.Duration, error) {
+	parts := l.parts.Load()
+	lim, gate := parts.limiter, parts.gate
+	if lim != nil {
+		now := clk.Now()
+		r := lim.ReserveN(now, 1)
+		if !r.OK() {
+			return Ticket{}, time.Second, ErrShed
+		}
+		if d := r.DelayFrom(now); d > 0 {
+			if d > maxWait {
+				r.CancelAt(now)
+				return Ticket{}, d, ErrShed
+			}
+			if err := sleep(ctx, d); err != nil {
+				r.CancelAt(clk.Now())
+				return Ticket{}, 0, err
+			}
+			maxWait -= d
+		}
+	}
+	if gate == nil {
+		return Ticket{}, 0, nil
+	}
+	ra, err := gate.Acquire(ctx, clk, maxWait)
+	if err != nil {
+		return Ticket{}, ra, err
+	}
+	return Ticket{gate: gate, start: clk.Now()}, 0, nil
+}
+
+// Registry keeps the Limits of each upstream, keyed by Config.Name, for the life
+// of the process. After compiling a new Set on a config reload, call Adopt: every
+// policy of the new set then shares the state its upstream already had. Safe for
+// concurrent use.
+type Registry struct {
+	mu sync.Mutex
+	m  map[string]*Limits
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{m: make(map[string]*Limits)} }
+
+// Adopt is AdoptAt(time.Now(), s).
+func (r *Registry) Adopt(s *Set) { r.AdoptAt(time.Now(), s) }
+
+// AdoptAt binds every policy of s to its upstream's long-lived Limits: an
+// upstream seen before keeps its budget counts, tokens and in-flight slots, with
+// the new limits applied in place; a new upstream keeps the fresh state Compile
+// gave it. Upstreams that s no longer has are forgotten (requests still in flight
+// keep their own reference and release into it). Call it before publishing s.
+func (r *Registry) AdoptAt(now time.Time, s *Set) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := make(map[string]*Limits, len(s.policies))
+	for _, p := range s.policies {
+		l := r.m[p.cfg.Name]
+		if l == nil {
+			l = p.limits.Load()
+		} else {
+			l.reconfigure(now, p.cfg)
+			p.limits.Store(l)
+		}
+		next[p.cfg.Name] = l
+	}
+	r.m = next
+}
+
+// Get returns the Limits of an upstream name, or nil.
+func (r *Registry) Get(name string) *Limits {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[name]
+}

@@ -1,0 +1,116 @@
+package retrypolicy
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func BenchmarkDecide(b *testing.B) {
+	p := compile(b, nil)
+	a := Attempt{Number: 2, Status: 429, Replayable: true, Rewindable: true, Hint: hint(3 * time.Second), HasHint: true,
+		Deadline: now.Add(20 * time.Second), Random: 0.42}
+	b.ReportAllocs()
+	var d Decision
+	for b.Loop() {
+		d = p.DecideAt(now, a)
+	}
+	if d.Action != Retry {
+		b.Fatal(d)
+	}
+}
+
+func BenchmarkParseRetryAfterSeconds(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseRetryAfter("120", received, ""); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseRetryAfterIMFFixdate(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseRetryAfter("Sun, 06 Nov 1994 08:49:37 GMT", received, ""); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseRetryAfterIMFFixdateWithDate(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseRetryAfter("Sun, 06 Nov 1994 08:49:37 GMT", received, "Sun, 06 Nov 1994 08:48:37 GMT"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkSetMatch(b *testing.B) {
+	p := compile(b, func(c *Config) { c.Hosts = []string{"api.example:8443", "*.svc"} })
+	s, _ := NewSet(p)
+	b.ReportAllocs()
+	for b.Loop() {
+		if s.Match("payments.shop.svc") == nil {
+			b.Fatal("no match")
+		}
+	}
+}
+
+// canned answers every request with the same 200 and an empty body, so the
+// benchmarks below measure only the Transport's own work.
+type canned struct{}
+
+func (canned) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+}
+
+func benchTransport(b *testing.B, route func(*http.Request) *Policy, method string, body string) {
+	tr := &Transport{Inner: canned{}, Route: route}
+	req, _ := http.NewRequestWithContext(context.Background(), method, "http://payments.shop.svc/pay?x=1", nil)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("X-Request-Id", "r1")
+	b.ReportAllocs()
+	for b.Loop() {
+		if body != "" {
+			req.Body = io.NopCloser(strings.NewReader(body))
+			req.ContentLength = int64(len(body))
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+}
+
+// BenchmarkTransportNoPolicy is the pass-through baseline (the canned inner's own
+// allocations included).
+func BenchmarkTransportNoPolicy(b *testing.B) {
+	benchTransport(b, func(*http.Request) *Policy { return nil }, "GET", "")
+}
+
+// BenchmarkTransportNoRetry is one GET under a policy answered 200 at once: the
+// overhead of the fast path over BenchmarkTransportNoPolicy.
+func BenchmarkTransportNoRetry(b *testing.B) {
+	benchTransport(b, Static(compile(b, nil)), "GET", "")
+}
+
+// BenchmarkTransportNoRetryPOST streams a non-replayable body (never buffered).
+func BenchmarkTransportNoRetryPOST(b *testing.B) {
+	benchTransport(b, Static(compile(b, func(c *Config) { c.RetryOnConnectFailure = false })), "POST", `{"amount":10}`)
+}
+
+// BenchmarkTransportNoRetryLimits adds a budget, a rate limiter and a gate.
+func BenchmarkTransportNoRetryLimits(b *testing.B) {
+	p := compile(b, func(c *Config) {
+		c.Budget = &BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10}
+		c.RateLimit = &RateLimitConfig{RequestsPerSecond: 1e9, Burst: 1 << 20}
+		c.Concurrency = &ConcurrencyConfig{MaxInFlight: 64}
+	})
+	benchTransport(b, Static(p), "GET", "")
+}

@@ -1,0 +1,369 @@
+package retrypolicy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Jitter selects how the local backoff is randomised (R2). With
+// c = min(max, base·2^i) and a random number u in [0, 1]:
+//
+//	Full:  u·c              uniform [0, c]
+//	Equal: c/2 + u·c/2      uniform [c/2, c]
+//	None:  c
+type Jitter string
+
+// The jitter modes.
+const (
+	JitterFull  Jitter = "Full"
+	JitterEqual Jitter = "Equal"
+	JitterNone  Jitter = "None"
+)
+
+// Backoff is the local exponential wait between attempts, used when the server
+// gives no (valid) Retry-After, and as a floor when it does.
+type Backoff struct {
+	Base, Max time.Duration
+	Jitter    Jitter
+}
+
+// Config is the plain-Go form of one upstream of a RetryPolicy, with defaults
+// already applied by the caller (the API package converts to it). Compile
+// validates it. Field paths in errors use the API's JSON names
+// (maxAttempts, backoff.max, ...) so a caller can prefix "spec.upstreams[i].".
+type Config struct {
+	// Name identifies the upstream in logs and metrics and is the key of its
+	// long-lived runtime state in a Registry: it must be unique within a Set. The
+	// sidecar may qualify it ("namespace/policy/upstream") when names can collide.
+	Name string
+	// Hosts are matched against the request authority: "host" (any port),
+	// "host:port" (that port only) or "*.suffix" (any subdomain, not suffix itself),
+	// lower case.
+	Hosts []string
+	// MaxAttempts counts transmissions including the first (4 = 3 retries), 1..10.
+	MaxAttempts int
+	// Deadline bounds one logical request: every attempt up to its response headers
+	// and every wait.
+	Deadline time.Duration
+	// PerTryTimeout bounds one attempt up to its response headers; 0 = none.
+	PerTryTimeout time.Duration
+	Backoff       Backoff
+	// RetryOnStatus is a subset of 408, 425, 429, 500, 502, 503, 504.
+	RetryOnStatus []int
+	// RetryOnConnectFailure retries failures where the request provably never left
+	// (dial refused, DNS failure), for every method.
+	RetryOnConnectFailure bool
+	// ReplayableMethods are upper-case method tokens; POST and PATCH are refused
+	// (they are replayable only through IdempotencyKeyHeader).
+	ReplayableMethods []string
+	// IdempotencyKeyHeader makes a request that carries it replayable whatever its
+	// method; "" = none.
+	IdempotencyKeyHeader string
+	// MaxReplayBodyBytes is the largest request body buffered for replay; larger
+	// bodies are streamed once and never replayed. 0 = never buffer.
+	MaxReplayBodyBytes int64
+	// RetryAfterMaxWait is the longest server-requested wait honoured
+	// automatically; a longer hint is deferred to the caller.
+	RetryAfterMaxWait time.Duration
+	// RetryAfterSpread bounds the non-negative jitter added after a server hint.
+	RetryAfterSpread time.Duration
+	Budget           *BudgetConfig      // nil = no outage budget
+	RateLimit        *RateLimitConfig   // nil = unlimited
+	Concurrency      *ConcurrencyConfig // nil = unlimited
+}
+
+// BudgetConfig is the outage budget (R6): over a sliding 10 s window, retries may
+// be at most RetryPercent % of first attempts plus MinRetriesPerSecond·10.
+type BudgetConfig struct {
+	RetryPercent        int
+	MinRetriesPerSecond int
+}
+
+// RateLimitConfig bounds attempt starts, retries included. It is already divided
+// per pod by the controller.
+type RateLimitConfig struct {
+	RequestsPerSecond float64
+	Burst             int
+}
+
+// ConcurrencyConfig bounds attempts in flight, with a bounded FIFO queue whose
+// waiters each wait at most QueueTimeout.
+type ConcurrencyConfig struct {
+	MaxInFlight, MaxQueued int
+	QueueTimeout           time.Duration
+}
+
+// FieldError is one validation failure: the field path (API JSON names) and what
+// is allowed, e.g. "backoff.max: must be >= backoff.base (2s)".
+type FieldError struct {
+	Field  string
+	Detail string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
+
+// retryableStatuses are the statuses retryOn may list; anything else is refused
+// because retrying it is either pointless (4xx) or unsafe to assume.
+var retryableStatuses = [...]int{408, 425, 429, 500, 502, 503, 504}
+
+// statusBit maps a retryable status to its bit in Policy.statusMask; 0 if none.
+func statusBit(code int) uint8 {
+	for i, s := range retryableStatuses {
+		if s == code {
+			return 1 << i
+		}
+	}
+	return 0
+}
+
+// MinReserve is the time kept free after a wait for the next attempt when the
+// policy has no perTryTimeout (R3): a retry that could not even start a useful
+// attempt before the deadline is not made.
+const MinReserve = 100 * time.Millisecond
+
+// Policy is an immutable, validated upstream policy: build it with Compile and
+// share it freely between goroutines. Its runtime state (budget, rate limiter,
+// concurrency gate) lives in a Limits that a Registry can swap in so the state of
+// an upstream survives configuration reloads.
+type Policy struct {
+	cfg        Config
+	statusMask uint8
+	methods    []string // upper-case, from ReplayableMethods
+	idemKey    string   // canonical header key, "" = none
+	reserve    time.Duration
+	limits     atomic.Pointer[Limits]
+}
+
+// Compile validates c and returns the compiled policy, or an error that joins one
+// *FieldError per problem. The Config's slices are copied, so the caller may reuse
+// them.
+func Compile(c Config) (*Policy, error) {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+	}
+	if c.Name == "" {
+		bad("name", "must not be empty")
+	}
+	if len(c.Hosts) == 0 {
+		bad("hosts", `must list at least one "host", "host:port" or "*.suffix"`)
+	}
+	for i, h := range c.Hosts {
+		if err := checkHostPattern(h); err != "" {
+			bad(fmt.Sprintf("hosts[%d]", i), `%s: must be "host", "host:port" or "*.suffix" in lower case (%q)`, err, h)
+		}
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > 10 {
+		bad("maxAttempts", "must be 1..10 (got %d)", c.MaxAttempts)
+	}
+	if c.Deadline <= 0 {
+		bad("deadline", "must be > 0 (got %s)", c.Deadline)
+	}
+	if c.PerTryTimeout < 0 {
+		bad("perTryTimeout", "must be >= 0, 0 = none (got %s)", c.PerTryTimeout)
+	} else if c.PerTryTimeout > 0 && c.Deadline > 0 && c.PerTryTimeout >= c.Deadline {
+		bad("perTryTimeout", "must be < deadline (%s)", c.Deadline)
+	}
+	if c.Backoff.Base <= 0 {
+		bad("backoff.base", "must be > 0 (got %s)", c.Backoff.Base)
+	}
+	if c.Backoff.Max < c.Backoff.Base {
+		bad("backoff.max", "must be >= backoff.base (%s)", c.Backoff.Base)
+	}
+	switch c.Backoff.Jitter {
+	case JitterFull, JitterEqual, JitterNone:
+	default:
+		bad("backoff.jitter", "must be one of Full, Equal, None (got %q)", string(c.Backoff.Jitter))
+	}
+	var mask uint8
+	for i, s := range c.RetryOnStatus {
+		b := statusBit(s)
+		if b == 0 {
+			bad(fmt.Sprintf("retryOn.statusCodes[%d]", i), "must be one of 408, 425, 429, 500, 502, 503, 504 (got %d)", s)
+		}
+		mask |= b
+	}
+	methods := make([]string, 0, len(c.ReplayableMethods))
+	for i, m := range c.ReplayableMethods {
+		field := fmt.Sprintf("replayableMethods[%d]", i)
+		switch {
+		case m == "POST" || m == "PATCH":
+			bad(field, "%s is not replayable by method; set idempotencyKey.header so requests that carry the key are replayed", m)
+		case !isToken(m) || strings.ToUpper(m) != m:
+			bad(field, "must be an upper-case method token such as GET, HEAD, OPTIONS, PUT, DELETE (got %q)", m)
+		default:
+			methods = append(methods, m)
+		}
+	}
+	idem := ""
+	if c.IdempotencyKeyHeader != "" {
+		if !isToken(c.IdempotencyKeyHeader) {
+			bad("idempotencyKey.header", "must be an HTTP header name (token), e.g. Idempotency-Key (got %q)", c.IdempotencyKeyHeader)
+		} else {
+			idem = textproto.CanonicalMIMEHeaderKey(c.IdempotencyKeyHeader)
+		}
+	}
+	if c.MaxReplayBodyBytes < 0 {
+		bad("maxReplayBodyBytes", "must be >= 0 (got %d)", c.MaxReplayBodyBytes)
+	}
+	if c.RetryAfterMaxWait < 0 {
+		bad("retryAfter.maxWait", "must be >= 0 (got %s)", c.RetryAfterMaxWait)
+	}
+	if c.RetryAfterSpread < 0 {
+		bad("retryAfter.spread", "must be >= 0 (got %s)", c.RetryAfterSpread)
+	}
+	if b := c.Budget; b != nil {
+		if b.RetryPercent < 0 || b.RetryPercent > 100 {
+			bad("budget.retryPercent", "must be 0..100 (got %d)", b.RetryPercent)
+		}
+		if b.MinRetriesPerSecond < 0 {
+			bad("budget.minRetriesPerSecond", "must be >= 0 (got %d)", b.MinRetriesPerSecond)
+		}
+	}
+	if r := c.RateLimit; r != nil {
+		if !(r.RequestsPerSecond > 0) || math.IsInf(r.RequestsPerSecond, 0) {
+			bad("rateLimit.requestsPerSecond", "must be a finite number > 0 (got %v)", r.RequestsPerSecond)
+		}
+		if r.Burst < 1 {
+			bad("rateLimit.burst", "must be >= 1 (got %d)", r.Burst)
+		}
+	}
+	if q := c.Concurrency; q != nil {
+		if q.MaxInFlight < 1 {
+			bad("concurrency.maxInFlight", "must be >= 1 (got %d)", q.MaxInFlight)
+		}
+		if q.MaxQueued < 0 {
+			bad("concurrency.maxQueued", "must be >= 0, 0 = shed at once when full (got %d)", q.MaxQueued)
+		}
+		if q.QueueTimeout < 0 {
+			bad("concurrency.queueTimeout", "must be >= 0 (got %s)", q.QueueTimeout)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+
+	p := &Policy{cfg: c, statusMask: mask, methods: methods, idemKey: idem, reserve: MinReserve}
+	p.cfg.Hosts = append([]string(nil), c.Hosts...)
+	p.cfg.RetryOnStatus = append([]int(nil), c.RetryOnStatus...)
+	p.cfg.ReplayableMethods = append([]string(nil), c.ReplayableMethods...)
+	if c.Budget != nil {
+		b := *c.Budget
+		p.cfg.Budget = &b
+	}
+	if c.RateLimit != nil {
+		r := *c.RateLimit
+		p.cfg.RateLimit = &r
+	}
+	if c.Concurrency != nil {
+		q := *c.Concurrency
+		p.cfg.Concurrency = &q
+	}
+	if c.PerTryTimeout > 0 {
+		p.reserve = c.PerTryTimeout
+	}
+	p.limits.Store(newLimits(p.cfg))
+	return p, nil
+}
+
+// Name is the upstream name (Config.Name).
+func (p *Policy) Name() string { return p.cfg.Name }
+
+// Config returns a copy of the configuration the policy was compiled from.
+func (p *Policy) Config() Config {
+	c := p.cfg
+	c.Hosts = append([]string(nil), p.cfg.Hosts...)
+	c.RetryOnStatus = append([]int(nil), p.cfg.RetryOnStatus...)
+	c.ReplayableMethods = append([]string(nil), p.cfg.ReplayableMethods...)
+	return c
+}
+
+// Limits is the runtime state the policy currently uses (its own, or the one a
+// Registry bound to it).
+func (p *Policy) Limits() *Limits { return p.limits.Load() }
+
+// RetriesStatus reports whether the policy retries responses with this status.
+func (p *Policy) RetriesStatus(code int) bool { return p.statusMask&statusBit(code) != 0 }
+
+// MethodReplayable reports whether requests with this method may be sent again
+// by method alone (no idempotency key needed).
+func (p *Policy) MethodReplayable(method string) bool {
+	for _, m := range p.methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
+// IdempotencyKeyHeader is the canonical header name whose presence makes a
+// request replayable, or "".
+func (p *Policy) IdempotencyKeyHeader() string { return p.idemKey }
+
+// isToken reports whether s is an RFC 9110 token (method names, header names).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// checkHostPattern returns "" when h is a valid host pattern, else a short reason.
+func checkHostPattern(h string) string {
+	if h == "" {
+		return "empty"
+	}
+	if strings.HasPrefix(h, "*.") {
+		if !isHostName(h[2:]) {
+			return "invalid suffix"
+		}
+		return ""
+	}
+	host, port, hasPort := splitAuthority(h)
+	if hasPort {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 || port[0] == '0' {
+			return "port must be 1..65535"
+		}
+	}
+	if strings.HasPrefix(host, "[") {
+		if !strings.HasSuffix(host, "]") || len(host) < 4 || strings.Trim(host[1:len(host)-1], "0123456789abcdef:.") != "" {
+			return "invalid IPv6 literal"
+		}
+		return ""
+	}
+	if !isHostName(host) {
+		return "invalid host"
+	}
+	return ""
+}
+
+// isHostName: lower-case letters, digits, '-' and '.', labels non-empty, no
+// leading or trailing dot.
+func isHostName(s string) bool {
+	if s == "" || len(s) > 253 || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}

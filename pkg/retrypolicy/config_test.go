@@ -1,0 +1,99 @@
+package retrypolicy
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCompileRejects(t *testing.T) {
+	tests := map[string]struct {
+		mutate func(*Config)
+		want   string // the exact message of the (only) error
+	}{
+		"an empty name":                {func(c *Config) { c.Name = "" }, "name: must not be empty"},
+		"no hosts":                     {func(c *Config) { c.Hosts = nil }, `hosts: must list at least one "host", "host:port" or "*.suffix"`},
+		"an upper-case host":           {func(c *Config) { c.Hosts = []string{"a.example", "API.example"} }, `hosts[1]: invalid host: must be "host", "host:port" or "*.suffix" in lower case ("API.example")`},
+		"port zero":                    {func(c *Config) { c.Hosts = []string{"a.example:0"} }, `hosts[0]: port must be 1..65535: must be "host", "host:port" or "*.suffix" in lower case ("a.example:0")`},
+		"a wildcard in the middle":     {func(c *Config) { c.Hosts = []string{"a.*.example"} }, `hosts[0]: invalid host: must be "host", "host:port" or "*.suffix" in lower case ("a.*.example")`},
+		"zero attempts":                {func(c *Config) { c.MaxAttempts = 0 }, "maxAttempts: must be 1..10 (got 0)"},
+		"eleven attempts":              {func(c *Config) { c.MaxAttempts = 11 }, "maxAttempts: must be 1..10 (got 11)"},
+		"no deadline":                  {func(c *Config) { c.Deadline = 0 }, "deadline: must be > 0 (got 0s)"},
+		"a per-try timeout = deadline": {func(c *Config) { c.PerTryTimeout = 30 * time.Second }, "perTryTimeout: must be < deadline (30s)"},
+		"a negative per-try timeout":   {func(c *Config) { c.PerTryTimeout = -time.Second }, "perTryTimeout: must be >= 0, 0 = none (got -1s)"},
+		"a zero base":                  {func(c *Config) { c.Backoff.Base = 0; c.Backoff.Max = 0 }, "backoff.base: must be > 0 (got 0s)"},
+		"max below base":               {func(c *Config) { c.Backoff.Max = 500 * time.Millisecond }, "backoff.max: must be >= backoff.base (1s)"},
+		"an unknown jitter":            {func(c *Config) { c.Backoff.Jitter = "full" }, `backoff.jitter: must be one of Full, Equal, None (got "full")`},
+		"a 404 to retry":               {func(c *Config) { c.RetryOnStatus = []int{503, 404} }, "retryOn.statusCodes[1]: must be one of 408, 425, 429, 500, 502, 503, 504 (got 404)"},
+		"POST as a replayable method":  {func(c *Config) { c.ReplayableMethods = []string{"GET", "POST"} }, "replayableMethods[1]: POST is not replayable by method; set idempotencyKey.header so requests that carry the key are replayed"},
+		"PATCH as a replayable method": {func(c *Config) { c.ReplayableMethods = []string{"PATCH"} }, "replayableMethods[0]: PATCH is not replayable by method; set idempotencyKey.header so requests that carry the key are replayed"},
+		"a lower-case method":          {func(c *Config) { c.ReplayableMethods = []string{"get"} }, `replayableMethods[0]: must be an upper-case method token such as GET, HEAD, OPTIONS, PUT, DELETE (got "get")`},
+		"a header name with a space":   {func(c *Config) { c.IdempotencyKeyHeader = "Idempotency Key" }, `idempotencyKey.header: must be an HTTP header name (token), e.g. Idempotency-Key (got "Idempotency Key")`},
+		"a negative body limit":        {func(c *Config) { c.MaxReplayBodyBytes = -1 }, "maxReplayBodyBytes: must be >= 0 (got -1)"},
+		"a negative max wait":          {func(c *Config) { c.RetryAfterMaxWait = -1 }, "retryAfter.maxWait: must be >= 0 (got -1ns)"},
+		"a negative spread":            {func(c *Config) { c.RetryAfterSpread = -1 }, "retryAfter.spread: must be >= 0 (got -1ns)"},
+		"a retry percent above 100":    {func(c *Config) { c.Budget = &BudgetConfig{RetryPercent: 101} }, "budget.retryPercent: must be 0..100 (got 101)"},
+		"a negative retry floor":       {func(c *Config) { c.Budget = &BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: -1} }, "budget.minRetriesPerSecond: must be >= 0 (got -1)"},
+		"a zero rate":                  {func(c *Config) { c.RateLimit = &RateLimitConfig{Burst: 1} }, "rateLimit.requestsPerSecond: must be a finite number > 0 (got 0)"},
+		"a zero burst":                 {func(c *Config) { c.RateLimit = &RateLimitConfig{RequestsPerSecond: 1.5} }, "rateLimit.burst: must be >= 1 (got 0)"},
+		"zero in flight":               {func(c *Config) { c.Concurrency = &ConcurrencyConfig{} }, "concurrency.maxInFlight: must be >= 1 (got 0)"},
+		"a negative queue":             {func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: -1} }, "concurrency.maxQueued: must be >= 0, 0 = shed at once when full (got -1)"},
+		"a negative queue timeout":     {func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, QueueTimeout: -1} }, "concurrency.queueTimeout: must be >= 0 (got -1ns)"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := baseConfig()
+			tc.mutate(&c)
+			p, err := Compile(c)
+			if err == nil || p != nil {
+				t.Fatalf("Compile = %v, %v; want an error", p, err)
+			}
+			if err.Error() != tc.want {
+				t.Fatalf("Compile error\n got: %s\nwant: %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCompileReportsEveryProblem(t *testing.T) {
+	c := baseConfig()
+	c.MaxAttempts, c.Deadline = 0, 0
+	_, err := Compile(c)
+	want := "maxAttempts: must be 1..10 (got 0)\ndeadline: must be > 0 (got 0s)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Compile error = %v, want %q", err, want)
+	}
+}
+
+func TestCompileCopiesAndCanonicalises(t *testing.T) {
+	c := baseConfig()
+	c.IdempotencyKeyHeader = "idempotency-key"
+	p, err := Compile(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Hosts[0], c.RetryOnStatus[0] = "changed.example", 500
+	got := p.Config()
+	if got.Hosts[0] != "payments.shop.svc" || got.RetryOnStatus[0] != 429 {
+		t.Fatalf("the policy shares the caller's slices: %v %v", got.Hosts, got.RetryOnStatus)
+	}
+	if p.IdempotencyKeyHeader() != "Idempotency-Key" {
+		t.Fatalf("IdempotencyKeyHeader = %q, want the canonical Idempotency-Key", p.IdempotencyKeyHeader())
+	}
+	if !p.RetriesStatus(429) || p.RetriesStatus(500) || !p.MethodReplayable("GET") || p.MethodReplayable("POST") {
+		t.Fatal("compiled lookups disagree with the config")
+	}
+}
+
+func TestCompileAcceptsHostForms(t *testing.T) {
+	for _, h := range []string{"payments.shop.svc", "api.partner.example:8443", "*.example.com", "10.0.0.1:80", "[::1]:8080", "localhost"} {
+		c := baseConfig()
+		c.Hosts = []string{h}
+		if _, err := Compile(c); err != nil {
+			t.Errorf("host %q: %v", h, err)
+		}
+	}
+	if _, err := Compile(baseConfig()); err != nil || strings.Contains(baseConfig().Name, " ") {
+		t.Fatalf("base config does not compile: %v", err)
+	}
+}

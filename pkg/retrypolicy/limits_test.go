@@ -1,0 +1,232 @@
+package retrypolicy
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// TestBudgetSteps is a step table (R6): retryPercent 20 and no floor, so 10 first
+// attempts buy exactly 2 retries, and the window forgets them after 10 s.
+func TestBudgetSteps(t *testing.T) {
+	type step struct {
+		at     time.Duration
+		firsts int  // first attempts recorded before the retry
+		want   bool // the TryRetryAt result
+	}
+	tests := map[string]struct {
+		cfg   BudgetConfig
+		steps []step
+	}{
+		"20 percent of 10 first attempts is 2 retries": {
+			cfg:   BudgetConfig{RetryPercent: 20},
+			steps: []step{{0, 10, true}, {0, 0, true}, {0, 0, false}, {time.Second, 0, false}},
+		},
+		"retries without first attempts are refused": {
+			cfg:   BudgetConfig{RetryPercent: 100},
+			steps: []step{{0, 0, false}},
+		},
+		"the window forgets first attempts after 10 s": {
+			cfg:   BudgetConfig{RetryPercent: 20},
+			steps: []step{{0, 10, true}, {9500 * time.Millisecond, 0, true}, {10 * time.Second, 0, false}},
+		},
+		"spent retries are forgotten with their window": {
+			cfg:   BudgetConfig{RetryPercent: 20},
+			steps: []step{{0, 5, true}, {0, 0, false}, {5 * time.Second, 5, true}, {5 * time.Second, 0, false}, {10 * time.Second, 0, false}, {15 * time.Second, 5, true}},
+		},
+		"the floor allows minRetriesPerSecond times 10 retries per window": {
+			cfg:   BudgetConfig{RetryPercent: 0, MinRetriesPerSecond: 1},
+			steps: []step{{0, 0, true}, {0, 0, true}, {0, 0, true}, {0, 0, true}, {0, 0, true}, {0, 0, true}, {0, 0, true}, {0, 0, true}, {0, 0, true}, {0, 0, true}, {0, 0, false}},
+		},
+		"time going backwards counts into the newest bucket": {
+			cfg:   BudgetConfig{RetryPercent: 10},
+			steps: []step{{5 * time.Second, 10, true}, {time.Second, 0, false}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := NewBudget(tc.cfg)
+			for i, s := range tc.steps {
+				for range s.firsts {
+					b.RecordFirstAt(now.Add(s.at))
+				}
+				if got := b.TryRetryAt(now.Add(s.at)); got != s.want {
+					f, r := b.CountsAt(now.Add(s.at))
+					t.Fatalf("step %d at +%v: TryRetryAt = %v, want %v (window: %d firsts, %d retries)", i, s.at, got, s.want, f, r)
+				}
+			}
+		})
+	}
+}
+
+func TestBudgetNilAllowsEverything(t *testing.T) {
+	var b *Budget
+	b.RecordFirstAt(now)
+	if !b.TryRetryAt(now) {
+		t.Fatal("a nil budget refused a retry")
+	}
+}
+
+// TestBudgetConcurrentUse: under contention the budget never grants more than it may.
+func TestBudgetConcurrentUse(t *testing.T) {
+	b := NewBudget(BudgetConfig{RetryPercent: 20})
+	for range 1000 {
+		b.RecordFirstAt(now)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	granted := 0
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				if b.TryRetryAt(now) {
+					mu.Lock()
+					granted++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if granted != 200 {
+		t.Fatalf("granted %d retries, want exactly 200 (20%% of 1000)", granted)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 1_000_000; i++ {
+		if cond() {
+			return
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// TestGateQueue covers R7's in-flight bound and its bounded FIFO queue.
+func TestGateQueue(t *testing.T) {
+	clk := clocktesting.NewFakeClock(now)
+	g := NewGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second})
+	ctx := context.Background()
+	if _, err := g.Acquire(ctx, clk, time.Minute); err != nil {
+		t.Fatalf("first Acquire: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() { _, err := g.Acquire(ctx, clk, time.Minute); got <- err }()
+	waitFor(t, "a queued waiter", func() bool { return g.Queued() == 1 })
+
+	ra, err := g.Acquire(ctx, clk, time.Minute)
+	if !errors.Is(err, ErrShed) || ra != 2*time.Second {
+		t.Fatalf("Acquire with a full queue = %v, %v; want ErrShed at once, capacity back in 2s (1 in flight + 1 queued, 1s each by default)", ra, err)
+	}
+	g.Release(3 * time.Second) // the slot goes straight to the waiter
+	if err := <-got; err != nil {
+		t.Fatalf("queued Acquire: %v", err)
+	}
+	if g.InFlight() != 1 || g.Queued() != 0 {
+		t.Fatalf("after hand-over: %d in flight, %d queued; want 1, 0", g.InFlight(), g.Queued())
+	}
+
+	go func() { _, err := g.Acquire(ctx, clk, time.Minute); got <- err }()
+	waitFor(t, "a timer for the queue timeout", clk.HasWaiters)
+	clk.Step(time.Second)
+	if err := <-got; !errors.Is(err, ErrShed) {
+		t.Fatalf("Acquire past the queue timeout = %v, want ErrShed", err)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { _, err := g.Acquire(cctx, clk, time.Minute); got <- err }()
+	waitFor(t, "a queued waiter", func() bool { return g.Queued() == 1 })
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire of a canceled caller = %v, want context.Canceled", err)
+	}
+	if g.Queued() != 0 || g.InFlight() != 1 {
+		t.Fatalf("a caller that left still counts: %d queued, %d in flight", g.Queued(), g.InFlight())
+	}
+
+	if _, err := g.Acquire(ctx, clk, 0); !errors.Is(err, ErrShed) {
+		t.Fatalf("Acquire that cannot wait at all = %v, want ErrShed", err)
+	}
+	g.Release(time.Second)
+	if g.InFlight() != 0 {
+		t.Fatalf("in flight after the last release = %d, want 0", g.InFlight())
+	}
+}
+
+// TestAdmitRateLimit: starts are spaced by the limiter; a wait that does not fit
+// is shed at once with the exact time the next token comes (R7).
+func TestAdmitRateLimit(t *testing.T) {
+	clk := clocktesting.NewFakeClock(now)
+	l := newLimits(Config{RateLimit: &RateLimitConfig{RequestsPerSecond: 0.5, Burst: 1}})
+	var slept []time.Duration
+	sleep := func(_ context.Context, d time.Duration) error { slept = append(slept, d); clk.Step(d); return nil }
+	ctx := context.Background()
+	if _, _, err := l.Admit(ctx, clk, sleep, time.Minute); err != nil || len(slept) != 0 {
+		t.Fatalf("first start: %v, slept %v; want immediate", err, slept)
+	}
+	if _, _, err := l.Admit(ctx, clk, sleep, time.Minute); err != nil || len(slept) != 1 || slept[0] != 2*time.Second {
+		t.Fatalf("second start: %v, slept %v; want to wait 2s for the token", err, slept)
+	}
+	_, ra, err := l.Admit(ctx, clk, sleep, time.Second)
+	if !errors.Is(err, ErrShed) || ra != 2*time.Second || len(slept) != 1 {
+		t.Fatalf("third start with 1s to spare = %v, %v (slept %v); want ErrShed, capacity in 2s, no wait", ra, err, slept)
+	}
+	// The shed caller gave its reservation back: the next token is still 2s away.
+	if _, _, err := l.Admit(ctx, clk, sleep, time.Minute); err != nil || slept[1] != 2*time.Second {
+		t.Fatalf("after a shed: %v, slept %v; want a 2s wait", err, slept)
+	}
+}
+
+// TestRegistryKeepsStateAcrossReload: a reload compiles new policies; adopting
+// them keeps the budget counts and in-flight slots of each upstream.
+func TestRegistryKeepsStateAcrossReload(t *testing.T) {
+	reg := NewRegistry()
+	cfg := func(c *Config) {
+		c.Budget = &BudgetConfig{RetryPercent: 20}
+		c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1}
+	}
+	old := compile(t, cfg)
+	s1, _ := NewSet(old)
+	reg.AdoptAt(now, s1)
+	for range 10 {
+		old.Limits().Budget().RecordFirstAt(now)
+	}
+	if !old.Limits().Gate().TryAcquire() {
+		t.Fatal("could not take the only slot")
+	}
+
+	fresh := compile(t, func(c *Config) { cfg(c); c.Concurrency.MaxInFlight = 2 })
+	s2, _ := NewSet(fresh)
+	reg.AdoptAt(now, s2)
+	if fresh.Limits() != old.Limits() {
+		t.Fatal("the reloaded policy did not adopt the upstream's state")
+	}
+	if f, _ := fresh.Limits().Budget().CountsAt(now); f != 10 {
+		t.Fatalf("budget after reload counts %d first attempts, want 10", f)
+	}
+	if g := fresh.Limits().Gate(); g.InFlight() != 1 || !g.TryAcquire() || g.TryAcquire() {
+		t.Fatal("gate after reload: want the held slot kept and the new limit of 2 applied")
+	}
+
+	other := compile(t, func(c *Config) { c.Name = "other"; c.Hosts = []string{"other.example"} })
+	s3, _ := NewSet(other)
+	reg.AdoptAt(now, s3)
+	if reg.Get("payments-api") != nil || reg.Get("other") == nil {
+		t.Fatal("the registry did not forget the removed upstream or learn the new one")
+	}
+	noLimits := compile(t, nil)
+	s4, _ := NewSet(noLimits)
+	reg.AdoptAt(now, s4)
+	if noLimits.Limits().Budget() != nil || noLimits.Limits().Gate() != nil {
+		t.Fatal("a policy without budget and concurrency got them")
+	}
+}

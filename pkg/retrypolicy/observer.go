@@ -1,0 +1,145 @@
+package retrypolicy
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// EventKind tells an attempt decision from a final outcome.
+type EventKind uint8
+
+const (
+	// EventAttempt: one attempt ended (or was refused by admission) and was decided.
+	EventAttempt EventKind = iota + 1
+	// EventOutcome: the logical request ended; exactly one per request.
+	EventOutcome
+)
+
+func (k EventKind) String() string {
+	if k == EventOutcome {
+		return "outcome"
+	}
+	return "attempt"
+}
+
+// Event carries only the allow-listed fields of R10. It never holds header values
+// (other than the request id), bodies, query strings or error texts (a Go
+// *url.Error repeats the full URL), so an Observer cannot leak them by accident.
+type Event struct {
+	Kind EventKind
+	// RequestID is the X-Request-Id of the request, else one generated per
+	// logical request.
+	RequestID string
+	Upstream  string
+	Method    string
+	// Path is the URL path without the query.
+	Path string
+	// Attempt is the 1-based transmission number (attempt events) or the number of
+	// transmissions made (outcome events).
+	Attempt int
+	// Status of the attempt's response; 0 if it had none.
+	Status int
+	// ErrorClass of an attempt without a response.
+	ErrorClass ErrorClass
+	// Action decided after the attempt (attempt events).
+	Action Action
+	// Delay is the planned wait before the next transmission (Action Retry).
+	Delay time.Duration
+	// NotBefore is the earliest retry time given to the caller (deferred and
+	// deadline-exceeded).
+	NotBefore time.Time
+	// Outcome, on outcome events and on attempt events that end the request.
+	Outcome Outcome
+	// RetryAfter is the parse result of the response's Retry-After: "absent", a
+	// HintForm name ("seconds", "imf-fixdate", "rfc850", "asctime") or
+	// "malformed", with RetryAfterReason the ParseError reason.
+	RetryAfter       string
+	RetryAfterReason string
+	// Skew is local receipt time − the response's Date, if HasSkew.
+	Skew    time.Duration
+	HasSkew bool
+}
+
+// Observer receives one event per attempt decision and one per outcome. It is
+// called synchronously on the request path, so it must be fast and safe for
+// concurrent use; the sidecar attaches logs and Prometheus metrics here.
+type Observer interface {
+	Observe(Event)
+}
+
+// Observers fans events out to several observers in order.
+type Observers []Observer
+
+// Observe implements Observer.
+func (os Observers) Observe(e Event) {
+	for _, o := range os {
+		o.Observe(e)
+	}
+}
+
+// SlogObserver logs each event as one structured line with exactly the fields of
+// R10: request_id, upstream, method, path, attempt, status, error_class,
+// decision, delay, not_before, outcome, retry_after, retry_after_reason, skew.
+type SlogObserver struct {
+	Logger *slog.Logger
+	// AttemptLevel and OutcomeLevel default to Info (their zero value).
+	AttemptLevel slog.Level
+	OutcomeLevel slog.Level
+}
+
+// NewSlogObserver logs to l (slog.Default() if nil) at Info.
+func NewSlogObserver(l *slog.Logger) *SlogObserver {
+	if l == nil {
+		l = slog.Default()
+	}
+	return &SlogObserver{Logger: l}
+}
+
+// Observe implements Observer.
+func (o *SlogObserver) Observe(e Event) {
+	level, msg := o.AttemptLevel, "retry attempt"
+	if e.Kind == EventOutcome {
+		level, msg = o.OutcomeLevel, "retry outcome"
+	}
+	ctx := context.Background()
+	if !o.Logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 14)
+	attrs = append(attrs,
+		slog.String("request_id", e.RequestID),
+		slog.String("upstream", e.Upstream),
+		slog.String("method", e.Method),
+		slog.String("path", e.Path),
+		slog.Int("attempt", e.Attempt),
+	)
+	if e.Status != 0 {
+		attrs = append(attrs, slog.Int("status", e.Status))
+	}
+	if e.ErrorClass != NoError {
+		attrs = append(attrs, slog.String("error_class", e.ErrorClass.String()))
+	}
+	if e.Kind == EventAttempt {
+		attrs = append(attrs, slog.String("decision", e.Action.String()))
+		if e.Action == Retry {
+			attrs = append(attrs, slog.Duration("delay", e.Delay))
+		}
+	}
+	if !e.NotBefore.IsZero() {
+		attrs = append(attrs, slog.Time("not_before", e.NotBefore))
+	}
+	if e.Outcome != "" {
+		attrs = append(attrs, slog.String("outcome", string(e.Outcome)))
+	}
+	if e.RetryAfter != "" {
+		attrs = append(attrs, slog.String("retry_after", e.RetryAfter))
+	}
+	if e.RetryAfterReason != "" {
+		attrs = append(attrs, slog.String("retry_after_reason", e.RetryAfterReason))
+	}
+	if e.HasSkew {
+		attrs = append(attrs, slog.Duration("skew", e.Skew))
+	}
+	o.Logger.LogAttrs(ctx, level, msg, attrs...)
+}

@@ -1,0 +1,686 @@
+package retrypolicy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Header names the Transport reads and writes (SPEC §1, R5).
+const (
+	HeaderAttempt   = "X-Retry-Attempt"    // on each outgoing attempt: 1, 2, …
+	HeaderOutcome   = "X-Retry-Outcome"    // on the returned response
+	HeaderAttempts  = "X-Retry-Attempts"   // on the returned response: transmissions made
+	HeaderNotBefore = "X-Retry-Not-Before" // on deferred / deadline-exceeded responses, IMF-fixdate
+	HeaderRequestID = "X-Request-Id"
+)
+
+// DefaultMaxDrainBytes bounds how much of a retried response body is read to
+// reuse its connection before waiting; the rest is dropped with the connection.
+const DefaultMaxDrainBytes = 64 << 10
+
+// Sleeper waits d, returning at once with the context's error if ctx ends first.
+type Sleeper func(ctx context.Context, d time.Duration) error
+
+// Transport is an http.RoundTripper that applies a Policy to each request
+// (R4–R10): it buffers replayable bodies, marks attempts with X-Retry-Attempt,
+// decides with Policy.DecideAt, honours Retry-After, the deadline, the outage
+// budget and admission, and returns the final response with X-Retry-Outcome and
+// X-Retry-Attempts (plus X-Retry-Not-Before when deferred), or an *Error.
+//
+// The policy of a request is chosen by Route; a request without one passes
+// straight to Inner: one attempt, nothing added. The runtime state (budget,
+// limiter, gate) is the Policy's Limits, so the sidecar swaps a new Set (after
+// Registry.Adopt) into Route without losing it.
+//
+// The deadline bounds each attempt up to its response headers and every wait;
+// the body of the response given back is not cut off by it (only by the
+// caller's own context), so a large download is not killed by a retry policy.
+//
+// All fields are optional except Route; set them before first use.
+type Transport struct {
+	// Inner sends each attempt; nil means http.DefaultTransport.
+	Inner http.RoundTripper
+	// Route picks the policy of a request, or nil for none. Typical values:
+	// set.MatchRequest, Static(p), or a func that loads the current *Set from an
+	// atomic.Pointer and calls MatchRequest.
+	Route func(*http.Request) *Policy
+	// Observer receives attempt and outcome events (nil: none).
+	Observer Observer
+	// Clock is used for every time measurement and timer; nil means the real clock.
+	Clock clock.WithDelayedExecution
+	// Sleep waits between attempts; nil means a timer on Clock that ends at once
+	// when the request's context ends.
+	Sleep Sleeper
+	// Random returns numbers in [0, 1] for jitter; nil means math/rand/v2.
+	Random func() float64
+	// MaxDrainBytes bounds the drain of a retried response; 0 means
+	// DefaultMaxDrainBytes, negative means do not drain.
+	MaxDrainBytes int64
+}
+
+// Static routes every request to p.
+func Static(p *Policy) func(*http.Request) *Policy {
+	return func(*http.Request) *Policy { return p }
+}
+
+var (
+	errPerTryTimeout = errors.New("retrypolicy: per-try timeout")
+	errDeadline      = errors.New("retrypolicy: deadline exceeded")
+)
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	var p *Policy
+	if t.Route != nil {
+		p = t.Route(req)
+	}
+	if p == nil {
+		return t.inner().RoundTrip(req)
+	}
+	c := &call{t: t, p: p, req: req, clk: t.clock()}
+	return c.run()
+}
+
+func (t *Transport) inner() http.RoundTripper {
+	if t.Inner != nil {
+		return t.Inner
+	}
+	return http.DefaultTransport
+}
+
+func (t *Transport) clock() clock.WithDelayedExecution {
+	if t.Clock != nil {
+		return t.Clock
+	}
+	return realClock
+}
+
+var realClock clock.WithDelayedExecution = clock.RealClock{}
+
+func (t *Transport) random() float64 {
+	if t.Random != nil {
+		return t.Random()
+	}
+	return rand.Float64()
+}
+
+func (c *call) sleep(ctx context.Context, d time.Duration) error {
+	if c.t.Sleep != nil {
+		return c.t.Sleep(ctx, d)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	tm := c.clk.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C():
+		return nil
+	}
+}
+
+// call is the state of one logical request. It is one allocation that also
+// serves as the body wrapper of the returned response, so the common path
+// allocates little.
+type call struct {
+	t   *Transport
+	p   *Policy
+	req *http.Request
+	clk clock.WithDelayedExecution
+
+	deadline time.Time
+	nested   bool
+	idem     bool // method replayable or idempotency key present
+	body     bodySource
+	id       string
+
+	// the current attempt
+	cancel   context.CancelFunc
+	timer    clock.Timer  // on an injected clock
+	rtimer   *time.Timer  // on the real clock (saves a wrapper per attempt)
+	vals     [3]string    // backing of X-Retry-Attempt (first attempt), -Outcome, -Attempts
+	fired    atomic.Int32 // 1 per-try timeout, 2 deadline
+	firedWhy int32
+	ticket   Ticket
+
+	// the returned response body
+	rc       io.ReadCloser
+	doneOnce sync.Once
+}
+
+type bodyKind uint8
+
+const (
+	bodyNone     bodyKind = iota // no body: always rewindable
+	bodyGetBody                  // in-process GetBody
+	bodyBuffered                 // buffered up to maxReplayBodyBytes
+	bodyTracked                  // streamed; rewindable while never read
+	bodyStream                   // streamed once
+)
+
+type bodySource struct {
+	kind    bodyKind
+	buf     []byte
+	tracked *trackedBody
+}
+
+func (c *call) run() (*http.Response, error) {
+	cfg := &c.p.cfg
+	req := c.req
+	ctx := req.Context()
+	start := c.clk.Now()
+	c.deadline = start.Add(cfg.Deadline)
+	if d, ok := ctx.Deadline(); ok {
+		if rem := time.Until(d); start.Add(rem).Before(c.deadline) {
+			c.deadline = start.Add(rem)
+		}
+	}
+	_, c.nested = req.Header[HeaderAttempt]
+	c.idem = c.p.MethodReplayable(req.Method)
+	if !c.idem && c.p.idemKey != "" {
+		if v := req.Header[c.p.idemKey]; len(v) > 0 && v[0] != "" {
+			c.idem = true
+		}
+	}
+	if c.t.Observer != nil {
+		c.id = req.Header.Get(HeaderRequestID)
+		if c.id == "" {
+			c.id = newRequestID()
+		}
+	}
+	if err := c.prepareBody(); err != nil {
+		return c.fail(OutcomeUpstreamError, 0, err)
+	}
+	limits := c.p.limits.Load()
+	budget := limits.parts.Load().budget
+
+	for n := 1; ; n++ {
+		// R8: the caller may have gone during the wait: nothing more is sent.
+		if err := ctx.Err(); err != nil {
+			return c.fail(OutcomeCanceled, n-1, err)
+		}
+		now := c.clk.Now()
+		tk, ra, err := limits.Admit(ctx, c.clk, c.sleep, c.deadline.Sub(now)-c.p.reserve)
+		if err != nil {
+			if errors.Is(err, ErrShed) {
+				return c.shed(n, ra)
+			}
+			return c.fail(OutcomeCanceled, n-1, err)
+		}
+		if err := ctx.Err(); err != nil { // admission may have waited
+			tk.Release(c.clk.Now())
+			return c.fail(OutcomeCanceled, n-1, err)
+		}
+		c.ticket = tk
+		if !c.clk.Now().Before(c.deadline) {
+			c.endAttempt()
+			return c.fail(OutcomeDeadlineExceeded, n-1, errDeadline)
+		}
+		if n == 1 {
+			budget.RecordFirstAt(now)
+		}
+		out, err := c.attemptRequest(ctx, n)
+		if err != nil {
+			c.endAttempt()
+			return c.fail(OutcomeNotReplayable, n-1, err)
+		}
+		resp, err := c.t.inner().RoundTrip(out)
+		received := c.clk.Now()
+		if !c.stopTimer() && c.fired.Load() != 0 && err == nil {
+			// The timer fired as the headers arrived; the body is cut. Treat it as
+			// the timeout it is.
+			resp.Body.Close()
+			resp, err = nil, context.Canceled
+		}
+		c.firedWhy = c.fired.Load()
+
+		a := Attempt{Number: n, Replayable: c.idem && c.rewindable(), Rewindable: c.rewindable(),
+			Nested: c.nested, Deadline: c.deadline, Random: c.t.random()}
+		var ev Event
+		if err != nil {
+			a.Err = c.classify(ctx, err)
+			if a.Err == Canceled {
+				c.endAttempt()
+				c.observeAttempt(&ev, n, a, Decision{Action: Stop, Outcome: OutcomeCanceled})
+				return c.fail(OutcomeCanceled, n, err)
+			}
+			if c.firedWhy == 2 {
+				c.endAttempt()
+				c.observeAttempt(&ev, n, a, Decision{Action: Stop, Outcome: OutcomeDeadlineExceeded})
+				return c.fail(OutcomeDeadlineExceeded, n, err)
+			}
+		} else {
+			a.Status = resp.StatusCode
+			ev.RetryAfter = "absent"
+			if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
+				h, perr := ParseRetryAfter(v[0], received, firstValue(resp.Header["Date"]))
+				if perr != nil {
+					ev.RetryAfter, ev.RetryAfterReason = "malformed", perr.(*ParseError).Reason
+				} else {
+					a.Hint, a.HasHint = h, true
+					ev.RetryAfter = h.Form.String()
+				}
+				ev.Skew, ev.HasSkew = h.Skew, h.HasSkew
+			}
+		}
+		d := c.p.DecideAt(received, a)
+		if d.Action == Retry && !budget.TryRetryAt(received) {
+			d = Decision{Action: Stop, Outcome: OutcomeBudgetExhausted}
+		}
+		c.observeAttempt(&ev, n, a, d)
+		if d.Action != Retry {
+			if resp == nil {
+				c.endAttempt()
+				return c.fail(d.Outcome, n, err)
+			}
+			return c.finish(resp, d, n), nil
+		}
+		// R9: give the connection back before waiting.
+		if resp != nil {
+			c.drain(resp.Body)
+		}
+		c.endAttempt()
+		if err := c.sleep(ctx, d.Delay); err != nil {
+			return c.fail(OutcomeCanceled, n, err)
+		}
+	}
+}
+
+// prepareBody decides how the request body can be sent again (R4).
+func (c *call) prepareBody() error {
+	req, cfg := c.req, &c.p.cfg
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		c.body.kind = bodyNone
+	case req.GetBody != nil:
+		c.body.kind = bodyGetBody
+	case c.idem && !c.nested && cfg.MaxAttempts > 1 && req.ContentLength <= cfg.MaxReplayBodyBytes:
+		limit := cfg.MaxReplayBodyBytes
+		if req.ContentLength > 0 { // 0 with a non-nil Body means "unknown" for clients
+			limit = req.ContentLength
+		}
+		buf := make([]byte, 0, min(limit+1, 32<<10))
+		buf, err := readUpTo(req.Body, buf, limit+1)
+		if err != nil {
+			req.Body.Close()
+			return err
+		}
+		if int64(len(buf)) <= cfg.MaxReplayBodyBytes && (req.ContentLength <= 0 || int64(len(buf)) == req.ContentLength) {
+			req.Body.Close()
+			c.body = bodySource{kind: bodyBuffered, buf: buf}
+			return nil
+		}
+		// Longer than announced or than the replay limit: send what was read and
+		// the rest once, never replayed.
+		c.body = bodySource{kind: bodyStream}
+		c.body.tracked = &trackedBody{rc: struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf), req.Body), req.Body}}
+		c.body.tracked.read.Store(true)
+	case cfg.RetryOnConnectFailure && !c.nested && cfg.MaxAttempts > 1:
+		c.body = bodySource{kind: bodyTracked, tracked: &trackedBody{rc: req.Body}}
+	default:
+		c.body.kind = bodyStream
+	}
+	return nil
+}
+
+func readUpTo(r io.Reader, buf []byte, limit int64) ([]byte, error) {
+	for int64(len(buf)) < limit {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		room := min(int64(cap(buf)), limit)
+		n, err := r.Read(buf[len(buf):room])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
+}
+
+func (c *call) rewindable() bool {
+	switch c.body.kind {
+	case bodyNone, bodyGetBody, bodyBuffered:
+		return true
+	case bodyTracked:
+		return !c.body.tracked.read.Load()
+	}
+	return false
+}
+
+// attemptRequest builds the outgoing request of transmission n: a shallow copy
+// with its own context (deadline and per-try timeout), X-Retry-Attempt, and a
+// fresh body. The caller's request is never modified.
+func (c *call) attemptRequest(ctx context.Context, n int) (*http.Request, error) {
+	// One timer bounds the attempt by the nearer of the per-try timeout and the
+	// deadline; it is stopped as soon as the response headers arrive.
+	now := c.clk.Now()
+	bound, why := c.deadline.Sub(now), int32(2)
+	if pt := c.p.cfg.PerTryTimeout; pt > 0 && pt < bound {
+		bound, why = pt, 1
+	}
+	actx, cancel := context.WithCancel(ctx)
+	c.cancel = cancel
+	c.fired.Store(0)
+	fire := func() { c.fired.Store(why); cancel() }
+	switch {
+	case bound <= 0:
+		fire()
+	case c.clk == realClock:
+		c.rtimer = time.AfterFunc(bound, fire)
+	default:
+		c.timer = c.clk.AfterFunc(bound, fire)
+	}
+	// A fresh shallow copy per attempt: an earlier attempt's request may still be
+	// referenced by Inner (e.g. its body still being written).
+	out := c.req.WithContext(actx)
+	switch c.body.kind {
+	case bodyGetBody:
+		if n > 1 {
+			b, err := c.req.GetBody()
+			if err != nil {
+				return nil, err
+			}
+			out.Body = b
+		}
+	case bodyBuffered:
+		out.Body = &replayBody{Reader: bytes.NewReader(c.body.buf)}
+		out.ContentLength = int64(len(c.body.buf))
+		out.GetBody = c.body.getBody
+	case bodyTracked, bodyStream:
+		if c.body.tracked != nil {
+			out.Body = c.body.tracked
+		}
+		out.GetBody = nil
+	}
+	if !c.nested {
+		h := make(http.Header, len(c.req.Header)+1)
+		for k, v := range c.req.Header {
+			h[k] = v // values are never modified, only the map
+		}
+		if n == 1 {
+			c.vals[0] = attemptString(n)
+			h[HeaderAttempt] = c.vals[0:1:1]
+		} else {
+			h[HeaderAttempt] = []string{attemptString(n)}
+		}
+		out.Header = h
+	}
+	return out, nil
+}
+
+func (b bodySource) getBody() (io.ReadCloser, error) {
+	return &replayBody{Reader: bytes.NewReader(b.buf)}, nil
+}
+
+type replayBody struct{ *bytes.Reader }
+
+func (*replayBody) Close() error { return nil }
+
+// trackedBody is a streamed body that may be sent again as long as nobody has
+// read from it (a connect failure never touches it). Close from the inner
+// transport is held back while it is unread, so a resend can still use it.
+type trackedBody struct {
+	rc     io.ReadCloser
+	read   atomic.Bool
+	closed atomic.Bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	b.read.Store(true)
+	return b.rc.Read(p)
+}
+
+func (b *trackedBody) Close() error {
+	if b.read.Load() {
+		return b.closeUnderlying()
+	}
+	return nil
+}
+
+func (b *trackedBody) closeUnderlying() error {
+	if b.closed.CompareAndSwap(false, true) {
+		return b.rc.Close()
+	}
+	return nil
+}
+
+// stopTimer stops the attempt's timer; false if it had already fired.
+func (c *call) stopTimer() bool {
+	stopped := true
+	if c.rtimer != nil {
+		stopped = c.rtimer.Stop()
+		c.rtimer = nil
+	}
+	if c.timer != nil {
+		stopped = c.timer.Stop()
+		c.timer = nil
+	}
+	return stopped
+}
+
+// endAttempt releases what the current attempt held.
+func (c *call) endAttempt() {
+	c.stopTimer()
+	if c.cancel != nil {
+		c.cancel()
+		c.cancel = nil
+	}
+	c.ticket.Release(c.clk.Now())
+	c.ticket = Ticket{}
+}
+
+// classify says what became of an attempt without a response.
+func (c *call) classify(ctx context.Context, err error) ErrorClass {
+	if ctx.Err() != nil {
+		return Canceled
+	}
+	if c.firedWhy != 0 {
+		return Ambiguous // timed out: the request may have been written
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return ConnectFailure
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return ConnectFailure
+	}
+	return Ambiguous
+}
+
+func (c *call) drain(body io.ReadCloser) {
+	limit := c.t.MaxDrainBytes
+	if limit == 0 {
+		limit = DefaultMaxDrainBytes
+	}
+	if limit > 0 {
+		_, _ = io.CopyN(io.Discard, body, limit)
+	}
+	body.Close()
+}
+
+// finish decorates the response given back to the caller. The attempt's context
+// and admission slot live until its body is closed.
+func (c *call) finish(resp *http.Response, d Decision, n int) *http.Response {
+	c.closeRequestBody()
+	if resp.Header == nil {
+		resp.Header = make(http.Header)
+	}
+	c.vals[1], c.vals[2] = string(d.Outcome), attemptString(n)
+	resp.Header[HeaderOutcome] = c.vals[1:2:2]
+	resp.Header[HeaderAttempts] = c.vals[2:3:3]
+	if d.Action == Defer {
+		resp.Header[HeaderNotBefore] = []string{d.NotBefore.UTC().Format(http.TimeFormat)}
+	}
+	c.observeOutcome(d.Outcome, n, resp.StatusCode, d.NotBefore)
+	c.stopTimer()
+	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil {
+		// An upgraded connection is not an attempt in flight any more.
+		c.ticket.Release(c.clk.Now())
+		c.ticket = Ticket{}
+		return resp
+	}
+	c.rc = resp.Body
+	resp.Body = c
+	return resp
+}
+
+// Read and Close make the call the body of the returned response.
+func (c *call) Read(p []byte) (int, error) {
+	n, err := c.rc.Read(p)
+	if err == io.EOF {
+		c.done()
+	}
+	return n, err
+}
+
+func (c *call) Close() error {
+	err := c.rc.Close()
+	c.done()
+	return err
+}
+
+func (c *call) done() {
+	c.doneOnce.Do(func() {
+		c.ticket.Release(c.clk.Now())
+		if c.cancel != nil {
+			c.cancel()
+		}
+	})
+}
+
+func (c *call) closeRequestBody() {
+	if c.body.tracked != nil {
+		c.body.tracked.closeUnderlying()
+	}
+}
+
+// closeUnsentBody closes the caller's body when it never reached Inner: a
+// RoundTripper must always close it.
+func (c *call) closeUnsentBody() {
+	switch c.body.kind {
+	case bodyGetBody:
+		c.req.Body.Close()
+	case bodyStream:
+		if c.body.tracked == nil {
+			c.req.Body.Close()
+		}
+	}
+}
+
+// fail ends the logical request without a response.
+func (c *call) fail(o Outcome, attempts int, err error) (*http.Response, error) {
+	c.closeRequestBody()
+	if attempts == 0 {
+		c.closeUnsentBody()
+	}
+	c.observeOutcome(o, attempts, 0, time.Time{})
+	return nil, &Error{Outcome: o, Attempts: attempts, Err: err}
+}
+
+// shed answers for an upstream with no capacity: a 503 whose Retry-After says
+// when capacity returns (seconds, rounded up), outcome shed (R7).
+func (c *call) shed(n int, retryAfter time.Duration) (*http.Response, error) {
+	c.closeRequestBody()
+	if n == 1 {
+		c.closeUnsentBody()
+	}
+	secs := int64((retryAfter + time.Second - 1) / time.Second)
+	secs = max(secs, 1)
+	const msg = "retry: upstream capacity exhausted, shed\n"
+	resp := &http.Response{
+		Status:     "503 Service Unavailable",
+		StatusCode: http.StatusServiceUnavailable,
+		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{
+			"Content-Type": {"text/plain; charset=utf-8"},
+			"Retry-After":  {strconv.FormatInt(secs, 10)},
+			HeaderOutcome:  {string(OutcomeShed)},
+			HeaderAttempts: {attemptString(n - 1)},
+		},
+		Body:          io.NopCloser(bytes.NewReader([]byte(msg))),
+		ContentLength: int64(len(msg)),
+		Request:       c.req,
+	}
+	if c.t.Observer != nil {
+		var ev Event
+		c.observeAttempt(&ev, n, Attempt{}, Decision{Action: Stop, Outcome: OutcomeShed})
+	}
+	c.observeOutcome(OutcomeShed, n-1, resp.StatusCode, time.Time{})
+	return resp, nil
+}
+
+func (c *call) observeAttempt(ev *Event, n int, a Attempt, d Decision) {
+	o := c.t.Observer
+	if o == nil {
+		return
+	}
+	ev.Kind = EventAttempt
+	ev.RequestID, ev.Upstream = c.id, c.p.cfg.Name
+	ev.Method, ev.Path = c.req.Method, c.req.URL.Path
+	ev.Attempt, ev.Status, ev.ErrorClass = n, a.Status, a.Err
+	ev.Action, ev.Delay, ev.NotBefore = d.Action, d.Delay, d.NotBefore
+	ev.Outcome = d.Outcome
+	o.Observe(*ev)
+}
+
+func (c *call) observeOutcome(o Outcome, attempts, status int, notBefore time.Time) {
+	obs := c.t.Observer
+	if obs == nil {
+		return
+	}
+	obs.Observe(Event{Kind: EventOutcome, RequestID: c.id, Upstream: c.p.cfg.Name,
+		Method: c.req.Method, Path: c.req.URL.Path, Attempt: attempts, Status: status,
+		Outcome: o, NotBefore: notBefore})
+}
+
+var attemptStrings = [...]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}
+
+func attemptString(n int) string {
+	if n >= 0 && n < len(attemptStrings) {
+		return attemptStrings[n]
+	}
+	return strconv.Itoa(n)
+}
+
+func firstValue(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+// newRequestID makes a 16-hex-digit id for requests that carry no X-Request-Id.
+func newRequestID() string {
+	const hex = "0123456789abcdef"
+	var b [16]byte
+	x := rand.Uint64()
+	for i := range b {
+		b[i] = hex[x&15]
+		x >>= 4
+	}
+	return string(b[:])
+}
