@@ -96,6 +96,10 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 bench-controller: ## Manager scale benchmark: 1,000 RetryPolicies in 100 namespaces, steady-state writes, pod admission latency.
 	bench/controller/run.sh
 
+.PHONY: bench-sidecar
+bench-sidecar: ## Sidecar vs HAProxy vs nginx vs direct on loopback (apt-installs haproxy nginx wrk if missing); writes docs/benchmarks.md.
+	bench/sidecar/run.sh
+
 .PHONY: bench
 bench: ## Micro-benchmarks of the decision core.
 	go test -run '^$$' -bench . -benchmem ./pkg/retrypolicy
@@ -133,6 +137,20 @@ deploy: manifests $(KUSTOMIZE) kube-binaries ## Deploy the operator (config/defa
 .PHONY: undeploy
 undeploy: $(KUSTOMIZE) kube-binaries ## Remove the operator from the cluster in KUBECONFIG.
 	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" delete --ignore-not-found -f -
+
+E2E_CLUSTER ?= local
+
+.PHONY: cluster-up
+cluster-up: build-images ## Start the local single-node cluster from source-built binaries (first run builds Kubernetes, ~20 min on 2 cores).
+	hack/local-cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and remove everything it created.
+	hack/local-cluster.sh down
+
+.PHONY: test-e2e
+test-e2e: build-images ## End-to-end suite on E2E_CLUSTER=local (default, started if needed) or kind, or on KUBECONFIG with E2E_CLUSTER=existing.
+	hack/test-e2e.sh $(E2E_CLUSTER)
 
 .PHONY: demo
 demo: ## The main job: a local control plane, the operator, a policy, a flaky upstream, retries to watch.

@@ -1,0 +1,85 @@
+// Command retry-sidecar is the forward HTTP proxy that enforces RetryPolicies
+// next to each application container (SPEC §5). Point an application at it with
+// HTTP_PROXY=http://127.0.0.1:15001; see docs/sidecar.md.
+//
+//	retry-sidecar --policy-file my-policy.yaml
+//	retry-sidecar --config-dir /etc/retry-sidecar/policies --pod-labels /etc/retry-sidecar/podinfo/labels
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/retrydev/retry-operator/internal/sidecar"
+)
+
+// listFlag is a repeatable, comma-separated flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+func main() {
+	o := sidecar.DefaultOptions()
+	fs := flag.NewFlagSet("retry-sidecar", flag.ContinueOnError)
+	var files listFlag
+	logLevel := "info"
+	fs.StringVar(&o.Listen, "listen", o.Listen, "forward proxy address (loopback only)")
+	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "address of /healthz, /readyz and /metrics")
+	fs.StringVar(&o.Sources.ConfigDir, "config-dir", "", "mounted retry-policies ConfigMap directory (reads policies.json; watched)")
+	fs.Var(&files, "policy-file", "RetryPolicy YAML file (repeatable or comma-separated; watched)")
+	fs.StringVar(&o.Sources.PodLabels, "pod-labels", "", "downward API labels file selecting the policies that apply (watched); without it every policy applies")
+	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "on SIGTERM, how long requests in flight may take to finish")
+	fs.StringVar(&logLevel, "log-level", logLevel, "debug (every attempt and outcome), info (retries and non-success outcomes), warn or error")
+	fs.IntVar(&o.MaxIdleConns, "max-idle-conns", o.MaxIdleConns, "idle upstream keep-alive connections, all hosts")
+	fs.IntVar(&o.MaxIdleConnsPerHost, "max-idle-conns-per-host", o.MaxIdleConnsPerHost, "idle upstream keep-alive connections per host")
+	fs.IntVar(&o.MaxConnsPerHost, "max-conns-per-host", o.MaxConnsPerHost, "upstream connections per host, 0 = unlimited")
+	fs.DurationVar(&o.IdleConnTimeout, "idle-conn-timeout", o.IdleConnTimeout, "close idle upstream connections after this long")
+	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "upstream connect timeout")
+	fs.DurationVar(&o.ReloadDebounce, "reload-debounce", o.ReloadDebounce, "wait this long after a file event before reloading")
+	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "re-read the configuration this often even without file events")
+	fs.StringVar(&o.ReadyFile, "ready-file", "", "write {\"listen\",\"admin\",\"pid\"} as JSON here once listening (useful with port 0)")
+	fs.BoolVar(&o.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the admin address")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "retry-sidecar: unexpected arguments %q\n", fs.Args())
+		os.Exit(2)
+	}
+	o.Sources.PolicyFiles = files
+	lvl, err := sidecar.ParseLevel(logLevel)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "retry-sidecar: --log-level: %v\n", err)
+		os.Exit(2)
+	}
+	o.LogLevel = lvl
+
+	// The proxy allocates a few KiB per request and its live heap is tiny, so the
+	// default GOGC=100 collects very often; 200 trades a few MiB of RSS (well within
+	// the 50 MiB budget, and GOMEMLIMIT from the injector still caps it) for CPU.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(200)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := sidecar.Run(ctx, o); err != nil {
+		fmt.Fprintf(os.Stderr, "retry-sidecar: %v\n", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,189 @@
+package sidecar
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+)
+
+// Sources are where the sidecar's configuration comes from. Any may be empty;
+// with none at all the sidecar is a plain pass-through proxy.
+type Sources struct {
+	// ConfigDir is the mounted retry-policies ConfigMap: its policies.json. A
+	// directory without that file (the ConfigMap volume is optional, so a pod starts
+	// before any policy exists) is an empty configuration, not an error.
+	ConfigDir string
+	// PolicyFiles hold RetryPolicy YAML documents, exactly what a user would
+	// kubectl apply (standalone mode).
+	PolicyFiles []string
+	// PodLabels is the downward API labels file (key="value" lines). Without it,
+	// every policy given applies; with it, only those whose podSelector matches.
+	PodLabels string
+}
+
+// Config is one loaded configuration: immutable once built.
+type Config struct {
+	Set *retrypolicy.Set
+	// Hash is the content hash of the policies (policyset.Hash): with only
+	// --config-dir it is the hash of policies.json, the one the manager reports.
+	Hash string
+	// Upstreams are the names of the upstreams selected for this pod.
+	Upstreams []string
+	// key identifies every input byte, labels included: equal keys, equal config.
+	key string
+}
+
+// raw is what was read from the sources, before parsing.
+type raw struct {
+	dir       []byte // policies.json; nil when absent
+	files     [][]byte
+	labels    []byte
+	hasLabels bool
+}
+
+// read reads every source. A missing policies.json is an empty configuration; a
+// missing policy or labels file is an error (the user named it).
+func (s Sources) read() (raw, error) {
+	var r raw
+	if s.ConfigDir != "" {
+		b, err := os.ReadFile(filepath.Join(s.ConfigDir, policyset.ConfigMapKey))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return r, fmt.Errorf("--config-dir: %w", err)
+		}
+		r.dir = b
+	}
+	for _, f := range s.PolicyFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return r, fmt.Errorf("--policy-file: %w", err)
+		}
+		r.files = append(r.files, b)
+	}
+	if s.PodLabels != "" {
+		b, err := os.ReadFile(s.PodLabels)
+		if err != nil {
+			return r, fmt.Errorf("--pod-labels: %w", err)
+		}
+		r.labels, r.hasLabels = b, true
+	}
+	return r, nil
+}
+
+// policyBytes are the policy inputs in order; the hash of a single source is
+// exactly policyset.Hash of its bytes.
+func (r raw) policyBytes() []byte {
+	if r.dir != nil && len(r.files) == 0 {
+		return r.dir
+	}
+	if r.dir == nil && len(r.files) == 1 {
+		return r.files[0]
+	}
+	var b bytes.Buffer
+	b.Write(r.dir)
+	for _, f := range r.files {
+		b.WriteString("\n---\n")
+		b.Write(f)
+	}
+	return b.Bytes()
+}
+
+func (r raw) key() string {
+	h := sha256.New()
+	for _, part := range append([][]byte{r.dir, r.labels}, r.files...) {
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(part)
+	}
+	if r.hasLabels {
+		h.Write([]byte{1})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Load reads, parses, validates, selects and compiles the configuration.
+func (s Sources) Load() (*Config, error) {
+	r, err := s.read()
+	if err != nil {
+		return nil, err
+	}
+	return r.compile(s)
+}
+
+func (r raw) compile(s Sources) (*Config, error) {
+	var doc policyset.Document
+	if r.dir != nil {
+		d, err := policyset.Unmarshal(r.dir)
+		if err != nil {
+			return nil, fmt.Errorf("--config-dir %s: %w", s.ConfigDir, err)
+		}
+		doc.Policies = append(doc.Policies, d.Policies...)
+	}
+	for i, b := range r.files {
+		d, err := policyset.FromPolicyYAML(b)
+		if err != nil {
+			return nil, fmt.Errorf("--policy-file %s: %w", s.PolicyFiles[i], err)
+		}
+		doc.Policies = append(doc.Policies, d.Policies...)
+	}
+	var labels map[string]string
+	if r.hasLabels {
+		l, err := ParseLabels(r.labels)
+		if err != nil {
+			return nil, fmt.Errorf("--pod-labels %s: %w", s.PodLabels, err)
+		}
+		labels = l
+	}
+	selected, err := policyset.Select(doc, labels)
+	if err != nil {
+		return nil, err
+	}
+	set, err := policyset.Compile(selected)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{Set: set, Hash: policyset.Hash(r.policyBytes()), key: r.key()}
+	for _, p := range set.Policies() {
+		c.Upstreams = append(c.Upstreams, p.Name())
+	}
+	return c, nil
+}
+
+// ParseLabels reads a downward API labels file: one key="value" line per label,
+// the value a Go-quoted string (what the kubelet writes). Blank lines are skipped.
+//
+//	app="checkout"
+//	retry.dev/inject="true"     → {"app": "checkout", "retry.dev/inject": "true"}
+//
+// An empty file is a pod without labels (a non-nil empty map), which is not the
+// same as no labels file at all (nil: every policy applies).
+func ParseLabels(data []byte) (map[string]string, error) {
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("line %d: want key=\"value\"", n)
+		}
+		val, err := strconv.Unquote(v)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: value of %s must be a quoted string", n, k)
+		}
+		out[k] = val
+	}
+	return out, sc.Err()
+}

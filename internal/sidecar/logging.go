@@ -1,0 +1,48 @@
+package sidecar
+
+import (
+	"log/slog"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+)
+
+// LogObserver logs the Transport's events with exactly the fields of SPEC R10
+// (through retrypolicy.SlogObserver, which never sees a header value other than
+// the request id, a body, a query string or an error text). The one routine case,
+// a request answered successfully by its first transmission, is logged at Debug;
+// every retry, deferral, refusal and failure at Info:
+//
+//	event                                        level
+//	attempt 1 → success, outcome success (1)     Debug
+//	attempt 1 → 503 → retry                      Info
+//	outcome deferred / exhausted / shed / …      Info
+//
+// so --log-level=debug gives one line per attempt decision and per outcome, and
+// the default Info keeps a busy sidecar's log to what an operator acts on.
+type LogObserver struct {
+	routine, notable *retrypolicy.SlogObserver
+}
+
+// NewLogObserver logs to l.
+func NewLogObserver(l *slog.Logger) *LogObserver {
+	return &LogObserver{
+		routine: &retrypolicy.SlogObserver{Logger: l, AttemptLevel: slog.LevelDebug, OutcomeLevel: slog.LevelDebug},
+		notable: &retrypolicy.SlogObserver{Logger: l, AttemptLevel: slog.LevelInfo, OutcomeLevel: slog.LevelInfo},
+	}
+}
+
+// Observe implements retrypolicy.Observer.
+func (o *LogObserver) Observe(e retrypolicy.Event) {
+	if e.Attempt == 1 && e.Outcome == retrypolicy.OutcomeSuccess {
+		o.routine.Observe(e)
+		return
+	}
+	o.notable.Observe(e)
+}
+
+// ParseLevel reads a --log-level value: debug, info, warn or error.
+func ParseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(s))
+	return l, err
+}

@@ -1,0 +1,198 @@
+package sidecar
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+)
+
+// Metrics are the sidecar's Prometheus series, all prefixed retry_sidecar_. It
+// implements retrypolicy.Observer: the Transport reports every attempt decision
+// and every outcome here. Series of an upstream are resolved once and cached, so
+// observing an event does not allocate on the request path.
+//
+//	retry_sidecar_requests_total{upstream,outcome}              logical requests by outcome (SPEC §4)
+//	retry_sidecar_attempts_total{upstream,status}               transmissions by status, or error class
+//	retry_sidecar_retry_delay_seconds{upstream}                 planned wait before each retry
+//	retry_sidecar_budget_exhausted_total{upstream}              requests stopped by the outage budget (R6)
+//	retry_sidecar_shed_total{upstream}                          requests shed by admission (R7)
+//	retry_sidecar_retry_after_parse_failures_total{upstream,reason}  malformed Retry-After (R1)
+//	retry_sidecar_clock_skew_seconds{upstream}                  last observed local receipt time − Date
+//	retry_sidecar_passthrough_requests_total{result}            requests to hosts without a policy
+//	retry_sidecar_config_reloads_total                          configurations loaded (the first included)
+//	retry_sidecar_config_reload_errors_total                    configurations refused
+//	retry_sidecar_config_info{hash}                             1 for the configuration in force
+//	retry_sidecar_config_upstreams                              upstreams selected for this pod
+//	retry_sidecar_connect_tunnels_total / _active               CONNECT tunnels opened / open now
+//
+// plus the Go runtime and process collectors (process_resident_memory_bytes).
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	requests           *prometheus.CounterVec
+	attempts           *prometheus.CounterVec
+	delay              *prometheus.HistogramVec
+	budgetExhausted    *prometheus.CounterVec
+	shed               *prometheus.CounterVec
+	retryAfterFailures *prometheus.CounterVec
+	skew               *prometheus.GaugeVec
+
+	passthroughOK, passthroughErr prometheus.Counter
+	reloads, reloadErrors         prometheus.Counter
+	configInfo                    *prometheus.GaugeVec
+	configUpstreams               prometheus.Gauge
+	tunnels                       prometheus.Counter
+	tunnelsActive                 prometheus.Gauge
+
+	upstreams sync.Map // upstream name -> *upstreamMetrics
+	infoMu    sync.Mutex
+	infoHash  string
+}
+
+// outcomeIndex maps an outcome to its slot in upstreamMetrics.outcomes.
+var outcomeIndex = func() map[retrypolicy.Outcome]int {
+	m := map[retrypolicy.Outcome]int{}
+	for i, o := range retrypolicy.Outcomes() {
+		m[o] = i
+	}
+	return m
+}()
+
+type upstreamMetrics struct {
+	outcomes []prometheus.Counter // by outcomeIndex
+	delay    prometheus.Observer
+	budget   prometheus.Counter
+	shed     prometheus.Counter
+	skew     prometheus.Gauge
+
+	mu       sync.RWMutex
+	statuses map[int]prometheus.Counter // status code, or -ErrorClass
+}
+
+// NewMetrics registers every series on a fresh registry.
+func NewMetrics() *Metrics {
+	const ns = "retry_sidecar"
+	m := &Metrics{Registry: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
+		Help: "Logical requests to upstreams with a policy, by upstream and outcome (X-Retry-Outcome)."}, []string{"upstream", "outcome"})
+	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "attempts_total",
+		Help: "Transmissions by upstream and response status (or error class when there was no response)."}, []string{"upstream", "status"})
+	m.delay = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "retry_delay_seconds",
+		Help:    "Planned wait before each retry (local backoff or server Retry-After).",
+		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}, []string{"upstream"})
+	m.budgetExhausted = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "budget_exhausted_total",
+		Help: "Requests whose retry was refused by the outage budget."}, []string{"upstream"})
+	m.shed = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shed_total",
+		Help: "Requests shed by admission (rate limit or full concurrency queue)."}, []string{"upstream"})
+	m.retryAfterFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "retry_after_parse_failures_total",
+		Help: "Malformed Retry-After values, by reason; the decision fell back to local backoff."}, []string{"upstream", "reason"})
+	m.skew = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "clock_skew_seconds",
+		Help: "Last observed local receipt time minus the response Date header, per upstream."}, []string{"upstream"})
+	pass := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "passthrough_requests_total",
+		Help: "Requests to hosts without a policy, sent once, by result (ok: a response, error: none)."}, []string{"result"})
+	m.passthroughOK, m.passthroughErr = pass.WithLabelValues("ok"), pass.WithLabelValues("error")
+	m.reloads = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "config_reloads_total",
+		Help: "Configurations loaded and put in force, the first one included."})
+	m.reloadErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "config_reload_errors_total",
+		Help: "Configurations refused because they failed to read, parse or validate; the previous one stayed in force."})
+	m.configInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "config_info",
+		Help: "1 for the configuration in force, labelled with the content hash of its policies."}, []string{"hash"})
+	m.configUpstreams = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_upstreams",
+		Help: "Upstreams with a policy in the configuration in force."})
+	m.tunnels = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "connect_tunnels_total",
+		Help: "CONNECT tunnels opened (relayed unchanged, never retried)."})
+	m.tunnelsActive = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "connect_tunnels_active",
+		Help: "CONNECT tunnels open now."})
+	m.Registry.MustRegister(m.requests, m.attempts, m.delay, m.budgetExhausted, m.shed, m.retryAfterFailures,
+		m.skew, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.tunnels, m.tunnelsActive,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Observe implements retrypolicy.Observer.
+func (m *Metrics) Observe(e retrypolicy.Event) {
+	u := m.upstream(e.Upstream)
+	switch e.Kind {
+	case retrypolicy.EventOutcome:
+		if i, ok := outcomeIndex[e.Outcome]; ok {
+			u.outcomes[i].Inc()
+		}
+		switch e.Outcome {
+		case retrypolicy.OutcomeBudgetExhausted:
+			u.budget.Inc()
+		case retrypolicy.OutcomeShed:
+			u.shed.Inc()
+		}
+	case retrypolicy.EventAttempt:
+		if e.Status == 0 && e.ErrorClass == retrypolicy.NoError {
+			return // refused by admission before anything was sent
+		}
+		key := e.Status
+		if key == 0 {
+			key = -int(e.ErrorClass)
+		}
+		m.status(u, e.Upstream, key).Inc()
+		if e.Action == retrypolicy.Retry {
+			u.delay.Observe(e.Delay.Seconds())
+		}
+		if e.RetryAfter == "malformed" {
+			m.retryAfterFailures.WithLabelValues(e.Upstream, e.RetryAfterReason).Inc()
+		}
+		if e.HasSkew {
+			u.skew.Set(e.Skew.Seconds())
+		}
+	}
+}
+
+func (m *Metrics) upstream(name string) *upstreamMetrics {
+	if v, ok := m.upstreams.Load(name); ok {
+		return v.(*upstreamMetrics)
+	}
+	u := &upstreamMetrics{
+		delay:    m.delay.WithLabelValues(name),
+		budget:   m.budgetExhausted.WithLabelValues(name),
+		shed:     m.shed.WithLabelValues(name),
+		skew:     m.skew.WithLabelValues(name),
+		statuses: map[int]prometheus.Counter{},
+	}
+	for _, o := range retrypolicy.Outcomes() {
+		u.outcomes = append(u.outcomes, m.requests.WithLabelValues(name, string(o)))
+	}
+	v, _ := m.upstreams.LoadOrStore(name, u)
+	return v.(*upstreamMetrics)
+}
+
+func (m *Metrics) status(u *upstreamMetrics, name string, key int) prometheus.Counter {
+	u.mu.RLock()
+	c := u.statuses[key]
+	u.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	label := strconv.Itoa(key)
+	if key <= 0 {
+		label = retrypolicy.ErrorClass(-key).String()
+	}
+	c = m.attempts.WithLabelValues(name, label)
+	u.mu.Lock()
+	u.statuses[key] = c
+	u.mu.Unlock()
+	return c
+}
+
+// configLoaded records a configuration put in force.
+func (m *Metrics) configLoaded(hash string, upstreams int) {
+	m.infoMu.Lock()
+	defer m.infoMu.Unlock()
+	if m.infoHash != "" && m.infoHash != hash {
+		m.configInfo.DeleteLabelValues(m.infoHash)
+	}
+	m.infoHash = hash
+	m.configInfo.WithLabelValues(hash).Set(1)
+	m.configUpstreams.Set(float64(upstreams))
+	m.reloads.Inc()
+}

@@ -1,0 +1,151 @@
+package sidecar
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+)
+
+// Reloader keeps the configuration in force and replaces it when its sources
+// change. A configuration that fails to read, parse or validate is refused: the
+// previous one stays, the error is logged and counted, and readiness is kept.
+// Requests in flight hold the *Policy they started with, so a reload never
+// changes a request midway; the Registry carries each upstream's budget, tokens
+// and in-flight slots over to the new policies. Safe for concurrent use.
+type Reloader struct {
+	Sources  Sources
+	Log      *slog.Logger
+	Metrics  *Metrics
+	registry *retrypolicy.Registry
+
+	current atomic.Pointer[Config]
+
+	mu        sync.Mutex // serialises Reload
+	failedKey string     // last refused input, so it is reported once
+}
+
+// NewReloader returns a Reloader with no configuration yet (not ready).
+func NewReloader(src Sources, log *slog.Logger, m *Metrics) *Reloader {
+	return &Reloader{Sources: src, Log: log, Metrics: m, registry: retrypolicy.NewRegistry()}
+}
+
+// Route is the retrypolicy.Transport route: the policy of the request's
+// authority in the configuration in force, or nil (pass through).
+func (r *Reloader) Route(req *http.Request) *retrypolicy.Policy {
+	c := r.current.Load()
+	if c == nil {
+		return nil
+	}
+	return c.Set.MatchRequest(req)
+}
+
+// Ready reports whether a configuration has been loaded.
+func (r *Reloader) Ready() bool { return r.current.Load() != nil }
+
+// Current is the configuration in force, or nil.
+func (r *Reloader) Current() *Config { return r.current.Load() }
+
+// Reload reads the sources and, if they changed, puts the new configuration in
+// force. It returns the error of a refused configuration (already logged and
+// counted), nil when the configuration is in force or unchanged.
+func (r *Reloader) Reload() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	in, err := r.Sources.read()
+	if err == nil {
+		key := in.key()
+		if cur := r.current.Load(); cur != nil && cur.key == key {
+			r.failedKey = ""
+			return nil
+		}
+		if key == r.failedKey {
+			return nil // the same broken input again: already reported
+		}
+		var c *Config
+		if c, err = in.compile(r.Sources); err == nil {
+			r.registry.Adopt(c.Set)
+			r.current.Store(c)
+			r.failedKey = ""
+			r.Metrics.configLoaded(c.Hash, len(c.Upstreams))
+			r.Log.Info("configuration loaded", "hash", c.Hash, "upstreams", c.Upstreams)
+			return nil
+		}
+		r.failedKey = key
+	}
+	r.Metrics.reloadErrors.Inc()
+	kept := ""
+	if cur := r.current.Load(); cur != nil {
+		kept = cur.Hash
+	}
+	r.Log.Error("configuration refused; the previous one stays in force", "error", err.Error(), "kept_hash", kept)
+	return err
+}
+
+// Watch reloads whenever a watched directory changes, debounced, and every
+// resync as a safety net. It watches directories, not files: the kubelet
+// updates a ConfigMap or downward API volume by swapping the ..data symlink, and
+// editors save by rename, neither of which a watch on the file itself survives.
+// It returns when ctx ends.
+func (r *Reloader) Watch(ctx context.Context, debounce, resync time.Duration) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	seen := map[string]bool{}
+	add := func(dir string) {
+		if dir == "" || seen[dir] {
+			return
+		}
+		seen[dir] = true
+		if err := w.Add(dir); err != nil {
+			r.Log.Warn("cannot watch directory; relying on periodic resync", "dir", dir, "error", err.Error())
+		}
+	}
+	add(r.Sources.ConfigDir)
+	for _, f := range r.Sources.PolicyFiles {
+		add(filepath.Dir(f))
+	}
+	if r.Sources.PodLabels != "" {
+		add(filepath.Dir(r.Sources.PodLabels))
+	}
+
+	if resync <= 0 {
+		resync = time.Minute
+	}
+	tick := time.NewTicker(resync)
+	defer tick.Stop()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if ev.Op == fsnotify.Chmod {
+				continue
+			}
+			timer.Reset(debounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			r.Log.Warn("file watch error", "error", err.Error())
+		case <-timer.C:
+			_ = r.Reload()
+		case <-tick.C:
+			_ = r.Reload()
+		}
+	}
+}

@@ -1,0 +1,343 @@
+package sidecar
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+)
+
+func TestParseLabels(t *testing.T) {
+	tests := map[string]struct {
+		in      string
+		want    map[string]string
+		wantErr string
+	}{
+		"kubelet output with quoted values": {
+			in:   "app=\"checkout\"\nretry.dev/inject=\"true\"\n",
+			want: map[string]string{"app": "checkout", "retry.dev/inject": "true"},
+		},
+		"escapes are unquoted": {
+			in:   `note="a \"b\" c"`,
+			want: map[string]string{"note": `a "b" c`},
+		},
+		"an empty file is a pod without labels, not nil": {
+			in:   "\n",
+			want: map[string]string{},
+		},
+		"an unquoted value is refused": {
+			in: "app=checkout\n", wantErr: "line 1: value of app must be a quoted string",
+		},
+		"a line without = is refused": {
+			in: "app=\"a\"\njunk\n", wantErr: `line 2: want key="value"`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseLabels([]byte(tc.in))
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) || got == nil {
+				t.Fatalf("got %#v, %v; want %#v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRemoveHopByHop(t *testing.T) {
+	tests := map[string]struct {
+		in, want http.Header
+	}{
+		"the RFC 9110 list and the fields Connection names are removed": {
+			in: http.Header{"Connection": {"close, X-Trace-Hop", "x-other"}, "X-Trace-Hop": {"1"}, "X-Other": {"2"},
+				"Keep-Alive": {"5"}, "Proxy-Connection": {"keep-alive"}, "Te": {"trailers"}, "Transfer-Encoding": {"chunked"},
+				"Upgrade": {"h2c"}, "Proxy-Authorization": {"Basic x"}, "Proxy-Authenticate": {"Basic"}, "Accept": {"*/*"}},
+			want: http.Header{"Accept": {"*/*"}},
+		},
+		"end-to-end fields are kept": {
+			in:   http.Header{"Authorization": {"Bearer x"}, "Trailer": {"X-Sum"}, "Idempotency-Key": {"k"}},
+			want: http.Header{"Authorization": {"Bearer x"}, "Trailer": {"X-Sum"}, "Idempotency-Key": {"k"}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if !hasHopByHop(tc.in) && len(tc.in) != len(tc.want) {
+				t.Fatal("hasHopByHop missed a hop-by-hop field")
+			}
+			removeHopByHop(tc.in)
+			if !reflect.DeepEqual(tc.in, tc.want) {
+				t.Fatalf("got %v, want %v", tc.in, tc.want)
+			}
+		})
+	}
+}
+
+func TestCopyEndToEnd(t *testing.T) {
+	src := http.Header{"Connection": {"keep-alive, X-Hop"}, "X-Hop": {"1"}, "Keep-Alive": {"timeout=5"},
+		"Trailer": {"X-Sum"}, "Content-Length": {"2"}, "Retry-After": {"120"}}
+	dst := http.Header{}
+	copyEndToEnd(dst, src)
+	want := http.Header{"Content-Length": {"2"}, "Retry-After": {"120"}}
+	if !reflect.DeepEqual(dst, want) {
+		t.Fatalf("got %v, want %v", dst, want)
+	}
+	plain := http.Header{"Connection": {"keep-alive"}, "Content-Type": {"text/plain"}}
+	if n := testing.AllocsPerRun(100, func() { copyEndToEnd(http.Header{}, plain) }); n > 1 {
+		t.Errorf("copyEndToEnd allocates %v times for a plain response; want only the map", n)
+	}
+}
+
+func policyYAML(host string, extra string) string {
+	return "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n" + extra +
+		"  upstreams:\n  - name: up\n    hosts: [\"" + host + "\"]\n"
+}
+
+func TestSourcesLoad(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	doc, err := policyset.FromPolicyYAML([]byte(policyYAML("a.example", "  podSelector: {matchLabels: {app: a}}\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := policyset.Marshal(doc)
+	cmDir := filepath.Join(dir, "cm")
+	os.Mkdir(cmDir, 0o755)
+	os.WriteFile(filepath.Join(cmDir, "policies.json"), js, 0o644)
+
+	tests := map[string]struct {
+		src           Sources
+		wantUpstreams []string
+		wantHash      string
+		wantErr       string
+	}{
+		"a ConfigMap dir alone reports the manager's hash of policies.json": {
+			src: Sources{ConfigDir: cmDir}, wantUpstreams: []string{"up"}, wantHash: policyset.Hash(js),
+		},
+		"a ConfigMap dir without policies.json is an empty configuration": {
+			src: Sources{ConfigDir: t.TempDir()}, wantHash: policyset.Hash(nil),
+		},
+		"pod labels that do not match select nothing": {
+			src: Sources{ConfigDir: cmDir, PodLabels: write("labels-b", "app=\"b\"\n")}, wantHash: policyset.Hash(js),
+		},
+		"pod labels that match select the policy": {
+			src: Sources{ConfigDir: cmDir, PodLabels: write("labels-a", "app=\"a\"\n")}, wantUpstreams: []string{"up"}, wantHash: policyset.Hash(js),
+		},
+		"a policy file is validated like the API": {
+			src:     Sources{PolicyFiles: []string{write("bad.yaml", policyYAML("Upper.Example", ""))}},
+			wantErr: "spec.upstreams[0].hosts[0]",
+		},
+		"a missing policy file is an error": {
+			src: Sources{PolicyFiles: []string{filepath.Join(dir, "nope.yaml")}}, wantErr: "--policy-file",
+		},
+		"two files claiming one host are refused": {
+			src: Sources{PolicyFiles: []string{write("x.yaml", policyYAML("x.example", "")),
+				write("y.yaml", strings.Replace(policyYAML("x.example", ""), "name: p", "name: q", 1))}},
+			wantErr: "claimed by upstreams",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c, err := tc.src.Load()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(c.Upstreams, tc.wantUpstreams) || c.Hash != tc.wantHash {
+				t.Fatalf("upstreams %v hash %s; want %v %s", c.Upstreams, c.Hash, tc.wantUpstreams, tc.wantHash)
+			}
+		})
+	}
+}
+
+func TestReloaderKeepsTheOldConfigOnError(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "p.yaml")
+	os.WriteFile(p, []byte(policyYAML("a.example", "")), 0o644)
+	var logs bytes.Buffer
+	m := NewMetrics()
+	r := NewReloader(Sources{PolicyFiles: []string{p}}, slog.New(slog.NewJSONHandler(&logs, nil)), m)
+	if err := r.Reload(); err != nil || !r.Ready() {
+		t.Fatalf("first load: %v ready %v", err, r.Ready())
+	}
+	first := r.Current()
+	if err := r.Reload(); err != nil || r.Current() != first || value(m.reloads) != 1 {
+		t.Fatalf("an unchanged source must not reload (err %v, reloads %v)", err, value(m.reloads))
+	}
+	os.WriteFile(p, []byte("kind: Nonsense\n"), 0o644)
+	if err := r.Reload(); err == nil {
+		t.Fatal("a broken file was accepted")
+	}
+	_ = r.Reload() // the same broken content is reported once
+	if r.Current() != first || !r.Ready() || value(m.reloadErrors) != 1 {
+		t.Fatalf("after a refused reload: same config %v, ready %v, errors %v", r.Current() == first, r.Ready(), value(m.reloadErrors))
+	}
+	req := httptest.NewRequest("GET", "http://a.example/x", nil)
+	if pol := r.Route(req); pol == nil || pol.Name() != "up" {
+		t.Fatalf("route after a refused reload: %v", pol)
+	}
+}
+
+func TestMetricsObserve(t *testing.T) {
+	m := NewMetrics()
+	events := []retrypolicy.Event{
+		{Kind: retrypolicy.EventAttempt, Upstream: "api", Attempt: 1, Status: 503, Action: retrypolicy.Retry, Delay: 250 * time.Millisecond,
+			RetryAfter: "malformed", RetryAfterReason: "not-digits", Skew: 3 * time.Second, HasSkew: true},
+		{Kind: retrypolicy.EventAttempt, Upstream: "api", Attempt: 2, ErrorClass: retrypolicy.ConnectFailure, Action: retrypolicy.Retry, Delay: time.Second},
+		{Kind: retrypolicy.EventAttempt, Upstream: "api", Attempt: 3, Status: 503, Outcome: retrypolicy.OutcomeBudgetExhausted},
+		{Kind: retrypolicy.EventOutcome, Upstream: "api", Attempt: 3, Status: 503, Outcome: retrypolicy.OutcomeBudgetExhausted},
+		{Kind: retrypolicy.EventAttempt, Upstream: "api", Attempt: 1, Outcome: retrypolicy.OutcomeShed}, // never sent
+		{Kind: retrypolicy.EventOutcome, Upstream: "api", Status: 503, Outcome: retrypolicy.OutcomeShed},
+	}
+	for _, e := range events {
+		m.Observe(e)
+	}
+	for name, tc := range map[string]struct {
+		got, want float64
+	}{
+		"503 attempts":              {value(m.attempts.WithLabelValues("api", "503")), 2},
+		"connect failures":          {value(m.attempts.WithLabelValues("api", "connect-failure")), 1},
+		"budget-exhausted requests": {value(m.requests.WithLabelValues("api", "budget-exhausted")), 1},
+		"budget counter":            {value(m.budgetExhausted.WithLabelValues("api")), 1},
+		"shed counter":              {value(m.shed.WithLabelValues("api")), 1},
+		"parse failures":            {value(m.retryAfterFailures.WithLabelValues("api", "not-digits")), 1},
+		"skew":                      {value(m.skew.WithLabelValues("api")), 3},
+		"attempt series":            {float64(count(m.attempts)), 2},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %v, want %v", name, tc.got, tc.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { m.Observe(events[0]) }); n > 0 {
+		t.Errorf("Observe allocates %v times per event; want 0", n)
+	}
+}
+
+func TestLogObserverLevels(t *testing.T) {
+	tests := map[string]struct {
+		event   retrypolicy.Event
+		atInfo  bool
+		atDebug bool
+	}{
+		"a first-attempt success is routine": {
+			event: retrypolicy.Event{Kind: retrypolicy.EventOutcome, Attempt: 1, Outcome: retrypolicy.OutcomeSuccess}, atDebug: true,
+		},
+		"a success after retries is notable": {
+			event: retrypolicy.Event{Kind: retrypolicy.EventOutcome, Attempt: 2, Outcome: retrypolicy.OutcomeSuccess}, atInfo: true, atDebug: true,
+		},
+		"a retry decision is notable": {
+			event: retrypolicy.Event{Kind: retrypolicy.EventAttempt, Attempt: 1, Status: 503, Action: retrypolicy.Retry}, atInfo: true, atDebug: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			for _, lvl := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+				var b bytes.Buffer
+				NewLogObserver(slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{Level: lvl}))).Observe(tc.event)
+				want := tc.atInfo
+				if lvl == slog.LevelDebug {
+					want = tc.atDebug
+				}
+				if (b.Len() > 0) != want {
+					t.Errorf("at %v: logged %q, want logged=%v", lvl, b.String(), want)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkProxy measures the handler end to end (client → proxy → upstream on
+// loopback, keep-alive) with a policy that matches, as in production.
+func BenchmarkProxy(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	host := up.Listener.Addr().String()
+	doc, err := policyset.FromPolicyYAML([]byte(policyYAML(host, "")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sel, _ := policyset.Select(doc, nil)
+	set, err := policyset.Compile(sel)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := NewMetrics()
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	rt := &retrypolicy.Transport{Inner: UpstreamTransport(DefaultOptions()), Route: set.MatchRequest,
+		Observer: retrypolicy.Observers{m, NewLogObserver(log)}}
+	p := &Proxy{Transport: rt, Metrics: m, Log: log, Route: set.MatchRequest}
+	front := httptest.NewServer(p)
+	defer front.Close()
+	pu, _ := url.Parse(front.URL)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), MaxIdleConnsPerHost: 64}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := c.Get(up.URL + "/")
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+}
+
+// value reads a counter or gauge.
+func value(c prometheus.Collector) float64 {
+	ch := make(chan prometheus.Metric, 1)
+	go func() { c.Collect(ch); close(ch) }()
+	var v float64
+	for m := range ch {
+		var d dto.Metric
+		_ = m.Write(&d)
+		switch {
+		case d.Counter != nil:
+			v += d.Counter.GetValue()
+		case d.Gauge != nil:
+			v += d.Gauge.GetValue()
+		}
+	}
+	return v
+}
+
+// count is the number of series a collector has.
+func count(c prometheus.Collector) int {
+	ch := make(chan prometheus.Metric, 16)
+	go func() { c.Collect(ch); close(ch) }()
+	n := 0
+	for range ch {
+		n++
+	}
+	return n
+}
