@@ -4,6 +4,7 @@
 //
 //	retry-sidecar --policy-file my-policy.yaml
 //	retry-sidecar --config-dir /etc/retry-sidecar/policies --pod-labels /etc/retry-sidecar/podinfo/labels
+//	retry-sidecar probe http://127.0.0.1:15020/readyz   (the kubelet's exec probe)
 package main
 
 import (
@@ -34,6 +35,9 @@ func (l *listFlag) Set(v string) error {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		os.Exit(runProbe(os.Args[2:]))
+	}
 	o := sidecar.DefaultOptions()
 	fs := flag.NewFlagSet("retry-sidecar", flag.ContinueOnError)
 	var files listFlag

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/retrydev/retry-operator/internal/policyset"
@@ -42,9 +41,14 @@ const (
 	// ProxyPort is the forward proxy, bound to loopback: only the pod's own
 	// containers can use it.
 	ProxyPort = 15001
-	// AdminPort serves /healthz, /readyz and /metrics. It listens on all
-	// addresses because the kubelet probes, and Prometheus scrapes, the pod IP.
+	// AdminPort serves /healthz, /readyz and /metrics, on loopback too (SPEC §5:
+	// the sidecar binds loopback only). The kubelet cannot reach a pod's loopback
+	// with an HTTP probe, so the probes exec the sidecar binary's probe mode, which
+	// GETs the endpoint from inside the pod's network namespace.
 	AdminPort = 15020
+	// SidecarBinary is the sidecar's path in its image (hack/images and the
+	// Dockerfile both put it there).
+	SidecarBinary = "/retry-sidecar"
 
 	PoliciesVolume  = "retry-sidecar-policies"
 	PodInfoVolume   = "retry-sidecar-podinfo"
@@ -55,7 +59,6 @@ const (
 	DefaultNoProxy  = "localhost,127.0.0.1,::1,kubernetes.default.svc"
 	DefaultImage    = "retry.dev/retry-sidecar:dev"
 	proxyURL        = "http://127.0.0.1:15001"
-	adminPortName   = "retry-admin"
 	memoryLimitEnv  = "GOMEMLIMIT"
 	namespaceEnable = "enabled"
 )
@@ -171,7 +174,7 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 		ImagePullPolicy: c.ImagePullPolicy,
 		Args: []string{
 			fmt.Sprintf("--listen=127.0.0.1:%d", ProxyPort),
-			fmt.Sprintf("--admin-listen=:%d", AdminPort),
+			fmt.Sprintf("--admin-listen=127.0.0.1:%d", AdminPort),
 			"--config-dir=" + PoliciesDir,
 			"--pod-labels=" + PodLabelsFile,
 		},
@@ -181,7 +184,6 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 			ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
 				ContainerName: ContainerName, Resource: "limits.memory"}},
 		}},
-		Ports:         []corev1.ContainerPort{{Name: adminPortName, ContainerPort: AdminPort, Protocol: corev1.ProtocolTCP}},
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		// The startup probe gates the app containers (a native sidecar counts as
 		// started once it passes), so it asks only "is the process serving".
@@ -283,8 +285,8 @@ func (c Config) SidecarResources(annotations map[string]string) (corev1.Resource
 
 func probe(path string, period, failures int32) *corev1.Probe {
 	return &corev1.Probe{
-		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-			Path: path, Port: intstr.FromInt32(AdminPort), Scheme: corev1.URISchemeHTTP}},
+		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+			Command: []string{SidecarBinary, "probe", fmt.Sprintf("http://127.0.0.1:%d%s", AdminPort, path)}}},
 		PeriodSeconds:    period,
 		FailureThreshold: failures,
 		TimeoutSeconds:   1,
