@@ -1,49 +1,137 @@
 #!/usr/bin/env bash
-# make demo: a real control plane built from source, the RetryPolicy API, the
-# sample policies, and what the API server does with a bad one.
+# make demo: the whole product on a real cluster, from a fresh clone.
+#
+#  1. builds the images without Docker (hack/build-images.sh);
+#  2. starts the local single-node cluster (hack/local-cluster.sh up: on the first
+#     run it builds Kubernetes from source, ~15-20 min on 2 cores) — or, when
+#     KUBECONFIG is set, uses that cluster (the retry.dev/*:dev images must be on
+#     its nodes already, e.g. `hack/kind.sh up`);
+#  3. deploys the operator (config/local: self-signed webhook certificates);
+#  4. applies the sample policies (config/samples, namespace shop) and, in namespace
+#     demo, a flaky upstream, a demo app (which gets the retry-sidecar injected)
+#     and a RetryPolicy for the upstream (test/e2e/testdata);
+#  5. makes one logical request that meets a 429 with Retry-After: 2, then a 503,
+#     then succeeds, and prints its timeline as the upstream measured it;
+#  6. shows `kubectl get rp -A` and how to tear down.
+#
+# Re-running is safe and quick: everything is applied again, pods restart only
+# when their image changed.
 set -euo pipefail
+
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-start=$SECONDS
-say() { printf '\n\033[1m==> %s\033[0m (%ss)\n' "$*" "$((SECONDS - start))"; }
+KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
+NS=demo
+START=$SECONDS
+step() { printf '\n\033[1m==> %s\033[0m  [%ds]\n' "$*" "$((SECONDS - START))"; }
+info() { printf '    %s\n' "$*"; }
+die() { printf '\n\033[31mdemo: ERROR: %s\033[0m\n' "$*" >&2; exit 1; }
 
-say "building Kubernetes binaries from source if missing (first run: 10-15 min on 2 cores)"
-ASSETS="$(hack/kube-binaries.sh | tail -1)"
-KUBECTL="$ASSETS/kubectl"
-mkdir -p .local-cluster
-KC="$ROOT/.local-cluster/controlplane.kubeconfig"
-rm -f "$KC"
+LOCAL_KUBECONFIG="$ROOT/.local-cluster/kubeconfig"
+if [[ -n "${KUBECONFIG:-}" && "$KUBECONFIG" != "$LOCAL_KUBECONFIG" ]]; then
+  MODE=existing
+else
+  MODE=local
+fi
 
-say "starting kube-apiserver + etcd with the RetryPolicy CRD"
-go build -o bin/controlplane ./hack/controlplane
-bin/controlplane --assets "$ASSETS" --write-kubeconfig "$KC" >.local-cluster/controlplane.log 2>&1 &
-CP=$!
-trap 'kill $CP 2>/dev/null; wait $CP 2>/dev/null || true' EXIT
-for _ in $(seq 120); do [[ -s "$KC" ]] && break; kill -0 $CP 2>/dev/null || { cat .local-cluster/controlplane.log; exit 1; }; sleep 0.5; done
-k() { "$KUBECTL" --kubeconfig "$KC" "$@"; }
+step "building the images without Docker (hack/build-images.sh)"
+hack/build-images.sh 2>&1 | sed -u "s/^/    /"
 
-say "applying the sample policies (config/samples)"
-k create namespace shop
-k apply --server-side -f config/samples/partner-api-rate-limited.yaml -f config/samples/internal-idempotent-writes.yaml -f config/samples/catalogue-read-only.yaml
-k get rp -n shop
+if [[ "$MODE" == local ]]; then
+  [[ $EUID -eq 0 ]] || die "the local cluster runs containerd and kubelet: run as root (or set KUBECONFIG to a cluster of yours)"
+  missing=0
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+    [[ -x "bin/k8s/$KUBE_VERSION/$b" ]] || missing=1
+  done
+  if ((missing)); then
+    step "starting the local cluster; FIRST RUN: building Kubernetes $KUBE_VERSION from source through the Go module proxy"
+    info "this takes ~15-20 min on 2 cores (kube-apiserver alone ~6 min); later runs reuse bin/k8s/ and start in ~15 s"
+  else
+    step "starting the local single-node cluster (hack/local-cluster.sh up; reused if running)"
+  fi
+  # Not piped: a pipe would wait for every process holding the script's stderr.
+  hack/local-cluster.sh up
+  export KUBECONFIG="$LOCAL_KUBECONFIG"
+else
+  step "using the cluster in KUBECONFIG=$KUBECONFIG (the retry.dev/*:dev images must be on its nodes)"
+fi
 
-say "the API server filled in every default (catalogue)"
-k get rp catalogue -n shop -o jsonpath='{.spec.upstreams[0]}' | python3 -m json.tool
+KUBECTL="${KUBECTL:-}"
+if [[ -z "$KUBECTL" ]]; then
+  if [[ -x "bin/k8s/$KUBE_VERSION/kubectl" ]]; then KUBECTL="$ROOT/bin/k8s/$KUBE_VERSION/kubectl"; else KUBECTL=kubectl; fi
+fi
+k() { "$KUBECTL" "$@"; }
+k version >/dev/null 2>&1 || die "the cluster in KUBECONFIG=$KUBECONFIG does not answer"
 
-say "a policy that breaks the rules is rejected before it is stored"
-cat <<'YAML' | k apply -f - 2>&1 | sed 's/^/    /' || true
-apiVersion: policy.retry.dev/v1alpha1
-kind: RetryPolicy
-metadata: {name: broken, namespace: shop}
-spec:
-  upstreams:
-  - name: orders
-    hosts: [orders.shop.svc]
-    maxAttempts: 12
-    deadline: 5s
-    perTryTimeout: 5s
-    backoff: {base: 2s, max: 1s}
-    replayableMethods: [GET, POST]
-YAML
+step "deploying the operator (config/local: CRD, RBAC, manager, webhooks with a self-signed certificate)"
+n="$(k kustomize config/local | k apply --server-side --force-conflicts --field-manager=retry-demo -f - | wc -l)"
+info "$n objects applied in namespace retry-operator-system and cluster-wide"
+# A manager still running an older build of retry.dev/manager:dev is restarted.
+want="$(tar -xOf bin/images/manager.tar manifest.json 2>/dev/null | sed -n 's/.*"Config":"\(sha256:\)\{0,1\}\([0-9a-f]\{64\}\).*/\2/p')"
+running="$(k -n retry-operator-system get pods -l control-plane=controller-manager -o jsonpath='{.items[*].status.containerStatuses[*].imageID}')"
+if [[ -n "$want" && -n "$running" && "$running" != *"$want"* ]]; then
+  info "the manager runs an older image; restarting it"
+  k -n retry-operator-system rollout restart deployment/retry-operator-controller-manager | sed -u "s/^/    /"
+fi
+k -n retry-operator-system rollout status deployment/retry-operator-controller-manager --timeout=180s | sed -u "s/^/    /"
 
-say "done; the control plane stops now"
+step "namespace $NS with retry.dev/injection=enabled; the flaky upstream, the demo app and their RetryPolicy"
+k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
+k label namespace "$NS" retry.dev/injection=enabled --overwrite >/dev/null
+# Wait until the webhook injects (the manager is ready, its caBundle is in place).
+for i in $(seq 120); do
+  got="$(k -n "$NS" run webhook-probe --image=retry.dev/demo-app:dev --restart=Never --dry-run=server \
+    -o jsonpath='{.spec.initContainers[*].name}' 2>/dev/null || true)"
+  [[ "$got" == *retry-sidecar* ]] && break
+  ((i < 120)) || die "the pod webhook does not inject after 60 s; see: kubectl -n retry-operator-system logs deploy/retry-operator-controller-manager"
+  sleep 0.5
+done
+existed="$(k -n "$NS" get deployment demo-app flaky-upstream --ignore-not-found -o name | wc -l)"
+fill() { sed -e "s/\${NAMESPACE}/$NS/g" -e "s/\${UPSTREAM_IP}/${UPSTREAM_IP:-}/g" "test/e2e/testdata/$1"; }
+fill upstream.yaml | k apply -f - | sed -u "s/^/    /"
+UPSTREAM_IP="$(k -n "$NS" get service flaky-upstream -o jsonpath='{.spec.clusterIP}')"
+fill app.yaml | k apply -f - | sed -u "s/^/    /"
+fill policy.yaml | k apply -f - 2>&1 | sed -u "s/^/    /"
+if ((existed == 2)); then
+  # Same manifests, maybe new images under the same tag: restart to run them.
+  k -n "$NS" rollout restart deployment/flaky-upstream deployment/demo-app >/dev/null
+fi
+k -n "$NS" rollout status deployment/flaky-upstream --timeout=120s | sed -u "s/^/    /"
+k -n "$NS" rollout status deployment/demo-app --timeout=120s | sed -u "s/^/    /"
+k -n "$NS" wait --for=condition=Programmed retrypolicy/flaky-upstream --timeout=60s | sed -u "s/^/    /"
+# The live pod (a restarted Deployment's old pod may still be terminating).
+pod="$(k -n "$NS" get pods -l app=demo-app -o go-template='{{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}}{{"\n"}}{{end}}{{end}}' | head -1)"
+info "pod $pod: init containers [$(k -n "$NS" get pod "$pod" -o jsonpath='{.spec.initContainers[*].name}')], containers [$(k -n "$NS" get pod "$pod" -o jsonpath='{.spec.containers[*].name}')]"
+
+step "applying the sample policies (config/samples, namespace shop)"
+k create namespace shop --dry-run=client -o yaml | k apply -f - >/dev/null
+k apply -k config/samples 2>&1 | sed -u "s/^/    /"
+
+step "one logical request through the sidecar: the upstream answers 429 (Retry-After: 2), then 503, then 200"
+info "policy flaky-upstream: maxAttempts 4, honour Retry-After up to 10s (+ up to 500ms spread), backoff 200ms..2s full jitter, deadline 10s"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+for i in $(seq 30); do
+  k get --raw "/api/v1/namespaces/$NS/services/demo-app:8080/proxy/healthz" >/dev/null 2>&1 && break
+  sleep 0.5
+done
+k get --raw "/api/v1/namespaces/$NS/services/demo-app:8080/proxy/call?url=http://flaky-upstream.$NS.svc/sequence/429:2,503,200" >"$tmp/call.json" ||
+  die "the demo app did not answer; see: kubectl -n $NS logs deploy/demo-app --all-containers"
+sleep 0.3 # the sidecar's last log line
+k -n "$NS" logs "$pod" -c retry-sidecar >"$tmp/sidecar.log" 2>/dev/null || true
+go build -o bin/demo-timeline ./test/e2e/demo-timeline
+echo
+bin/demo-timeline -report "$tmp/call.json" -sidecar-log "$tmp/sidecar.log"
+
+step "the RetryPolicies (kubectl get rp -A)"
+k get rp -A | sed -u "s/^/    /"
+
+step "done in $((SECONDS - START))s"
+info "try more:   kubectl get --raw '/api/v1/namespaces/$NS/services/demo-app:8080/proxy/call?url=http://flaky-upstream.$NS.svc/retry-after/120'"
+info "            (paths: /retry-after/{s} /flaky /always-503 /sequence/429:2,503,200 /echo; add &method=POST&key=K)"
+info "kubectl:    export KUBECONFIG=$KUBECONFIG; $KUBECTL -n $NS logs deploy/demo-app -c retry-sidecar"
+if [[ "$MODE" == local ]]; then
+  info "tear down:  make cluster-down   (stops the local cluster and removes everything it created)"
+else
+  info "tear down:  kubectl delete namespace $NS shop; make undeploy (or kubectl kustomize config/local | kubectl delete -f -)"
+fi

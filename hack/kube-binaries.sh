@@ -84,7 +84,7 @@ if ((${#missing[@]})); then
     log "building $b $KUBE_VERSION from source (first build takes minutes: kube-apiserver ~6 min cold on 2 cores)"
     start=$SECONDS
     # Print a heartbeat so a newcomer can see it is working, not hanging.
-    ( while sleep 30; do log "  ... still building $b ($((SECONDS - start))s)"; done ) &
+    ( while sleep 30 >/dev/null 2>&1; do log "  ... still building $b ($((SECONDS - start))s)"; done ) &
     hb=$!
     if ! (cd "$WORK" && CGO_ENABLED=0 go build -trimpath -ldflags "$LDFLAGS" -o "$OUT/$b.tmp" "k8s.io/kubernetes/cmd/$b"); then
       kill "$hb" 2>/dev/null || true
@@ -106,7 +106,7 @@ if [[ ! -x "$OUT/etcd" ]]; then
     printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >"$EWORK/tools.go"
     (cd "$EWORK" && GOFLAGS=-mod=mod go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2 && GOFLAGS=-mod=mod go mod tidy >&2)
   fi
-  ( while sleep 30; do log "  ... still building etcd ($((SECONDS - start))s)"; done ) &
+  ( while sleep 30 >/dev/null 2>&1; do log "  ... still building etcd ($((SECONDS - start))s)"; done ) &
   hb=$!
   if ! (cd "$EWORK" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/etcd.tmp" go.etcd.io/etcd/server/v3); then
     kill "$hb" 2>/dev/null || true

@@ -5,6 +5,9 @@
 //
 //	GET  /retry-after/{s}   first arrival: 429 with "Retry-After: s"; later ones: 200
 //	GET  /flaky             first arrival: 503; later ones: 200
+//	GET  /sequence/{steps}  arrival n answers step n of a comma-separated list, the last
+//	                        step repeating; a step is a status or status:retry-after,
+//	                        e.g. /sequence/429:2,503,200
 //	GET  /always-503        503 every time (an outage)
 //	ANY  /echo              200, echoes method and Idempotency-Key
 //	POST /write             503 every time (a write that must not be replayed without a key)
@@ -35,6 +38,7 @@ type Arrival struct {
 	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
 	BodyBytes      int       `json:"bodyBytes"`
 	Status         int       `json:"status"`
+	RetryAfter     string    `json:"retryAfter,omitempty"` // the Retry-After it answered with
 }
 
 type recorder struct {
@@ -87,15 +91,13 @@ func main() {
 func respond(w http.ResponseWriter, r *http.Request, rec *recorder, id string, a Arrival) int {
 	path := r.URL.Path
 	status := http.StatusOK
-	first := func() bool {
-		prev := rec.get(id)
-		for _, p := range prev {
-			if p.Path == path {
-				return false
-			}
+	seen := 0 // earlier arrivals of this request id on this path
+	for _, p := range rec.get(id) {
+		if p.Path == path {
+			seen++
 		}
-		return true
-	}()
+	}
+	first := seen == 0
 	switch {
 	case strings.HasPrefix(path, "/retry-after/") && r.Method == http.MethodGet:
 		secs := strings.TrimPrefix(path, "/retry-after/")
@@ -105,6 +107,16 @@ func respond(w http.ResponseWriter, r *http.Request, rec *recorder, id string, a
 			w.Header().Set("Retry-After", secs)
 			status = http.StatusTooManyRequests
 		}
+	case strings.HasPrefix(path, "/sequence/") && r.Method == http.MethodGet:
+		code, retryAfter, ok := step(strings.TrimPrefix(path, "/sequence/"), seen)
+		if !ok {
+			status = http.StatusBadRequest
+			break
+		}
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		status = code
 	case path == "/flaky" && r.Method == http.MethodGet:
 		if first {
 			status = http.StatusServiceUnavailable
@@ -115,10 +127,29 @@ func respond(w http.ResponseWriter, r *http.Request, rec *recorder, id string, a
 	default:
 		status = http.StatusNotFound
 	}
-	a.Status = status
+	a.Status, a.RetryAfter = status, w.Header().Get("Retry-After")
 	n := rec.add(id, a)
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(status)
 	fmt.Fprintf(w, "%s %s arrival %d: %d\n", r.Method, path, n, status)
 	return status
+}
+
+// step returns the status and Retry-After value of the step an arrival gets after
+// `seen` earlier ones: steps "429:2,503,200" give 429 with "Retry-After: 2", then
+// 503, then 200 for every later arrival.
+func step(steps string, seen int) (status int, retryAfter string, ok bool) {
+	list := strings.Split(steps, ",")
+	s := list[min(seen, len(list)-1)]
+	code, ra, _ := strings.Cut(s, ":")
+	status, err := strconv.Atoi(code)
+	if err != nil || status < 200 || status > 599 {
+		return 0, "", false
+	}
+	if ra != "" {
+		if _, err := strconv.Atoi(ra); err != nil {
+			return 0, "", false
+		}
+	}
+	return status, ra, true
 }

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The end-to-end suite (test/e2e, build tag e2e) on a real cluster. `make test-e2e`
+# builds the images first and calls this with E2E_CLUSTER:
+#
+#   hack/test-e2e.sh local      # the single-node cluster from source (hack/local-cluster.sh up: started if
+#                               # needed, images re-imported if running); the default
+#   hack/test-e2e.sh kind       # a kind cluster with the same images (hack/kind.sh up), for machines with Docker
+#   hack/test-e2e.sh existing   # whatever KUBECONFIG names; the retry.dev/*:dev images must be on its nodes
+#
+# The suite deploys the operator from config/local, runs its cases in a fresh
+# namespace and deletes that namespace. It never tears the cluster down: do that
+# with `make cluster-down` (or `hack/kind.sh down`); CI does it in a trap.
+#
+# Environment: E2E_TIMEOUT (go test -timeout, default 20m), E2E_RUN (go test -run),
+# E2E_KEEP_NAMESPACE=1 (keep the test namespace), KUBECTL (kubectl to use).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
+START=$SECONDS
+log() { printf 'test-e2e: [%3ds] %s\n' "$((SECONDS - START))" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+cluster="${1:-local}"
+case "$cluster" in
+  local)
+    log "ensuring the local cluster (hack/local-cluster.sh up; the first run builds Kubernetes from source, ~15 min)"
+    "$ROOT/hack/local-cluster.sh" up
+    KUBECONFIG="$("$ROOT/hack/local-cluster.sh" kubeconfig 2>/dev/null)"
+    ;;
+  kind)
+    log "ensuring the kind cluster (hack/kind.sh up)"
+    "$ROOT/hack/kind.sh" up
+    KUBECONFIG="$("$ROOT/hack/kind.sh" kubeconfig)"
+    ;;
+  existing)
+    [[ -n "${KUBECONFIG:-}" ]] || die "E2E_CLUSTER=existing needs KUBECONFIG"
+    ;;
+  *) die "unknown cluster '$cluster': want local, kind or existing" ;;
+esac
+export KUBECONFIG
+
+# kubectl for `kubectl kustomize | kubectl apply` in the suite: the source-built
+# one when present, else the one on PATH (kind users).
+if [[ -z "${KUBECTL:-}" ]]; then
+  if [[ -x "$ROOT/bin/k8s/$KUBE_VERSION/kubectl" ]]; then
+    KUBECTL="$ROOT/bin/k8s/$KUBE_VERSION/kubectl"
+  elif command -v kubectl >/dev/null 2>&1; then
+    KUBECTL="$(command -v kubectl)"
+  else
+    die "no kubectl: run hack/kube-binaries.sh or put kubectl on PATH"
+  fi
+fi
+export KUBECTL
+
+log "running the e2e suite against $cluster (KUBECONFIG=$KUBECONFIG)"
+cd "$ROOT"
+rc=0
+go test -tags e2e ./test/e2e/ -v -count=1 -timeout "${E2E_TIMEOUT:-20m}" ${E2E_RUN:+-run "$E2E_RUN"} || rc=$?
+if ((rc == 0)); then
+  log "e2e passed in $((SECONDS - START))s"
+else
+  log "e2e FAILED (exit $rc) after $((SECONDS - START))s; the cluster is left running for inspection (KUBECONFIG=$KUBECONFIG)"
+fi
+exit "$rc"

@@ -1,0 +1,987 @@
+//go:build e2e
+
+// Package e2e is the end-to-end suite: the operator deployed from config/local on
+// a real cluster (KUBECONFIG), a RetryPolicy applied, and real traffic from an
+// injected pod retried as the policy says. hack/test-e2e.sh runs it against the
+// local single-node cluster, kind, or any existing cluster:
+//
+//	KUBECONFIG=... go test -tags e2e ./test/e2e/ -v -count=1 -timeout 20m
+//
+// The pods use the images of hack/build-images.sh (retry.dev/*:dev,
+// imagePullPolicy Never), so they must be on the node already (hack/local-cluster.sh
+// and hack/kind.sh load them). The test reaches the demo app through the API
+// server's service proxy and measures retries at the upstream, which records the
+// arrival time of every attempt. docs/e2e.md lists the cases.
+//
+// Environment: KUBECONFIG (required), KUBECTL (default: bin/k8s/<version>/kubectl,
+// else kubectl on PATH), E2E_KEEP_NAMESPACE=1 keeps the test namespace for a
+// look after the run.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/policyset"
+)
+
+const (
+	operatorNamespace = "retry-operator-system"
+	managerDeployment = "retry-operator-controller-manager"
+	sidecarName       = "retry-sidecar"
+	policyName        = "flaky-upstream"
+	kubeVersion       = "v1.37.2"
+)
+
+// suite is the state the cases share: clients, the test namespace and the pods.
+type suite struct {
+	c         client.Client
+	cs        *kubernetes.Clientset
+	root      string // repository root
+	kubectl   string
+	ns        string
+	upstream  string // authority of the flaky upstream: flaky-upstream.<ns>.svc
+	appPod    corev1.Pod
+	cases     int
+	failed    []string
+	propagate time.Duration // maxAttempts 4 → 2, edit to the sidecar's behaviour
+}
+
+func TestEndToEnd(t *testing.T) {
+	s := newSuite(t)
+	start := time.Now()
+
+	s.createNamespace(t)
+	s.deployOperator(t)
+	s.deployWorkloads(t)
+
+	s.run(t, "the app pod has exactly one retry-sidecar, a native sidecar with the restricted security context", s.sidecarInjected)
+	s.run(t, "a pod that opts out (retry.dev/inject=false) gets no sidecar", s.optedOutPod)
+	s.run(t, "a pod in kube-system gets no sidecar even when it asks for one", s.kubeSystemPod)
+	s.run(t, "the policy is Accepted and Programmed and the ConfigMap holds it", s.configMapHoldsPolicy)
+	s.run(t, "429 with Retry-After: 2 is retried no earlier than 2 s later, measured at the upstream, and succeeds", s.retryAfterHonoured)
+	s.run(t, "503 then 200 is retried after a local backoff and succeeds", s.flakyRetried)
+	s.run(t, "429 with Retry-After: 120 comes back at once as deferred with X-Retry-Not-Before", s.longRetryAfterDeferred)
+	s.run(t, "a POST without an Idempotency-Key is not replayed", s.postNotReplayed)
+	s.run(t, "a POST with an Idempotency-Key is replayed with the same key up to maxAttempts", s.postWithKeyReplayed)
+	s.run(t, "an outage (always 503) stops after maxAttempts (4) transmissions", s.outageBounded)
+	s.run(t, "editing maxAttempts 4 to 2 reaches the running sidecar without a pod restart", s.policyEditPropagates)
+	s.run(t, "invalid edits are rejected by the API server and the running behaviour is unchanged", s.invalidEditRejected)
+	s.run(t, "with the operator scaled to zero, pods are still created (failurePolicy Ignore) and policies are refused (Fail)", s.operatorDown)
+
+	t.Logf("e2e: %d cases, %d passed, %d failed, in %s", s.cases, s.cases-len(s.failed), len(s.failed), time.Since(start).Round(time.Second))
+	for _, f := range s.failed {
+		t.Logf("e2e: FAILED: %s", f)
+	}
+	if s.propagate > 0 {
+		t.Logf("e2e: ConfigMap propagation (policy edit to the sidecar's behaviour): %s", s.propagate.Round(100*time.Millisecond))
+	}
+}
+
+// run runs one case as a subtest and counts it. Cases run in order and share the
+// namespace; a failed case does not stop the later ones.
+func (s *suite) run(t *testing.T, name string, f func(t *testing.T)) {
+	s.cases++
+	if !t.Run(name, f) {
+		s.failed = append(s.failed, name)
+	}
+}
+
+func newSuite(t *testing.T) *suite {
+	t.Helper()
+	kc := os.Getenv("KUBECONFIG")
+	if kc == "" {
+		t.Fatal("KUBECONFIG is not set: run hack/test-e2e.sh (local|kind|existing) or point it at a cluster")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatalf("reading KUBECONFIG %s: %v", kc, err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("clientset: %v", err)
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := os.Getenv("KUBECTL")
+	if kubectl == "" {
+		kubectl = filepath.Join(root, "bin", "k8s", kubeVersion, "kubectl")
+		if _, err := os.Stat(kubectl); err != nil {
+			kubectl = "kubectl"
+		}
+	}
+	s := &suite{c: c, cs: cs, root: root, kubectl: kubectl}
+	if v, err := cs.Discovery().ServerVersion(); err == nil {
+		t.Logf("cluster: %s, Kubernetes %s; kubectl: %s", cfg.Host, v.GitVersion, kubectl)
+	} else {
+		t.Fatalf("cluster at %s does not answer: %v", cfg.Host, err)
+	}
+	return s
+}
+
+// ---------------------------------------------------------------------------
+// Setup
+
+// deployOperator applies config/local and waits until the pod webhook injects.
+// A manager that already runs an image other than bin/images/manager.tar is
+// restarted, so the suite always tests the images just built.
+func (s *suite) deployOperator(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	manifests := s.kubectlOut(t, nil, "kustomize", filepath.Join(s.root, "config", "local"))
+	s.kubectlOut(t, manifests, "apply", "--server-side", "--force-conflicts", "--field-manager=retry-e2e", "-f", "-")
+
+	if want := tarballConfigDigest(filepath.Join(s.root, "bin", "images", "manager.tar")); want != "" {
+	stale:
+		for _, p := range s.managerPods(t) {
+			for _, st := range p.Status.ContainerStatuses {
+				if st.Name == "manager" && st.ImageID != "" && !strings.HasSuffix(st.ImageID, want) {
+					t.Logf("manager pod %s runs %s, bin/images/manager.tar is %s: restarting the manager", p.Name, st.ImageID, want)
+					s.restartManager(t)
+					break stale
+				}
+			}
+		}
+	}
+	s.waitManagerReady(t, 3*time.Minute)
+	t.Logf("operator deployed from config/local and serving its webhooks in %s", time.Since(start).Round(100*time.Millisecond))
+}
+
+// tarballConfigDigest is the image config digest in a docker-archive tarball,
+// which containerd reports as the container's imageID; "" if unknown.
+func tarballConfigDigest(path string) string {
+	out, err := exec.Command("tar", "-xOf", path, "manifest.json").Output()
+	if err != nil {
+		return ""
+	}
+	var m []struct{ Config string }
+	if json.Unmarshal(out, &m) != nil || len(m) != 1 {
+		return ""
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(filepath.Base(m[0].Config), "sha256:"), ".json")
+}
+
+func (s *suite) managerPods(t *testing.T) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := s.c.List(context.Background(), &pods, client.InNamespace(operatorNamespace),
+		client.MatchingLabels{"control-plane": "controller-manager"}); err != nil {
+		t.Fatalf("listing manager pods: %v", err)
+	}
+	return pods.Items
+}
+
+func (s *suite) restartManager(t *testing.T) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"retry.dev/e2e-restarted-at":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: managerDeployment, Namespace: operatorNamespace}}
+	if err := s.c.Patch(context.Background(), d, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatalf("restarting the manager: %v", err)
+	}
+}
+
+// waitManagerReady waits for the Deployment's rollout, then until a server-side
+// dry-run pod in the (injection-enabled) test namespace comes back injected: the
+// webhook is registered, its caBundle trusts the serving certificate, and the
+// Service routes to the new pod.
+func (s *suite) waitManagerReady(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	s.eventually(t, timeout, "the manager Deployment to roll out", func() (bool, string) {
+		var d appsv1.Deployment
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: managerDeployment}, &d); err != nil {
+			return false, err.Error()
+		}
+		want := ptr.Deref(d.Spec.Replicas, 1)
+		st := d.Status
+		pods := s.managerPods(t)
+		msg := fmt.Sprintf("generation %d/%d, updated %d, ready %d, pods %d (want %d)", st.ObservedGeneration, d.Generation, st.UpdatedReplicas, st.ReadyReplicas, len(pods), want)
+		return st.ObservedGeneration == d.Generation && st.UpdatedReplicas == want && st.ReadyReplicas == want && int32(len(pods)) == want, msg
+	})
+	s.eventually(t, time.Minute, "the pod webhook to inject a dry-run pod", func() (bool, string) {
+		p := testPod(s.ns, "webhook-probe", nil)
+		if err := s.c.Create(ctx, p, client.DryRunAll); err != nil {
+			return false, err.Error()
+		}
+		return sidecarCount(p) == 1, "dry-run pod not injected yet"
+	})
+}
+
+func (s *suite) createNamespace(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	s.ns = "retry-e2e-" + randomSuffix()
+	s.upstream = "flaky-upstream." + s.ns + ".svc"
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns, Labels: map[string]string{"retry.dev/injection": "enabled"}}}
+	if err := s.c.Create(ctx, ns); err != nil {
+		t.Fatalf("creating namespace %s: %v", s.ns, err)
+	}
+	t.Logf("namespace %s (retry.dev/injection=enabled)", s.ns)
+	// Registered first, so it runs last: after the diagnostics below.
+	t.Cleanup(func() {
+		if os.Getenv("E2E_KEEP_NAMESPACE") == "1" {
+			t.Logf("E2E_KEEP_NAMESPACE=1: keeping namespace %s", s.ns)
+			return
+		}
+		s.deleteNamespace(t, s.ns)
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.dumpDiagnostics(t)
+		}
+	})
+}
+
+func (s *suite) deleteNamespace(t *testing.T, name string) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := s.c.Delete(ctx, ns); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("deleting namespace %s: %v", name, err)
+		return
+	}
+	start := time.Now()
+	for time.Since(start) < 2*time.Minute {
+		if err := s.c.Get(ctx, client.ObjectKey{Name: name}, ns); apierrors.IsNotFound(err) {
+			t.Logf("namespace %s deleted in %s", name, time.Since(start).Round(100*time.Millisecond))
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("namespace %s still terminating after 2m; left to the namespace controller", name)
+}
+
+// deployWorkloads applies the flaky upstream, the demo app and the policy
+// (test/e2e/testdata) and waits until the app answers through its sidecar.
+func (s *suite) deployWorkloads(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	s.applyTemplate(t, "upstream.yaml", nil)
+	var svc corev1.Service
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "flaky-upstream"}, &svc); err != nil {
+		t.Fatalf("reading the flaky-upstream Service: %v", err)
+	}
+	s.applyTemplate(t, "app.yaml", map[string]string{"UPSTREAM_IP": svc.Spec.ClusterIP})
+	s.applyTemplate(t, "policy.yaml", nil)
+
+	for _, name := range []string{"flaky-upstream", "demo-app"} {
+		s.eventually(t, 2*time.Minute, "Deployment "+name+" to be available", func() (bool, string) {
+			var d appsv1.Deployment
+			if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, &d); err != nil {
+				return false, err.Error()
+			}
+			return d.Status.ReadyReplicas == 1 && d.Status.UpdatedReplicas == 1 && d.Status.Replicas == 1,
+				fmt.Sprintf("ready %d, updated %d, total %d", d.Status.ReadyReplicas, d.Status.UpdatedReplicas, d.Status.Replicas)
+		})
+	}
+	s.appPod = s.podOf(t, "demo-app")
+	s.eventually(t, time.Minute, "the demo app to answer through the API server's service proxy", func() (bool, string) {
+		_, err := s.cs.CoreV1().Services(s.ns).ProxyGet("http", "demo-app", "8080", "healthz", nil).DoRaw(ctx)
+		return err == nil, fmt.Sprint(err)
+	})
+	t.Logf("flaky-upstream (%s → %s), demo-app (%s) and the RetryPolicy ready in %s",
+		s.upstream, svc.Spec.ClusterIP, s.appPod.Name, time.Since(start).Round(100*time.Millisecond))
+}
+
+// applyTemplate applies testdata/<file> with ${NAMESPACE} and vars filled in.
+func (s *suite) applyTemplate(t *testing.T, file string, vars map[string]string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(b), "${NAMESPACE}", s.ns)
+	for k, v := range vars {
+		text = strings.ReplaceAll(text, "${"+k+"}", v)
+	}
+	if strings.Contains(text, "${") {
+		t.Fatalf("testdata/%s: a ${VARIABLE} is left unfilled", file)
+	}
+	s.kubectlOut(t, []byte(text), "apply", "-f", "-")
+}
+
+// podOf returns the single running pod of a Deployment.
+func (s *suite) podOf(t *testing.T, app string) corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := s.c.List(context.Background(), &pods, client.InNamespace(s.ns), client.MatchingLabels{"app": app}); err != nil {
+		t.Fatalf("listing %s pods: %v", app, err)
+	}
+	var live []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	if len(live) != 1 {
+		t.Fatalf("want 1 %s pod, got %d", app, len(live))
+	}
+	return live[0]
+}
+
+// ---------------------------------------------------------------------------
+// Cases
+
+func (s *suite) sidecarInjected(t *testing.T) {
+	p := s.appPod
+	if n := sidecarCount(&p); n != 1 {
+		t.Fatalf("want exactly one %s container, got %d (init: %v, app: %v)", sidecarName, n, names(p.Spec.InitContainers), names(p.Spec.Containers))
+	}
+	if got := p.Spec.InitContainers[0].Name; got != sidecarName {
+		t.Errorf("the sidecar must be the first init container (it serves the later ones); first is %s", got)
+	}
+	var sc corev1.Container
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == sidecarName {
+			sc = c
+		}
+	}
+	if sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Errorf("the sidecar must be native (init container with restartPolicy Always); got %v", sc.RestartPolicy)
+	}
+	checkRestricted(t, sc.SecurityContext, p.Spec.SecurityContext)
+	if got := p.Labels["retry.dev/sidecar"]; got != "injected" {
+		t.Errorf("label retry.dev/sidecar = %q, want injected", got)
+	}
+	app := p.Spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range app.Env {
+		env[e.Name] = e.Value
+	}
+	if env["HTTP_PROXY"] != "http://127.0.0.1:15001" || env["http_proxy"] != "http://127.0.0.1:15001" {
+		t.Errorf("app container HTTP_PROXY/http_proxy = %q/%q, want http://127.0.0.1:15001", env["HTTP_PROXY"], env["http_proxy"])
+	}
+	var live corev1.Pod
+	if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(&p), &live); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range live.Status.InitContainerStatuses {
+		if st.Name == sidecarName && (st.State.Running == nil || !ptr.Deref(st.Started, false) || !st.Ready) {
+			t.Errorf("sidecar not running and ready: %+v", st.State)
+		}
+	}
+	t.Logf("pod %s: init containers %v, containers %v, sidecar image %s (%s)", p.Name, names(p.Spec.InitContainers), names(p.Spec.Containers), sc.Image, sc.ImagePullPolicy)
+}
+
+// checkRestricted asserts the "restricted" Pod Security Standard on a container.
+func checkRestricted(t *testing.T, c *corev1.SecurityContext, pod *corev1.PodSecurityContext) {
+	t.Helper()
+	if c == nil {
+		t.Fatal("the sidecar has no securityContext")
+	}
+	check := func(what string, ok bool, got any) {
+		if !ok {
+			t.Errorf("sidecar securityContext.%s: got %v", what, got)
+		}
+	}
+	check("runAsNonRoot = true", ptr.Deref(c.RunAsNonRoot, false), c.RunAsNonRoot)
+	check("runAsUser = 65532", ptr.Deref(c.RunAsUser, 0) == 65532, c.RunAsUser)
+	check("readOnlyRootFilesystem = true", ptr.Deref(c.ReadOnlyRootFilesystem, false), c.ReadOnlyRootFilesystem)
+	check("allowPrivilegeEscalation = false", c.AllowPrivilegeEscalation != nil && !*c.AllowPrivilegeEscalation, c.AllowPrivilegeEscalation)
+	check("privileged unset or false", !ptr.Deref(c.Privileged, false), c.Privileged)
+	check("capabilities.drop = [ALL], no add", c.Capabilities != nil && slices.Contains(c.Capabilities.Drop, "ALL") && len(c.Capabilities.Add) == 0, c.Capabilities)
+	seccomp := c.SeccompProfile
+	if seccomp == nil && pod != nil {
+		seccomp = pod.SeccompProfile
+	}
+	check("seccompProfile = RuntimeDefault", seccomp != nil && seccomp.Type == corev1.SeccompProfileTypeRuntimeDefault, seccomp)
+}
+
+func (s *suite) optedOutPod(t *testing.T) {
+	// The flaky upstream's pod opts out in an injection-enabled namespace.
+	p := s.podOf(t, "flaky-upstream")
+	if p.Labels["retry.dev/inject"] != "false" {
+		t.Fatalf("flaky-upstream pod lacks retry.dev/inject=false: %v", p.Labels)
+	}
+	if n := sidecarCount(&p); n != 0 || p.Labels["retry.dev/sidecar"] != "" {
+		t.Errorf("opted-out pod %s was injected: init %v, labels %v", p.Name, names(p.Spec.InitContainers), p.Labels)
+	}
+	// And a bare pod, created directly.
+	bare := testPod(s.ns, "opted-out", map[string]string{"retry.dev/inject": "false"})
+	if err := s.c.Create(context.Background(), bare); err != nil {
+		t.Fatalf("creating an opted-out pod: %v", err)
+	}
+	if n := sidecarCount(bare); n != 0 {
+		t.Errorf("opted-out pod %s was injected: %v", bare.Name, names(bare.Spec.InitContainers))
+	}
+}
+
+func (s *suite) kubeSystemPod(t *testing.T) {
+	ctx := context.Background()
+	p := testPod("kube-system", "retry-e2e-"+randomSuffix(), map[string]string{"retry.dev/inject": "true"})
+	if err := s.c.Create(ctx, p); err != nil {
+		t.Fatalf("creating a pod in kube-system: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = s.c.Delete(ctx, p, client.GracePeriodSeconds(0))
+	})
+	if n := sidecarCount(p); n != 0 {
+		t.Errorf("pod %s/%s was injected: %v", p.Namespace, p.Name, names(p.Spec.InitContainers))
+	}
+}
+
+func (s *suite) configMapHoldsPolicy(t *testing.T) {
+	ctx := context.Background()
+	s.eventually(t, time.Minute, "RetryPolicy Accepted=True and Programmed=True at its generation", func() (bool, string) {
+		var rp v1alpha1.RetryPolicy
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: policyName}, &rp); err != nil {
+			return false, err.Error()
+		}
+		acc := meta.FindStatusCondition(rp.Status.Conditions, "Accepted")
+		prog := meta.FindStatusCondition(rp.Status.Conditions, "Programmed")
+		ok := acc != nil && acc.Status == metav1.ConditionTrue && prog != nil && prog.Status == metav1.ConditionTrue &&
+			rp.Status.ObservedGeneration == rp.Generation
+		return ok, fmt.Sprintf("conditions %v, observedGeneration %d, generation %d", rp.Status.Conditions, rp.Status.ObservedGeneration, rp.Generation)
+	})
+	doc := s.renderedPolicies(t)
+	up := findUpstream(t, doc, s.ns, policyName)
+	if !slices.Equal(up.Hosts, []string{s.upstream}) {
+		t.Errorf("rendered hosts = %v, want [%s]", up.Hosts, s.upstream)
+	}
+	if got := ptr.Deref(up.MaxAttempts, 0); got != 4 {
+		t.Errorf("rendered maxAttempts = %d, want 4", got)
+	}
+	if up.RetryAfter == nil || up.RetryAfter.MaxWait == nil || *up.RetryAfter.MaxWait != "10s" {
+		t.Errorf("rendered retryAfter = %+v, want maxWait 10s", up.RetryAfter)
+	}
+	if up.Budget == nil || up.ReplayableMethods == nil {
+		t.Errorf("rendered upstream lacks defaults (budget %v, replayableMethods %v): every default must be applied", up.Budget, up.ReplayableMethods)
+	}
+}
+
+// renderedPolicies reads ConfigMap retry-policies of the test namespace.
+func (s *suite) renderedPolicies(t *testing.T) policyset.Document {
+	t.Helper()
+	var cm corev1.ConfigMap
+	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: "retry-policies"}, &cm); err != nil {
+		t.Fatalf("ConfigMap retry-policies: %v", err)
+	}
+	if cm.Labels["app.kubernetes.io/managed-by"] != "retry-operator" {
+		t.Errorf("ConfigMap labels %v lack app.kubernetes.io/managed-by=retry-operator", cm.Labels)
+	}
+	doc, err := policyset.Unmarshal([]byte(cm.Data["policies.json"]))
+	if err != nil {
+		t.Fatalf("ConfigMap retry-policies: %v\n%s", err, cm.Data["policies.json"])
+	}
+	return doc
+}
+
+func findUpstream(t *testing.T, doc policyset.Document, ns, name string) policyset.Upstream {
+	t.Helper()
+	for _, p := range doc.Policies {
+		if p.Namespace == ns && p.Name == name && len(p.Upstreams) == 1 {
+			return p.Upstreams[0]
+		}
+	}
+	t.Fatalf("policy %s/%s with one upstream not in the ConfigMap: %+v", ns, name, doc)
+	return policyset.Upstream{}
+}
+
+func (s *suite) retryAfterHonoured(t *testing.T) {
+	r := s.call(t, "GET", "/retry-after/2", "")
+	r.want(t, http.StatusOK, "success", 2)
+	gap := r.Arrivals[1].At.Sub(r.Arrivals[0].At)
+	t.Logf("429 Retry-After: 2 → retried %s later (at the upstream), outcome %s in %d ms", gap.Round(time.Millisecond), r.outcome(), r.ElapsedMillis)
+	if gap < 2*time.Second {
+		t.Errorf("the retry arrived %s after the 429, before the 2 s the server asked for", gap)
+	}
+	// Retry-After 2 + spread 500ms; anything far beyond means the hint was misread.
+	if gap > 5*time.Second {
+		t.Errorf("the retry arrived %s after the 429; want about 2-2.5 s (Retry-After 2, spread 500ms)", gap)
+	}
+}
+
+func (s *suite) flakyRetried(t *testing.T) {
+	r := s.call(t, "GET", "/flaky", "")
+	r.want(t, http.StatusOK, "success", 2)
+	gap := r.Arrivals[1].At.Sub(r.Arrivals[0].At)
+	t.Logf("503 then 200: retried %s later (backoff base 200ms, Full jitter)", gap.Round(time.Millisecond))
+	if gap > 2*time.Second {
+		t.Errorf("retry after %s; the first backoff is at most 200ms", gap)
+	}
+}
+
+func (s *suite) longRetryAfterDeferred(t *testing.T) {
+	r := s.call(t, "GET", "/retry-after/120", "")
+	r.want(t, http.StatusTooManyRequests, "deferred", 1)
+	if r.ElapsedMillis > 2000 {
+		t.Errorf("a deferred answer took %d ms; it must come back at once", r.ElapsedMillis)
+	}
+	if got := r.Headers["Retry-After"]; got != "120" {
+		t.Errorf("Retry-After = %q, want the upstream's 120 untouched", got)
+	}
+	nb, err := http.ParseTime(r.Headers["X-Retry-Not-Before"])
+	if err != nil {
+		t.Fatalf("X-Retry-Not-Before = %q: %v", r.Headers["X-Retry-Not-Before"], err)
+	}
+	ahead := nb.Sub(r.Arrivals[0].At)
+	t.Logf("429 Retry-After: 120 → %s in %d ms, X-Retry-Not-Before %s (%s after the arrival)", r.outcome(), r.ElapsedMillis, r.Headers["X-Retry-Not-Before"], ahead.Round(time.Second))
+	if ahead < 118*time.Second || ahead > 123*time.Second {
+		t.Errorf("X-Retry-Not-Before is %s after the 429; want about 120 s", ahead)
+	}
+}
+
+func (s *suite) postNotReplayed(t *testing.T) {
+	r := s.call(t, "POST", "/write", "")
+	r.want(t, http.StatusServiceUnavailable, "not-replayable", 1)
+}
+
+func (s *suite) postWithKeyReplayed(t *testing.T) {
+	key := "order-" + randomSuffix()
+	r := s.call(t, "POST", "/write", key)
+	r.want(t, http.StatusServiceUnavailable, "exhausted", 4)
+	for i, a := range r.Arrivals {
+		if a.IdempotencyKey != key || a.BodyBytes != r.Arrivals[0].BodyBytes || a.Attempt != strconv.Itoa(i+1) {
+			t.Errorf("arrival %d: key %q, body %d bytes, X-Retry-Attempt %q; want key %q, the same body, attempt %d",
+				i+1, a.IdempotencyKey, a.BodyBytes, a.Attempt, key, i+1)
+		}
+	}
+}
+
+func (s *suite) outageBounded(t *testing.T) {
+	r := s.call(t, "GET", "/always-503", "")
+	r.want(t, http.StatusServiceUnavailable, "exhausted", 4)
+}
+
+// policyEditPropagates lowers maxAttempts and measures, from the accepted edit:
+// the ConfigMap update (controller), the sidecar's reload (its log) and the
+// first request that behaves by the new policy. The kubelet refreshes ConfigMap
+// volumes on its periodic pod sync (up to about a minute, plus its cache TTL).
+func (s *suite) policyEditPropagates(t *testing.T) {
+	ctx := context.Background()
+	before := s.podState(t)
+	edited := time.Now()
+	s.patchPolicy(t, `[{"op":"replace","path":"/spec/upstreams/0/maxAttempts","value":2}]`)
+
+	var cmAt, behaviourAt time.Time
+	var last string
+	deadline := edited.Add(150 * time.Second)
+	next := edited
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Until(next))
+		next = time.Now().Add(time.Second)
+		if cmAt.IsZero() {
+			var cm corev1.ConfigMap
+			if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "retry-policies"}, &cm); err == nil {
+				if doc, err := policyset.Unmarshal([]byte(cm.Data["policies.json"])); err == nil &&
+					len(doc.Policies) == 1 && ptr.Deref(doc.Policies[0].Upstreams[0].MaxAttempts, 0) == 2 {
+					cmAt = time.Now()
+					t.Logf("ConfigMap retry-policies has maxAttempts 2 after %s", cmAt.Sub(edited).Round(100*time.Millisecond))
+				}
+			}
+		}
+		r := s.call(t, "GET", "/always-503", "")
+		last = fmt.Sprintf("status %d, outcome %s, attempts %s, arrivals %d", r.Status, r.outcome(), r.Headers["X-Retry-Attempts"], len(r.Arrivals))
+		if r.Headers["X-Retry-Attempts"] == "2" {
+			behaviourAt = time.Now()
+			r.want(t, http.StatusServiceUnavailable, "exhausted", 2)
+			break
+		}
+		if r.Headers["X-Retry-Attempts"] != "4" {
+			t.Errorf("while waiting for the edit: %s; want 4 (old policy) or 2 (new)", last)
+		}
+	}
+	if behaviourAt.IsZero() {
+		t.Fatalf("the sidecar still applies maxAttempts 4 %s after the edit (last: %s)", time.Since(edited).Round(time.Second), last)
+	}
+	s.propagate = behaviourAt.Sub(edited)
+	reload := s.sidecarReloadAfter(t, edited)
+	t.Logf("maxAttempts 4 → 2: ConfigMap after %s, sidecar reload logged after %s, new behaviour after %s",
+		durationSince(cmAt, edited), durationSince(reload, edited), s.propagate.Round(100*time.Millisecond))
+
+	after := s.podState(t)
+	if after != before {
+		t.Errorf("the pod restarted or was replaced: before %s, after %s", before, after)
+	}
+}
+
+func durationSince(t, since time.Time) string {
+	if t.IsZero() {
+		return "(not seen)"
+	}
+	return t.Sub(since).Round(100 * time.Millisecond).String()
+}
+
+// podState identifies the app pod's incarnation: UID, restart counts, start times.
+func (s *suite) podState(t *testing.T) string {
+	t.Helper()
+	var p corev1.Pod
+	if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(&s.appPod), &p); err != nil {
+		t.Fatalf("the app pod: %v", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "uid %s", p.UID)
+	for _, st := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		started := ""
+		if st.State.Running != nil {
+			started = st.State.Running.StartedAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(&b, "; %s restarts %d started %s", st.Name, st.RestartCount, started)
+	}
+	return b.String()
+}
+
+// sidecarReloadAfter is the time of the first "configuration loaded" line the
+// sidecar logged after t0 (zero if none).
+func (s *suite) sidecarReloadAfter(t *testing.T, t0 time.Time) time.Time {
+	t.Helper()
+	out, err := s.cs.CoreV1().Pods(s.ns).GetLogs(s.appPod.Name, &corev1.PodLogOptions{Container: sidecarName}).DoRaw(context.Background())
+	if err != nil {
+		t.Logf("sidecar logs: %v", err)
+		return time.Time{}
+	}
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		var l struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal(line, &l) == nil && l.Msg == "configuration loaded" && l.Time.After(t0) {
+			return l.Time
+		}
+	}
+	return time.Time{}
+}
+
+func (s *suite) patchPolicy(t *testing.T, jsonPatch string) {
+	t.Helper()
+	rp := &v1alpha1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: policyName}}
+	if err := s.c.Patch(context.Background(), rp, client.RawPatch(types.JSONPatchType, []byte(jsonPatch))); err != nil {
+		t.Fatalf("patching the RetryPolicy (%s): %v", jsonPatch, err)
+	}
+}
+
+func (s *suite) invalidEditRejected(t *testing.T) {
+	ctx := context.Background()
+	var before v1alpha1.RetryPolicy
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: policyName}, &before); err != nil {
+		t.Fatal(err)
+	}
+	cmBefore := s.renderedPolicies(t)
+	edits := map[string]struct{ patch, want string }{
+		// The CRD's OpenAPI schema: maximum 10.
+		"maxAttempts 12 (CRD schema)": {
+			`[{"op":"replace","path":"/spec/upstreams/0/maxAttempts","value":12}]`, "spec.upstreams[0].maxAttempts",
+		},
+		// CEL: base <= max.
+		"backoff.base above backoff.max (CEL)": {
+			`[{"op":"replace","path":"/spec/upstreams/0/backoff","value":{"base":"5s","max":"1s"}}]`, "spec.upstreams[0].backoff",
+		},
+		// Only the validating webhook (Go validation) knows hosts are lower-case.
+		"an upper-case host (validating webhook)": {
+			`[{"op":"replace","path":"/spec/upstreams/0/hosts/0","value":"Flaky-Upstream.example"}]`, "spec.upstreams[0].hosts[0]",
+		},
+	}
+	for name, e := range edits {
+		rp := &v1alpha1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: policyName}}
+		err := s.c.Patch(ctx, rp, client.RawPatch(types.JSONPatchType, []byte(e.patch)))
+		switch {
+		case err == nil:
+			t.Errorf("%s: accepted; want rejected", name)
+		case !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) && !apierrors.IsBadRequest(err):
+			t.Errorf("%s: rejected with %v; want an Invalid error", name, err)
+		case !strings.Contains(err.Error(), e.want):
+			t.Errorf("%s: error %q does not name the field %s", name, err, e.want)
+		default:
+			t.Logf("%s: rejected: %v", name, err)
+		}
+	}
+	var after v1alpha1.RetryPolicy
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: policyName}, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Generation != before.Generation {
+		t.Errorf("generation moved %d → %d: an invalid edit was stored", before.Generation, after.Generation)
+	}
+	if cmAfter := s.renderedPolicies(t); !jsonEqual(cmBefore, cmAfter) {
+		t.Errorf("ConfigMap changed after rejected edits")
+	}
+	r := s.call(t, "GET", "/always-503", "")
+	r.want(t, http.StatusServiceUnavailable, "exhausted", 2)
+}
+
+func jsonEqual(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return bytes.Equal(x, y)
+}
+
+// operatorDown scales the manager to zero, creates a pod and a policy, and
+// brings the manager back (also when the case fails).
+func (s *suite) operatorDown(t *testing.T) {
+	ctx := context.Background()
+	scale := func(n int) {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: managerDeployment, Namespace: operatorNamespace}}
+		if err := s.c.Patch(ctx, d, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n))); err != nil {
+			t.Fatalf("scaling the manager to %d: %v", n, err)
+		}
+	}
+	scale(0)
+	t.Cleanup(func() {
+		scale(1)
+		s.waitManagerReady(t, 3*time.Minute)
+		t.Log("manager back: 1 replica, webhook injecting")
+	})
+	s.eventually(t, time.Minute, "the manager pods to be gone", func() (bool, string) {
+		n := len(s.managerPods(t))
+		return n == 0, fmt.Sprintf("%d pods left", n)
+	})
+
+	start := time.Now()
+	p := testPod(s.ns, "while-operator-down", nil)
+	if err := s.c.Create(ctx, p); err != nil {
+		t.Fatalf("creating a pod with the operator down: %v (failurePolicy must be Ignore)", err)
+	}
+	took := time.Since(start)
+	t.Logf("pod created in %s with the operator down (init containers %v)", took.Round(time.Millisecond), names(p.Spec.InitContainers))
+	if sidecarCount(p) != 0 {
+		t.Errorf("a pod created with the operator down has a sidecar: who injected it?")
+	}
+	if took > 10*time.Second {
+		t.Errorf("creating the pod took %s: a down webhook must not hold pod creation", took)
+	}
+
+	rp := &v1alpha1.RetryPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "while-operator-down"},
+		Spec:       v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{{Name: "other", Hosts: []string{"other." + s.ns + ".svc"}}}},
+	}
+	if err := s.c.Create(ctx, rp); err == nil {
+		t.Errorf("a RetryPolicy was stored while its validating webhook (failurePolicy Fail) was down")
+	} else {
+		t.Logf("RetryPolicy refused while the operator is down: %v", err)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Calls through the demo app
+
+// report is the demo app's answer to /call (test/e2e/demo-app).
+type report struct {
+	RequestID     string            `json:"requestId"`
+	Method        string            `json:"method"`
+	URL           string            `json:"url"`
+	Status        int               `json:"status"`
+	Error         string            `json:"error"`
+	Headers       map[string]string `json:"headers"`
+	ElapsedMillis int64             `json:"elapsedMillis"`
+	StartedAt     time.Time         `json:"startedAt"`
+	Arrivals      []arrival         `json:"arrivals"`
+}
+
+// arrival is one attempt as the flaky upstream recorded it.
+type arrival struct {
+	Path           string    `json:"path"`
+	Method         string    `json:"method"`
+	At             time.Time `json:"at"`
+	Attempt        string    `json:"attempt"`
+	IdempotencyKey string    `json:"idempotencyKey"`
+	BodyBytes      int       `json:"bodyBytes"`
+	Status         int       `json:"status"`
+}
+
+func (r report) outcome() string { return r.Headers["X-Retry-Outcome"] }
+
+// want checks the status, the X-Retry-Outcome and X-Retry-Attempts headers, and
+// that the upstream saw exactly `attempts` arrivals.
+func (r report) want(t *testing.T, status int, outcome string, attempts int) {
+	t.Helper()
+	if r.Error != "" {
+		t.Fatalf("%s %s: the app's call failed: %s", r.Method, r.URL, r.Error)
+	}
+	ok := true
+	if r.Status != status || r.outcome() != outcome || r.Headers["X-Retry-Attempts"] != strconv.Itoa(attempts) || len(r.Arrivals) != attempts {
+		ok = false
+	}
+	if !ok {
+		t.Fatalf("%s %s (request %s):\n got: status %d, X-Retry-Outcome %q, X-Retry-Attempts %q, %d arrivals at the upstream\nwant: status %d, X-Retry-Outcome %q, X-Retry-Attempts %q, %d arrivals\n%s",
+			r.Method, r.URL, r.RequestID, r.Status, r.outcome(), r.Headers["X-Retry-Attempts"], len(r.Arrivals),
+			status, outcome, strconv.Itoa(attempts), attempts, r.timeline())
+	}
+}
+
+func (r report) timeline() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  headers %v, %d ms\n", r.Headers, r.ElapsedMillis)
+	for i, a := range r.Arrivals {
+		fmt.Fprintf(&b, "  arrival %d at +%s: %s %s X-Retry-Attempt=%q key=%q → %d\n", i+1,
+			a.At.Sub(r.Arrivals[0].At).Round(time.Millisecond), a.Method, a.Path, a.Attempt, a.IdempotencyKey, a.Status)
+	}
+	return b.String()
+}
+
+// call makes the demo app call the flaky upstream's path through its sidecar.
+func (s *suite) call(t *testing.T, method, path, key string) report {
+	t.Helper()
+	params := map[string]string{"url": "http://" + s.upstream + path, "method": method}
+	if key != "" {
+		params["key"] = key
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	body, err := s.cs.CoreV1().Services(s.ns).ProxyGet("http", "demo-app", "8080", "call", params).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("calling %s %s through the demo app: %v (%s)", method, path, err, body)
+	}
+	var r report
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("demo app answer %q: %v", body, err)
+	}
+	return r
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+// testPod is a minimal pod with the demo-app image (present on every cluster the
+// suite runs on), labelled e2e=true plus labels.
+func testPod(ns, name string, labels map[string]string) *corev1.Pod {
+	l := map[string]string{"e2e": "true"}
+	for k, v := range labels {
+		l[k] = v
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: l},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name: "app", Image: "retry.dev/demo-app:dev", ImagePullPolicy: corev1.PullNever,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+}
+
+func sidecarCount(p *corev1.Pod) int {
+	n := 0
+	for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+		if c.Name == sidecarName {
+			n++
+		}
+	}
+	return n
+}
+
+func names(cs []corev1.Container) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+func randomSuffix() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// eventually polls cond every 500ms until it holds; after timeout it fails the
+// test with cond's last message.
+func (s *suite) eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	start := time.Now()
+	var msg string
+	for {
+		var ok bool
+		ok, msg = cond()
+		if ok {
+			return
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, msg)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func (s *suite) kubectlOut(t *testing.T, stdin []byte, args ...string) []byte {
+	t.Helper()
+	out, err := s.kubectlRun(stdin, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (s *suite) kubectlRun(stdin []byte, args ...string) ([]byte, error) {
+	cmd := exec.Command(s.kubectl, args...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return append(stdout.Bytes(), stderr.Bytes()...), err
+	}
+	return stdout.Bytes(), nil
+}
+
+// dumpDiagnostics logs what a failed run needs: manager logs, sidecar and app
+// logs, events and pod descriptions of both namespaces.
+func (s *suite) dumpDiagnostics(t *testing.T) {
+	t.Log("========== diagnostics (the run failed) ==========")
+	section := func(title string, args ...string) {
+		out, err := s.kubectlRun(nil, args...)
+		if err != nil {
+			t.Logf("----- %s: %v\n%s", title, err, out)
+			return
+		}
+		t.Logf("----- %s (kubectl %s)\n%s", title, strings.Join(args, " "), out)
+	}
+	section("manager logs", "-n", operatorNamespace, "logs", "-l", "control-plane=controller-manager", "--tail=200", "--all-containers", "--prefix")
+	section("operator pods", "-n", operatorNamespace, "describe", "pods")
+	section("operator events", "-n", operatorNamespace, "get", "events", "--sort-by=.lastTimestamp")
+	if s.ns == "" {
+		return
+	}
+	section("sidecar logs", "-n", s.ns, "logs", "-l", "app=demo-app", "-c", sidecarName, "--tail=300", "--prefix")
+	section("demo-app logs", "-n", s.ns, "logs", "-l", "app=demo-app", "-c", "demo-app", "--tail=100", "--prefix")
+	section("flaky-upstream logs", "-n", s.ns, "logs", "-l", "app=flaky-upstream", "--tail=100", "--prefix")
+	section("pods", "-n", s.ns, "describe", "pods")
+	section("events", "-n", s.ns, "get", "events", "--sort-by=.lastTimestamp")
+	section("RetryPolicies", "-n", s.ns, "get", "retrypolicies", "-o", "yaml")
+	section("ConfigMap retry-policies", "-n", s.ns, "get", "configmap", "retry-policies", "-o", "yaml")
+}
