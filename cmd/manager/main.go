@@ -1,6 +1,6 @@
 // Command manager runs the RetryPolicy controller and the two admission
 // webhooks (RetryPolicy validation, pod sidecar injection). Flags follow
-// kubebuilder's conventions; docs/manager.md documents each one.
+// kubebuilder's conventions; the README ("The manager", Flags) documents each one.
 package main
 
 import (

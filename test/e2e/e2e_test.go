@@ -11,7 +11,7 @@
 // imagePullPolicy Never), so they must be on the node already (hack/local-cluster.sh
 // and hack/kind.sh load them). The test reaches the demo app through the API
 // server's service proxy and measures retries at the upstream, which records the
-// arrival time of every attempt. docs/e2e.md lists the cases.
+// arrival time of every attempt. the README ("End to end") lists the cases.
 //
 // Environment: KUBECONFIG (required), KUBECTL (default: bin/k8s/<version>/kubectl,
 // else kubectl on PATH), E2E_KEEP_NAMESPACE=1 keeps the test namespace for a

@@ -40,7 +40,7 @@ type report struct {
 	} `json:"arrivals"`
 }
 
-// decision is one retry-sidecar log line about an attempt (docs/sidecar.md, Logs).
+// decision is one retry-sidecar log line about an attempt (README, "The sidecar", Logs).
 type decision struct {
 	Msg        string `json:"msg"`
 	RequestID  string `json:"request_id"`
