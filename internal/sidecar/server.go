@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/h1client"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -83,6 +84,24 @@ func UpstreamTransport(o Options) *http.Transport {
 	}
 }
 
+// UpstreamClient is what every attempt is sent with: h1client for plain http://
+// upstreams (request written and response read on the handler's goroutine, over
+// the same keep-alive pool limits), falling back to UpstreamTransport for https,
+// upgrades, Expect: 100-continue and streamed or large request bodies.
+func UpstreamClient(o Options) *h1client.Transport {
+	d := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
+	return &h1client.Transport{
+		DialContext:         d.DialContext,
+		Fallback:            UpstreamTransport(o),
+		MaxIdleConns:        o.MaxIdleConns,
+		MaxIdleConnsPerHost: o.MaxIdleConnsPerHost,
+		MaxConnsPerHost:     o.MaxConnsPerHost,
+		IdleConnTimeout:     o.IdleConnTimeout,
+		ReadBufferSize:      16 << 10,
+		WriteBufferSize:     16 << 10,
+	}
+}
+
 // Run serves until ctx ends (SIGTERM), then drains: it stops accepting, lets the
 // requests and tunnels in flight finish within DrainTimeout, closes what is
 // left, and returns nil. It returns an error only if it cannot start.
@@ -100,7 +119,7 @@ func Run(ctx context.Context, o Options) error {
 		log.Warn("starting without a configuration: not ready until a valid one is loaded")
 	}
 
-	upstream := UpstreamTransport(o)
+	upstream := UpstreamClient(o)
 	rt := &retrypolicy.Transport{
 		Inner:    upstream,
 		Route:    reloader.Route,

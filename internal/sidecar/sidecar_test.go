@@ -291,7 +291,7 @@ func BenchmarkProxy(b *testing.B) {
 	}
 	m := NewMetrics()
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	rt := &retrypolicy.Transport{Inner: UpstreamTransport(DefaultOptions()), Route: set.MatchRequest,
+	rt := &retrypolicy.Transport{Inner: UpstreamClient(DefaultOptions()), Route: set.MatchRequest,
 		Observer: retrypolicy.Observers{m, NewLogObserver(log)}}
 	p := &Proxy{Transport: rt, Metrics: m, Log: log, Route: set.MatchRequest}
 	front := httptest.NewServer(p)

@@ -70,10 +70,15 @@ func (canned) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func benchTransport(b *testing.B, route func(*http.Request) *Policy, method string, body string) {
-	tr := &Transport{Inner: canned{}, Route: route}
+	benchTransportWith(b, &Transport{Inner: canned{}, Route: route}, method, body, "r1")
+}
+
+func benchTransportWith(b *testing.B, tr *Transport, method, body, requestID string) {
 	req, _ := http.NewRequestWithContext(context.Background(), method, "http://payments.shop.svc/pay?x=1", nil)
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("X-Request-Id", "r1")
+	if requestID != "" {
+		req.Header.Set("X-Request-Id", requestID)
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		if body != "" {
@@ -100,6 +105,13 @@ func BenchmarkTransportNoRetry(b *testing.B) {
 	benchTransport(b, Static(compile(b, nil)), "GET", "")
 }
 
+// BenchmarkTransportNoRetryObserved is the sidecar's path: an observer is set
+// and the request carries no X-Request-Id, so one is generated.
+func BenchmarkTransportNoRetryObserved(b *testing.B) {
+	tr := &Transport{Inner: canned{}, Route: Static(compile(b, nil)), Observer: observerFunc(func(Event) {})}
+	benchTransportWith(b, tr, "GET", "", "")
+}
+
 // BenchmarkTransportNoRetryPOST streams a non-replayable body (never buffered).
 func BenchmarkTransportNoRetryPOST(b *testing.B) {
 	benchTransport(b, Static(compile(b, func(c *Config) { c.RetryOnConnectFailure = false })), "POST", `{"amount":10}`)
@@ -113,4 +125,23 @@ func BenchmarkTransportNoRetryLimits(b *testing.B) {
 		c.Concurrency = &ConcurrencyConfig{MaxInFlight: 64}
 	})
 	benchTransport(b, Static(p), "GET", "")
+}
+
+// TestTransportNoRetryAllocs bounds the allocations of the sidecar's fast path
+// (policy, observer, generated request id, one 200), the canned inner's 2
+// included, so a regression shows up in `go test`, not only in benchmarks.
+func TestTransportNoRetryAllocs(t *testing.T) {
+	tr := &Transport{Inner: canned{}, Route: Static(compile(t, nil)), Observer: observerFunc(func(Event) {})}
+	req, _ := http.NewRequestWithContext(context.Background(), "GET", "http://payments.shop.svc/pay?x=1", nil)
+	req.Header.Set("Accept", "application/json")
+	n := testing.AllocsPerRun(200, func() {
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	})
+	if n > 11 {
+		t.Errorf("%v allocs per no-retry request, want ≤ 11", n)
+	}
 }

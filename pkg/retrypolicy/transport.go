@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"k8s.io/utils/clock"
 )
@@ -149,6 +150,7 @@ type call struct {
 	idem     bool // method replayable or idempotency key present
 	body     bodySource
 	id       string
+	idBuf    [16]byte // backing of a generated id
 
 	// the current attempt
 	cancel   context.CancelFunc
@@ -201,7 +203,7 @@ func (c *call) run() (*http.Response, error) {
 	if c.t.Observer != nil {
 		c.id = req.Header.Get(HeaderRequestID)
 		if c.id == "" {
-			c.id = newRequestID()
+			c.id = c.newRequestID()
 		}
 	}
 	if err := c.prepareBody(); err != nil {
@@ -674,13 +676,15 @@ func firstValue(v []string) string {
 }
 
 // newRequestID makes a 16-hex-digit id for requests that carry no X-Request-Id.
-func newRequestID() string {
+// Its bytes live in the call (already allocated) and are never written again,
+// so the string costs no allocation of its own.
+func (c *call) newRequestID() string {
 	const hex = "0123456789abcdef"
-	var b [16]byte
+	b := &c.idBuf
 	x := rand.Uint64()
 	for i := range b {
 		b[i] = hex[x&15]
 		x >>= 4
 	}
-	return string(b[:])
+	return unsafe.String(&b[0], len(b))
 }
