@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -192,6 +193,30 @@ func TestSamplesLoadAsPolicyFiles(t *testing.T) {
 		}
 		if !strings.HasPrefix(doc.Policies[0].Namespace, "shop") {
 			t.Errorf("%s: namespace %q", f, doc.Policies[0].Namespace)
+		}
+	}
+}
+
+// The API (v1alpha1.ValidateHostPattern) and the pure core (retrypolicy.Compile)
+// each check host patterns: the core cannot import the API. They must agree, or a
+// policy accepted by the API server would be refused by every sidecar.
+func TestHostPatternCheckersAgree(t *testing.T) {
+	for _, h := range []string{
+		"payments.shop.svc", "api.partner.example:8443", "*.catalogue.svc", "10.0.0.7", "10.0.0.7:8080",
+		"[fd00::7]", "[fd00::7]:8080", "localhost", "a", "x-1.y-2",
+		"", "Payments.svc", "http://payments", "payments.svc:", "payments.svc:0", "payments.svc:70000",
+		"payments.svc:08080", "fd00::7", "api.*.example", "*.example:443", "*api.example", "*.", "*",
+		"-bad.svc", "bad-.svc", "a..b", "a_b.svc", "[fd00::7", "[zz::1]:80", "pay ments.svc",
+	} {
+		apiOK := v1alpha1.ValidateHostPattern(h) == ""
+		_, err := retrypolicy.Compile(retrypolicy.Config{
+			Name: "u", Hosts: []string{h}, MaxAttempts: 3, Deadline: 10 * time.Second,
+			Backoff:       retrypolicy.Backoff{Base: 100 * time.Millisecond, Max: time.Second, Jitter: retrypolicy.JitterFull},
+			RetryOnStatus: []int{503}, ReplayableMethods: []string{"GET"}, RetryAfterMaxWait: 30 * time.Second,
+			RetryAfterSpread: time.Second,
+		})
+		if coreOK := err == nil; apiOK != coreOK {
+			t.Errorf("host %q: API accepts=%v, retrypolicy.Compile accepts=%v (%v)", h, apiOK, coreOK, err)
 		}
 	}
 }

@@ -356,13 +356,20 @@ func checkHostPattern(h string) string {
 // isHostName: lower-case letters, digits, '-' and '.', labels non-empty, no
 // leading or trailing dot.
 func isHostName(s string) bool {
-	if s == "" || len(s) > 253 || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+	if s == "" || len(s) > 253 {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.') {
+	// DNS-1123 subdomain, as the API validates it: labels of [a-z0-9-], 1..63
+	// long, not starting or ending with '-'.
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
 			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+				return false
+			}
 		}
 	}
 	return true
