@@ -19,8 +19,11 @@ KUBE_BIN ?= $(LOCALBIN)/k8s/$(KUBE_VERSION)
 KUBECTL ?= $(KUBE_BIN)/kubectl
 
 # Images are written as tarballs by hack/images (no Docker needed).
-IMG_MANAGER ?= retry.dev/manager:dev
-IMG_SIDECAR ?= retry.dev/retry-sidecar:dev
+MANAGER_IMAGE ?= retry.dev/manager
+IMAGE_TAG ?= dev
+# config/default uses cert-manager for webhook certificates; config/local has the
+# manager generate its own (clusters without cert-manager: the local one, kind).
+DEPLOY_OVERLAY ?= config/default
 
 # Files that `make manifests generate` writes; `make test` fails if they are stale.
 GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml
@@ -130,13 +133,15 @@ uninstall: kube-binaries ## Remove the CRD from the cluster in KUBECONFIG.
 	"$(KUBECTL)" delete --ignore-not-found -f config/crd/bases
 
 .PHONY: deploy
-deploy: manifests $(KUSTOMIZE) kube-binaries ## Deploy the operator (config/default) to the cluster in KUBECONFIG.
-	cd config/manager && "$(KUSTOMIZE)" edit set image controller=$(IMG_MANAGER)
-	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" apply --server-side -f -
+deploy: manifests $(KUSTOMIZE) kube-binaries ## Deploy the operator (DEPLOY_OVERLAY, default config/default) with MANAGER_IMAGE:IMAGE_TAG.
+	@mkdir -p bin; tmp=$$(mktemp -d bin/deploy.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
+	printf 'resources:\n- %s\nimages:\n- name: controller\n  newName: %s\n  newTag: %s\n- name: retry.dev/manager\n  newName: %s\n  newTag: %s\n' \
+		"../../$(DEPLOY_OVERLAY)" "$(MANAGER_IMAGE)" "$(IMAGE_TAG)" "$(MANAGER_IMAGE)" "$(IMAGE_TAG)" >"$$tmp/kustomization.yaml"; \
+	"$(KUSTOMIZE)" build "$$tmp" | "$(KUBECTL)" apply --server-side -f -
 
 .PHONY: undeploy
-undeploy: $(KUSTOMIZE) kube-binaries ## Remove the operator from the cluster in KUBECONFIG.
-	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" delete --ignore-not-found -f -
+undeploy: $(KUSTOMIZE) kube-binaries ## Remove the operator (DEPLOY_OVERLAY) from the cluster in KUBECONFIG.
+	"$(KUSTOMIZE)" build $(DEPLOY_OVERLAY) | "$(KUBECTL)" delete --ignore-not-found -f -
 
 E2E_CLUSTER ?= local
 
