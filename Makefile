@@ -85,10 +85,11 @@ kube-binaries: ## Build kube-apiserver, kubectl and etcd from source into bin/k8
 test: check-fmt vet check-generated kube-binaries ## Every test that needs no cluster of pods: unit, envtest, sidecar.
 	KUBEBUILDER_ASSETS="$$(KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh 2>/dev/null | tail -1)" \
 		go test -count=1 $(GO_PACKAGES)
+	$(MAKE) --no-print-directory test-race
 
 .PHONY: test-race
-test-race: ## The pure packages under the race detector.
-	go test -count=1 -race ./pkg/... ./internal/policyset/...
+test-race: ## The concurrent packages (decision core, sidecar, upstream client) under the race detector.
+	go test -count=1 -race ./pkg/... ./internal/policyset/... ./internal/sidecar/... ./internal/h1client/...
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
