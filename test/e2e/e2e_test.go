@@ -11,7 +11,7 @@
 // imagePullPolicy Never), so they must be on the node already (hack/local-cluster.sh
 // and hack/kind.sh load them). The test reaches the demo app through the API
 // server's service proxy and measures retries at the upstream, which records the
-// arrival time of every attempt. the README ("End to end") lists the cases.
+// arrival time of every attempt. The README ("End to end") lists the cases.
 //
 // Environment: KUBECONFIG (required), KUBECTL (default: bin/k8s/<version>/kubectl,
 // else kubectl on PATH), E2E_KEEP_NAMESPACE=1 keeps the test namespace for a
@@ -51,6 +51,8 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
+
+	"github.com/retrydev/retry-operator/test/e2e/wire"
 )
 
 const (
@@ -792,29 +794,8 @@ func (s *suite) operatorDown(t *testing.T) {
 // ---------------------------------------------------------------------------
 // Calls through the demo app
 
-// report is the demo app's answer to /call (test/e2e/demo-app).
-type report struct {
-	RequestID     string            `json:"requestId"`
-	Method        string            `json:"method"`
-	URL           string            `json:"url"`
-	Status        int               `json:"status"`
-	Error         string            `json:"error"`
-	Headers       map[string]string `json:"headers"`
-	ElapsedMillis int64             `json:"elapsedMillis"`
-	StartedAt     time.Time         `json:"startedAt"`
-	Arrivals      []arrival         `json:"arrivals"`
-}
-
-// arrival is one attempt as the flaky upstream recorded it.
-type arrival struct {
-	Path           string    `json:"path"`
-	Method         string    `json:"method"`
-	At             time.Time `json:"at"`
-	Attempt        string    `json:"attempt"`
-	IdempotencyKey string    `json:"idempotencyKey"`
-	BodyBytes      int       `json:"bodyBytes"`
-	Status         int       `json:"status"`
-}
+// report is the demo app's answer to /call, with the suite's assertions on it.
+type report wire.Report
 
 func (r report) outcome() string { return r.Headers["X-Retry-Outcome"] }
 

@@ -21,20 +21,9 @@ import (
 	"os"
 	"strings"
 	"time"
-)
 
-// Report is what /call answers.
-type Report struct {
-	RequestID     string            `json:"requestId"`
-	Method        string            `json:"method"`
-	URL           string            `json:"url"`
-	Status        int               `json:"status,omitempty"`
-	Error         string            `json:"error,omitempty"`
-	Headers       map[string]string `json:"headers"`
-	ElapsedMillis int64             `json:"elapsedMillis"`
-	StartedAt     time.Time         `json:"startedAt"`
-	Arrivals      json.RawMessage   `json:"arrivals,omitempty"`
-}
+	"github.com/retrydev/retry-operator/test/e2e/wire"
+)
 
 func main() {
 	listen := flag.String("listen", ":8080", "address to serve on")
@@ -58,7 +47,7 @@ func main() {
 		if method == "" {
 			method = http.MethodGet
 		}
-		rep := Report{RequestID: newID(), Method: method, URL: target.String(), Headers: map[string]string{}, StartedAt: time.Now().UTC()}
+		rep := wire.Report{RequestID: newID(), Method: method, URL: target.String(), Headers: map[string]string{}, StartedAt: time.Now().UTC()}
 		var body io.Reader
 		if method == http.MethodPost || method == http.MethodPut {
 			body = strings.NewReader(`{"order":42}`)
@@ -86,9 +75,8 @@ func main() {
 		if resp, err := direct.Get(arr.String()); err == nil {
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			resp.Body.Close()
-			if json.Valid(b) {
-				rep.Arrivals = b
-			}
+			_ = json.Unmarshal(b, &rep.Arrivals) // a bad answer leaves no arrivals
+
 		}
 		log.Info("call", "requestId", rep.RequestID, "method", method, "path", target.Path, "status", rep.Status,
 			"outcome", rep.Headers["X-Retry-Outcome"], "elapsedMillis", rep.ElapsedMillis)

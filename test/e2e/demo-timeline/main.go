@@ -21,24 +21,12 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/retrydev/retry-operator/test/e2e/wire"
 )
 
 // report is the demo app's /call answer (test/e2e/demo-app).
-type report struct {
-	RequestID     string            `json:"requestId"`
-	Method        string            `json:"method"`
-	URL           string            `json:"url"`
-	Status        int               `json:"status"`
-	Error         string            `json:"error"`
-	Headers       map[string]string `json:"headers"`
-	ElapsedMillis int64             `json:"elapsedMillis"`
-	Arrivals      []struct {
-		At         time.Time `json:"at"`
-		Attempt    string    `json:"attempt"`
-		Status     int       `json:"status"`
-		RetryAfter string    `json:"retryAfter"`
-	} `json:"arrivals"`
-}
+type report = wire.Report
 
 // decision is one retry-sidecar log line about an attempt (README, "The sidecar", Logs).
 type decision struct {

@@ -27,43 +27,33 @@ import (
 	"strings"
 	"sync"
 	"time"
-)
 
-// Arrival is one attempt as the upstream saw it.
-type Arrival struct {
-	Path           string    `json:"path"`
-	Method         string    `json:"method"`
-	At             time.Time `json:"at"`
-	Attempt        string    `json:"attempt,omitempty"` // X-Retry-Attempt
-	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
-	BodyBytes      int       `json:"bodyBytes"`
-	Status         int       `json:"status"`
-	RetryAfter     string    `json:"retryAfter,omitempty"` // the Retry-After it answered with
-}
+	"github.com/retrydev/retry-operator/test/e2e/wire"
+)
 
 type recorder struct {
 	mu  sync.Mutex
-	log map[string][]Arrival // request id → arrivals
+	log map[string][]wire.Arrival // request id → arrivals
 }
 
-func (r *recorder) add(id string, a Arrival) int {
+func (r *recorder) add(id string, a wire.Arrival) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.log[id] = append(r.log[id], a)
 	return len(r.log[id])
 }
 
-func (r *recorder) get(id string) []Arrival {
+func (r *recorder) get(id string) []wire.Arrival {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Arrival(nil), r.log[id]...)
+	return append([]wire.Arrival(nil), r.log[id]...)
 }
 
 func main() {
 	listen := flag.String("listen", ":8080", "address to serve on")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	rec := &recorder{log: map[string][]Arrival{}}
+	rec := &recorder{log: map[string][]wire.Arrival{}}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
@@ -74,7 +64,7 @@ func main() {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		id := r.Header.Get("X-Request-Id")
-		a := Arrival{Path: r.URL.Path, Method: r.Method, At: time.Now().UTC(), Attempt: r.Header.Get("X-Retry-Attempt"),
+		a := wire.Arrival{Path: r.URL.Path, Method: r.Method, At: time.Now().UTC(), Attempt: r.Header.Get("X-Retry-Attempt"),
 			IdempotencyKey: r.Header.Get("Idempotency-Key"), BodyBytes: int(n)}
 		a.Status = respond(w, r, rec, id, a)
 		log.Info("arrival", "path", a.Path, "method", a.Method, "requestId", id, "attempt", a.Attempt, "status", a.Status)
@@ -88,7 +78,7 @@ func main() {
 }
 
 // respond scripts the answer and records the arrival; it returns the status sent.
-func respond(w http.ResponseWriter, r *http.Request, rec *recorder, id string, a Arrival) int {
+func respond(w http.ResponseWriter, r *http.Request, rec *recorder, id string, a wire.Arrival) int {
 	path := r.URL.Path
 	status := http.StatusOK
 	seen := 0 // earlier arrivals of this request id on this path

@@ -1,0 +1,33 @@
+// Package wire holds the JSON the end-to-end programs exchange: what the flaky
+// upstream records per attempt, and what the demo app answers for one call. The
+// upstream, the demo app, the demo timeline and the e2e suite all use these types,
+// so the four cannot drift apart.
+package wire
+
+import "time"
+
+// Arrival is one attempt as the flaky upstream saw it (GET /arrivals?id=X).
+type Arrival struct {
+	Path           string    `json:"path"`
+	Method         string    `json:"method"`
+	At             time.Time `json:"at"`
+	Attempt        string    `json:"attempt,omitempty"` // X-Retry-Attempt
+	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
+	BodyBytes      int       `json:"bodyBytes"`
+	Status         int       `json:"status"`
+	RetryAfter     string    `json:"retryAfter,omitempty"` // the Retry-After it answered with
+}
+
+// Report is the demo app's answer to GET /call: the caller's view of one logical
+// request, joined with the upstream's arrivals for the same X-Request-Id.
+type Report struct {
+	RequestID     string            `json:"requestId"`
+	Method        string            `json:"method"`
+	URL           string            `json:"url"`
+	Status        int               `json:"status,omitempty"`
+	Error         string            `json:"error,omitempty"`
+	Headers       map[string]string `json:"headers"`
+	ElapsedMillis int64             `json:"elapsedMillis"`
+	StartedAt     time.Time         `json:"startedAt"`
+	Arrivals      []Arrival         `json:"arrivals,omitempty"`
+}
