@@ -54,6 +54,7 @@ func main() {
 	fs.IntVar(&o.MaxConnsPerHost, "max-conns-per-host", o.MaxConnsPerHost, "upstream connections per host, 0 = unlimited")
 	fs.DurationVar(&o.IdleConnTimeout, "idle-conn-timeout", o.IdleConnTimeout, "close idle upstream connections after this long")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "upstream connect timeout")
+	fs.Int64Var(&o.MaxReplayMemory, "max-replay-memory", 0, "bytes all request replay buffers may hold at once (0: a quarter of GOMEMLIMIT, or 32 MiB without one); a body that does not fit is sent once, never replayed")
 	fs.DurationVar(&o.ReloadDebounce, "reload-debounce", o.ReloadDebounce, "wait this long after a file event before reloading")
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "re-read the configuration this often even without file events")
 	fs.StringVar(&o.ReadyFile, "ready-file", "", "write {\"listen\",\"admin\",\"pid\"} as JSON here once listening (useful with port 0)")

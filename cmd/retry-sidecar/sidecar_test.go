@@ -536,7 +536,11 @@ func TestMetricsCountAttemptsDelaysParseFailuresAndSkew(t *testing.T) {
 			w.Header().Set("Retry-After", "0")
 			w.WriteHeader(503)
 		},
-		status(200)))
+		func(_ int, w http.ResponseWriter, _ *http.Request) {
+			// Dated without a Retry-After: the skew is still observed (R1).
+			w.Header().Set("Date", time.Now().Add(-2*time.Minute).UTC().Format(http.TimeFormat))
+			w.WriteHeader(200)
+		}))
 	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields()...))
 	assertOutcome(t, s.get(up.url("/")), 200, "success", "3")
 	for series, want := range map[string]float64{
@@ -551,8 +555,8 @@ func TestMetricsCountAttemptsDelaysParseFailuresAndSkew(t *testing.T) {
 	if !strings.Contains(body, `retry_sidecar_retry_after_parse_failures_total{reason=`) {
 		t.Error("no Retry-After parse failure counted")
 	}
-	if skew := s.metric(`retry_sidecar_clock_skew_seconds{upstream="up"}`); skew < 55 || skew > 65 {
-		t.Errorf("clock skew %v s, want about 60", skew)
+	if skew := s.metric(`retry_sidecar_clock_skew_seconds{upstream="up"}`); skew < 115 || skew > 125 {
+		t.Errorf("clock skew %v s, want about 120 (from the last, dated 200 without Retry-After)", skew)
 	}
 	if !strings.Contains(body, `retry_sidecar_config_info{hash="sha256:`) {
 		t.Error("no config_info with the content hash")

@@ -10,17 +10,31 @@
 // need the request written concurrently with the response being read, which is
 // exactly what net/http's writeLoop is for).
 //
-// Contract kept from net/http.Transport, relied upon by pkg/retrypolicy:
+// Contract (docs/sidecar.md, "What the app can rely on"), relied upon by
+// pkg/retrypolicy, which counts every transmission as an attempt:
 //   - a connect failure is returned as the dialer's error (a *net.OpError with
 //     Op "dial", or a *net.DNSError), so it is distinguishable from a failure
 //     after the request was written;
-//   - a request on a reused keep-alive connection that dies before any response
-//     byte is sent again on another connection when that is safe (nothing was
-//     written, or the request is idempotent and its body can be replayed), as
-//     net/http does; a non-replayable request is sent on a pooled connection
-//     only after a non-blocking liveness check;
+//   - a request is never sent twice. The sole exception: on a reused connection
+//     where not one byte of the request reached the socket, it goes out on
+//     another connection as the same transmission (with its body produced again
+//     by GetBody, or no body). Which requests are replayable is the retry
+//     policy's business alone; no header name is treated as "safe" here;
+//   - a pooled connection is checked (a non-blocking peek) before every reuse: a
+//     connection the server closed while idle, or one holding unsolicited bytes,
+//     is discarded, never written to;
+//   - bytes never cross between exchanges: a connection with unread bytes after
+//     a response, or after any framing error, is closed, never reused;
+//   - a status outside 100–999 or a malformed head is ErrMalformedResponse;
+//   - an answer the server sent before reading the whole request body (a 413,
+//     say) is returned, not replaced by the write error;
 //   - the request body is always closed; cancellation and deadlines of the
 //     request's context abort dialing, writing, and reading headers and body.
+//
+// Fallback requests are sent so that net/http.Transport cannot resend them on
+// its own either: requests with a body go without GetBody (net/http then never
+// replays them), body-less ones on a transport without keep-alive (net/http
+// replays only on reused connections).
 package h1client
 
 import (
@@ -35,7 +49,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 // DefaultMaxSyncBodyBytes is the largest request body (with a known length)
@@ -51,10 +68,15 @@ const maxDrain = 16 << 10
 type Transport struct {
 	// DialContext opens upstream connections; nil means a net.Dialer with a 30 s timeout.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
-	// Fallback sends the requests this client does not handle (see the package
-	// doc); nil means they are an error, except large or chunked bodies, which
-	// are then written synchronously.
-	Fallback http.RoundTripper
+	// Fallback sends the requests with a body that this client does not handle
+	// (see the package doc); it is given them without GetBody, so an
+	// *http.Transport never replays them. FallbackNoReuse sends the body-less
+	// ones: it must not reuse connections (an *http.Transport with
+	// DisableKeepAlives), because net/http replays body-less requests on its own
+	// when a reused connection dies. nil means such requests are an error, except
+	// large or chunked bodies, which are then written synchronously.
+	Fallback        http.RoundTripper
+	FallbackNoReuse http.RoundTripper
 
 	MaxIdleConns        int           // all hosts; 0 = unlimited
 	MaxIdleConnsPerHost int           // 0 = 2, as net/http
@@ -131,11 +153,7 @@ var errUnsupported = errors.New("h1client: request needs the fallback transport"
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.handles(req) {
-		if t.Fallback != nil {
-			return t.Fallback.RoundTrip(req)
-		}
-		closeBody(req)
-		return nil, fmt.Errorf("%w: %s %s", errUnsupported, req.Method, req.URL.Scheme)
+		return t.fallback(req)
 	}
 	if err := validate(req); err != nil {
 		closeBody(req)
@@ -149,7 +167,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	canResend := body == nil || req.GetBody != nil
 	for try := 0; ; try++ {
-		c, err := t.getConn(ctx, key, !replayable(req))
+		c, err := t.getConn(ctx, key)
 		if err != nil {
 			if body != nil {
 				body.Close()
@@ -168,16 +186,48 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			return resp, nil
 		}
-		// net/http's rule for a reused connection that died before any
-		// response byte: resend if nothing was written, or if the request is
-		// idempotent; in both cases only with a body that can be produced again.
-		retry := c.reused && c.cr.nread == 0 && ctx.Err() == nil && try < 4 && canResend &&
-			(c.cr.nwritten == 0 || replayable(req))
+		// The one resend: not one byte of this request reached the socket of a
+		// reused connection (it died between the liveness check and the write).
+		// The server cannot have seen it, so it is the same transmission.
+		retry := c.reused && c.cr.nwritten == 0 && canResend && ctx.Err() == nil && try < maxNothingWrittenResends
 		t.discard(c)
 		if !retry {
 			return nil, err
 		}
 	}
+}
+
+// maxNothingWrittenResends bounds the resends of a request none of whose bytes
+// were written (each consumes one dead pooled connection).
+const maxNothingWrittenResends = 4
+
+// fallback sends a request this client does not handle, so that net/http
+// cannot resend it on its own (see Fallback).
+func (t *Transport) fallback(req *http.Request) (*http.Response, error) {
+	rt := t.Fallback
+	hasBody := req.Body != nil && req.Body != http.NoBody
+	if !hasBody {
+		rt = t.FallbackNoReuse
+	}
+	if rt == nil {
+		closeBody(req)
+		return nil, fmt.Errorf("%w: %s %s", errUnsupported, req.Method, req.URL.Scheme)
+	}
+	out := req
+	if req.GetBody != nil {
+		out = req.Clone(req.Context())
+		out.Body = req.Body
+		out.GetBody = nil
+	}
+	if _, ok := req.Header["User-Agent"]; !ok {
+		// net/http would add its own User-Agent; the upstream gets what the app sent.
+		if out == req {
+			out = req.Clone(req.Context())
+			out.Body = req.Body
+		}
+		out.Header["User-Agent"] = []string{""}
+	}
+	return rt.RoundTrip(out)
 }
 
 // handles reports whether the request is for this client.
@@ -203,22 +253,6 @@ func (t *Transport) handles(req *http.Request) bool {
 		}
 	}
 	return true
-}
-
-// replayable reports whether a request may be sent again after a reused
-// connection died before any response byte (net/http's rule): an idempotent
-// method or an idempotency key, and a body that can be produced again.
-func replayable(req *http.Request) bool {
-	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
-		return false
-	}
-	switch req.Method {
-	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return true
-	}
-	_, a := req.Header["Idempotency-Key"]
-	_, b := req.Header["X-Idempotency-Key"]
-	return a || b
 }
 
 func validate(req *http.Request) error {
@@ -332,34 +366,32 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, body io.ReadClo
 		err = w.Flush()
 	}
 	t.putWriter(w)
-	if err != nil {
-		return fail(err)
-	}
+	writeErr := err
 	if body != nil {
 		body.Close()
 		body = nil
 	}
+	if writeErr != nil {
+		if c.cr.nwritten == 0 || ctx.Err() != nil {
+			return fail(writeErr)
+		}
+		// The server may have answered before reading the whole body (a 413,
+		// say) and closed: its answer, if it came, is the response.
+		c.nc.SetReadDeadline(time.Now().Add(earlyAnswerWait))
+	}
 
-	br := c.br
 	c.cr.limit = t.maxHeader()
-	for n := 0; ; n++ {
-		resp, err = readResponse(br, req)
-		if err != nil {
-			return fail(err)
+	resp, err = readFinalResponse(c.br, req)
+	if err != nil {
+		if writeErr != nil {
+			return fail(writeErr)
 		}
-		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
-			if n >= 10 {
-				return fail(errors.New("h1client: too many 1xx responses"))
-			}
-			continue
-		}
-		break
+		return fail(err)
 	}
 	c.cr.limit = 0
-	reuse := !closeConn && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		// Never asked for (Upgrade goes to Fallback): give nothing back on this connection.
-		resp.Body = http.NoBody
+	reuse := writeErr == nil && !closeConn && !resp.Close
+	if writeErr != nil {
+		c.nc.SetReadDeadline(time.Time{})
 	}
 	if resp.Body == http.NoBody {
 		c.release(stop, reuse)
@@ -369,16 +401,60 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, body io.ReadClo
 	return resp, nil
 }
 
-// readResponse reads a response head, bounding its size.
+// earlyAnswerWait bounds the wait for a response after the request body could
+// not be written completely.
+const earlyAnswerWait = time.Second
+
+// ErrMalformedResponse is retrypolicy.ErrMalformedResponse: the upstream's
+// response head cannot be relayed (bad syntax, a status outside 100–999, an
+// unasked-for 101, too many 1xx, a head past MaxResponseHeaderBytes).
+var ErrMalformedResponse = retrypolicy.ErrMalformedResponse
+
+// readFinalResponse reads response heads until a final one (1xx are skipped).
+func readFinalResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	for n := 0; ; n++ {
+		resp, err := readResponse(br, req)
+		if err != nil {
+			return nil, err
+		}
+		switch code := resp.StatusCode; {
+		case code < 100 || code > 999:
+			return nil, fmt.Errorf("%w: status %d", ErrMalformedResponse, code)
+		case code == http.StatusSwitchingProtocols:
+			// Never asked for: Upgrade requests go to the fallback.
+			return nil, fmt.Errorf("%w: unrequested 101", ErrMalformedResponse)
+		case code < 200:
+			if n >= 10 {
+				return nil, fmt.Errorf("%w: too many 1xx responses", ErrMalformedResponse)
+			}
+			continue
+		}
+		return resp, nil
+	}
+}
+
+// readResponse reads a response head, bounding its size. A connection that
+// ends or fails is a transport error; bytes that are not a response are
+// ErrMalformedResponse.
 func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 	resp, err := http.ReadResponse(br, req)
-	if err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
+	if err == nil {
+		return resp, nil
+	}
+	var ne net.Error
+	switch {
+	case err == io.EOF:
+		return nil, io.ErrUnexpectedEOF
+	case err == io.ErrUnexpectedEOF, errors.As(err, &ne):
+		return nil, err
+	case errors.Is(err, errHeaderTooLarge):
+		return nil, fmt.Errorf("%w: %w", ErrMalformedResponse, err)
+	}
+	var se syscall.Errno
+	if errors.As(err, &se) {
 		return nil, err
 	}
-	return resp, nil
+	return nil, fmt.Errorf("%w: %w", ErrMalformedResponse, err)
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
@@ -407,9 +483,6 @@ func writeHead(w *bufio.Writer, req *http.Request, body io.ReadCloser, closeConn
 	}
 	w.WriteString(host)
 	w.WriteString("\r\n")
-	if _, ok := req.Header["User-Agent"]; !ok {
-		w.WriteString("User-Agent: Go-http-client/1.1\r\n")
-	}
 	switch {
 	case body == nil:
 		if req.ContentLength == 0 && (method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch) {

@@ -23,9 +23,11 @@ func (t *Transport) maxIdlePerHost() int {
 }
 
 // getConn returns an idle connection to key or dials a new one, waiting for a
-// slot when MaxConnsPerHost is reached. check asks for a liveness check of a
-// pooled connection (for requests that cannot be resent if it turns out dead).
-func (t *Transport) getConn(ctx context.Context, key string, check bool) (*conn, error) {
+// slot when MaxConnsPerHost is reached. A pooled connection is checked before
+// it is handed out: one the server closed while idle (Node and Apache close
+// idle keep-alive connections after 5 s) or that holds unsolicited bytes is
+// discarded, so no request is ever written to it.
+func (t *Transport) getConn(ctx context.Context, key string) (*conn, error) {
 	for {
 		t.mu.Lock()
 		if t.closed {
@@ -42,7 +44,7 @@ func (t *Transport) getConn(ctx context.Context, key string, check bool) (*conn,
 		}
 		if c := t.popIdle(h); c != nil {
 			t.mu.Unlock()
-			if (check || c.br.Buffered() > 0) && !c.alive() {
+			if !c.alive() {
 				t.discard(c)
 				continue
 			}
@@ -62,7 +64,7 @@ func (t *Transport) getConn(ctx context.Context, key string, check bool) (*conn,
 			if c == nil { // a slot: h.total was kept for us
 				return t.dial(ctx, key)
 			}
-			if check && !c.alive() {
+			if !c.alive() {
 				t.discard(c)
 				continue
 			}

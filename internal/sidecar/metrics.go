@@ -28,6 +28,8 @@ import (
 //	retry_sidecar_config_info{hash}                             1 for the configuration in force
 //	retry_sidecar_config_upstreams                              upstreams selected for this pod
 //	retry_sidecar_connect_tunnels_total / _active               CONNECT tunnels opened / open now
+//	retry_sidecar_truncated_responses_total                     upstream bodies cut off before their end (response aborted)
+//	retry_sidecar_replay_memory_bytes                           bytes reserved by replay buffers now (cap: --max-replay-memory)
 //
 // plus the Go runtime and process collectors (process_resident_memory_bytes).
 type Metrics struct {
@@ -47,6 +49,7 @@ type Metrics struct {
 	configUpstreams               prometheus.Gauge
 	tunnels                       prometheus.Counter
 	tunnelsActive                 prometheus.Gauge
+	truncated                     prometheus.Counter
 
 	upstreams sync.Map // upstream name -> *upstreamMetrics
 	infoMu    sync.Mutex
@@ -107,10 +110,19 @@ func NewMetrics() *Metrics {
 		Help: "CONNECT tunnels opened (relayed unchanged, never retried)."})
 	m.tunnelsActive = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "connect_tunnels_active",
 		Help: "CONNECT tunnels open now."})
+	m.truncated = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "truncated_responses_total",
+		Help: "Upstream response bodies cut off before their announced end; the response to the app was aborted."})
 	m.Registry.MustRegister(m.requests, m.attempts, m.delay, m.budgetExhausted, m.shed, m.retryAfterFailures,
-		m.skew, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.tunnels, m.tunnelsActive,
+		m.skew, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.tunnels, m.tunnelsActive, m.truncated,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// WatchReplayMemory exports the bytes rm has reserved now.
+func (m *Metrics) WatchReplayMemory(rm *retrypolicy.ReplayMemory) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "retry_sidecar", Name: "replay_memory_bytes",
+		Help: "Bytes reserved by request replay buffers now; capped by --max-replay-memory."},
+		func() float64 { return float64(rm.InUse()) }))
 }
 
 // Observe implements retrypolicy.Observer.

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
@@ -38,8 +37,9 @@ type Proxy struct {
 	Log *slog.Logger
 	// Route reports whether a request has a policy (for pass-through accounting).
 	Route func(*http.Request) *retrypolicy.Policy
-	// Self is the proxy's own listen address; a request for it is a loop (508).
-	Self string
+	// Self holds the sidecar's own listen addresses; a request for one of them
+	// is a loop (508), never forwarded.
+	Self *selfAddrs
 
 	tunnels tunnels
 }
@@ -68,8 +68,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		plainError(w, http.StatusBadRequest, "retry-sidecar: request has no host\n")
 		return
 	}
-	if p.Self != "" && strings.EqualFold(out.URL.Host, p.Self) {
-		plainError(w, http.StatusLoopDetected, "retry-sidecar: request addressed to the proxy itself\n")
+	if p.Self.targets(out.URL.Host, defaultPort(out.URL.Scheme)) {
+		loopError(w)
 		return
 	}
 	out.RequestURI = ""
@@ -92,6 +92,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.Metrics.passthroughOK.Inc()
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode < 100 || resp.StatusCode > 999 || resp.StatusCode == http.StatusSwitchingProtocols {
+		// Unrelayable (an upstream client that lets such a status through):
+		// answered like any malformed response, never a panic or a dropped
+		// connection. Upgrades are not proxied.
+		p.writeError(w, r, &retrypolicy.Error{Outcome: retrypolicy.OutcomeUpstreamError, Attempts: 1,
+			Err: retrypolicy.ErrMalformedResponse})
+		return
+	}
 
 	h := w.Header()
 	copyEndToEnd(h, resp.Header)
@@ -105,7 +113,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	if r.Method != http.MethodHead {
-		copyBody(w, resp.Body, resp.ContentLength < 0)
+		if err := copyBody(w, resp.Body, resp.ContentLength < 0); err != nil {
+			p.abort(r, err)
+		}
 	}
 	if len(resp.Trailer) > 0 {
 		for k, vv := range resp.Trailer {
@@ -114,10 +124,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// errClientGone: the app stopped reading the response.
+var errClientGone = errors.New("retry-sidecar: client gone")
+
 // copyBody streams src to w with a pooled buffer. A response of unknown length
 // (chunked, server-sent events, long polls) is flushed after every read so the
 // proxy adds no buffering delay; a sized one is left to the server's buffer.
-func copyBody(w http.ResponseWriter, src io.Reader, flush bool) {
+// It returns nil when src ended cleanly, errClientGone when the app went away,
+// and the upstream's error when the body was cut off before its end.
+func copyBody(w http.ResponseWriter, src io.Reader, flush bool) error {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
@@ -129,35 +144,82 @@ func copyBody(w http.ResponseWriter, src io.Reader, flush bool) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return // client gone; closing the body releases the upstream
+				return errClientGone // closing the body releases the upstream
 			}
 			if f != nil {
 				f.Flush()
 			}
 		}
+		if err == io.EOF {
+			return nil
+		}
 		if err != nil {
-			return
+			return err
 		}
 	}
+}
+
+// abort ends a response whose upstream body was cut off before its announced
+// end: the connection to the app is closed without the terminating chunk, so
+// the app's client sees an error, never a truncated body passed off as whole
+// (docs/sidecar.md#what-the-app-can-rely-on).
+func (p *Proxy) abort(r *http.Request, err error) {
+	if err == errClientGone || r.Context().Err() != nil {
+		return
+	}
+	p.Metrics.truncated.Inc()
+	p.Log.Warn("upstream response body cut off; aborting the response to the app",
+		"method", r.Method, "path", r.URL.Path, "request_id", r.Header.Get(retrypolicy.HeaderRequestID))
+	panic(http.ErrAbortHandler)
+}
+
+func defaultPort(scheme string) string {
+	if scheme == "https" {
+		return "443"
+	}
+	return "80"
+}
+
+func loopError(w http.ResponseWriter) {
+	w.Header()[retrypolicy.HeaderOutcome] = []string{string(retrypolicy.OutcomeUpstreamError)}
+	plainError(w, http.StatusLoopDetected, errLoop.Error()+"\n")
 }
 
 // writeError answers a request that got no upstream response. For upstreams with
 // a policy the outcome and the number of transmissions are reported as on any
 // response: deadline-exceeded → 504, anything else → 502.
+//
+// A pass-through failure (no policy) is answered 502 with outcome
+// upstream-error too: the header is on a response the sidecar generated, not
+// added to anything the upstream sent. A loop is 508.
 func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errLoop) {
+		loopError(w)
+		return
+	}
 	h := w.Header()
 	status, msg := http.StatusBadGateway, "retry-sidecar: upstream request failed\n"
 	var re *retrypolicy.Error
 	if errors.As(err, &re) {
 		h[retrypolicy.HeaderOutcome] = []string{string(re.Outcome)}
 		h[retrypolicy.HeaderAttempts] = []string{itoa(re.Attempts)}
+		if !re.NotBefore.IsZero() {
+			h[retrypolicy.HeaderNotBefore] = []string{retrypolicy.FormatNotBefore(re.NotBefore)}
+		}
 		msg = "retry-sidecar: " + string(re.Outcome) + "\n"
 		if re.Outcome == retrypolicy.OutcomeDeadlineExceeded {
 			status = http.StatusGatewayTimeout
 		}
-	} else if r.Context().Err() == nil {
-		// A pass-through failure: the error text names the URL, so it is not logged.
-		p.Log.Debug("pass-through request failed", "method", r.Method, "path", r.URL.Path, "outcome", string(retrypolicy.OutcomeUpstreamError))
+	} else {
+		h[retrypolicy.HeaderOutcome] = []string{string(retrypolicy.OutcomeUpstreamError)}
+		h[retrypolicy.HeaderAttempts] = []string{"1"}
+		if r.Context().Err() == nil {
+			// The error text names the URL, so it is not logged.
+			p.Log.Debug("pass-through request failed", "method", r.Method, "path", r.URL.Path, "outcome", string(retrypolicy.OutcomeUpstreamError))
+		}
+	}
+	if errors.Is(err, retrypolicy.ErrMalformedResponse) {
+		msg = "retry-sidecar: upstream-error: the upstream's response could not be relayed\n"
 	}
 	plainError(w, status, msg)
 }

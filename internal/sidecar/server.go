@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/h1client"
@@ -32,6 +34,10 @@ type Options struct {
 	MaxConnsPerHost     int
 	IdleConnTimeout     time.Duration
 	DialTimeout         time.Duration
+
+	// MaxReplayMemory caps the bytes all request replay buffers hold at once
+	// (--max-replay-memory); 0 means DefaultMaxReplayMemory().
+	MaxReplayMemory int64
 
 	// ReloadDebounce collapses a burst of file events into one reload;
 	// ResyncInterval re-reads the sources even without events.
@@ -63,6 +69,15 @@ func DefaultOptions() Options {
 	}
 }
 
+// DefaultMaxReplayMemory is a quarter of the Go memory limit (GOMEMLIMIT, which
+// the injector sets from the container's memory limit), or 32 MiB without one.
+func DefaultMaxReplayMemory() int64 {
+	if lim := debug.SetMemoryLimit(-1); lim > 0 && lim < math.MaxInt64 {
+		return lim / 4
+	}
+	return 32 << 20
+}
+
 // UpstreamTransport is the connection pool every attempt uses: HTTP/1.1 keep-alive
 // with a large idle pool per host, no proxy from the environment (the sidecar IS
 // the proxy), and no transparent gzip (Accept-Encoding passes through untouched).
@@ -88,11 +103,19 @@ func UpstreamTransport(o Options) *http.Transport {
 // upstreams (request written and response read on the handler's goroutine, over
 // the same keep-alive pool limits), falling back to UpstreamTransport for https,
 // upgrades, Expect: 100-continue and streamed or large request bodies.
-func UpstreamClient(o Options) *h1client.Transport {
+//
+// A dial that lands on one of the sidecar's own listeners fails with errLoop.
+func UpstreamClient(o Options, listeners ...net.Addr) *h1client.Transport {
+	self := newSelfAddrs(listeners...)
 	d := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
+	pooled := UpstreamTransport(o)
+	pooled.DialContext = self.dialContext(d.DialContext)
+	once := pooled.Clone()
+	once.DisableKeepAlives = true
 	return &h1client.Transport{
-		DialContext:         d.DialContext,
-		Fallback:            UpstreamTransport(o),
+		DialContext:         self.dialContext(d.DialContext),
+		Fallback:            pooled,
+		FallbackNoReuse:     once,
 		MaxIdleConns:        o.MaxIdleConns,
 		MaxIdleConnsPerHost: o.MaxIdleConnsPerHost,
 		MaxConnsPerHost:     o.MaxConnsPerHost,
@@ -119,14 +142,6 @@ func Run(ctx context.Context, o Options) error {
 		log.Warn("starting without a configuration: not ready until a valid one is loaded")
 	}
 
-	upstream := UpstreamClient(o)
-	rt := &retrypolicy.Transport{
-		Inner:    upstream,
-		Route:    reloader.Route,
-		Observer: retrypolicy.Observers{metrics, NewLogObserver(log)},
-	}
-	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
-
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
@@ -136,8 +151,24 @@ func Run(ctx context.Context, o Options) error {
 		ln.Close()
 		return fmt.Errorf("--admin-listen: %w", err)
 	}
-	proxy := &Proxy{Transport: rt, Dial: dialer.Dial, Metrics: metrics, Log: log,
-		Route: reloader.Route, Self: ln.Addr().String()}
+	self := newSelfAddrs(ln.Addr(), aln.Addr())
+
+	upstream := UpstreamClient(o, ln.Addr(), aln.Addr())
+	replayMemory := o.MaxReplayMemory
+	if replayMemory <= 0 {
+		replayMemory = DefaultMaxReplayMemory()
+	}
+	rt := &retrypolicy.Transport{
+		Inner:        upstream,
+		Route:        reloader.Route,
+		Observer:     retrypolicy.Observers{metrics, NewLogObserver(log)},
+		ReplayMemory: retrypolicy.NewReplayMemory(replayMemory),
+	}
+	metrics.WatchReplayMemory(rt.ReplayMemory)
+	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
+	tunnelDial := self.dialContext(dialer.DialContext)
+	proxy := &Proxy{Transport: rt, Metrics: metrics, Log: log, Route: reloader.Route, Self: self,
+		Dial: func(network, addr string) (net.Conn, error) { return tunnelDial(context.Background(), network, addr) }}
 	admin := &Admin{Reloader: reloader, Metrics: metrics, Pprof: o.EnablePprof}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog}

@@ -2,10 +2,10 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 )
@@ -20,8 +20,8 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		plainError(w, http.StatusBadRequest, "retry-sidecar: CONNECT needs host:port\n")
 		return
 	}
-	if p.Self != "" && strings.EqualFold(target, p.Self) {
-		plainError(w, http.StatusLoopDetected, "retry-sidecar: request addressed to the proxy itself\n")
+	if p.Self.targets(target, "") {
+		loopError(w)
 		return
 	}
 	hj, ok := w.(http.Hijacker)
@@ -30,6 +30,10 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	upstream, err := p.Dial("tcp", target)
+	if errors.Is(err, errLoop) {
+		loopError(w)
+		return
+	}
 	if err != nil {
 		p.Log.Debug("CONNECT dial failed", "method", r.Method, "outcome", "upstream-error")
 		plainError(w, http.StatusBadGateway, "retry-sidecar: CONNECT target unreachable\n")

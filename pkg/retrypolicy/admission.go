@@ -66,7 +66,9 @@ func (g *Gate) TryAcquire() bool {
 	return false
 }
 
-// Acquire takes a slot, queueing for at most min(QueueTimeout, maxWait) on clk.
+// Acquire takes a slot, queueing for at most min(QueueTimeout, maxWait) on clk;
+// it sheds at once when the queue is full or the expected queue wait is longer
+// than maxWait.
 // It returns nil with a slot held, ErrShed with the estimated time until capacity
 // returns, or the context's error if the caller gave up while queued.
 func (g *Gate) Acquire(ctx context.Context, clk clock.Clock, maxWait time.Duration) (time.Duration, error) {
@@ -77,7 +79,7 @@ func (g *Gate) Acquire(ctx context.Context, clk clock.Clock, maxWait time.Durati
 		return 0, nil
 	}
 	wait := min(g.cfg.QueueTimeout, maxWait)
-	if g.queued >= g.cfg.MaxQueued || wait <= 0 {
+	if g.queued >= g.cfg.MaxQueued || wait <= 0 || g.expectedWaitLocked() > maxWait {
 		ra := g.capacityReturnsLocked()
 		g.mu.Unlock()
 		return ra, ErrShed
@@ -168,6 +170,18 @@ func (g *Gate) compactLocked() {
 		clear(g.queue[len(live):])
 		g.queue = live
 	}
+}
+
+// expectedWaitLocked is how long a new caller would expect to queue: the
+// estimate from the hold times seen so far, or, before any attempt has ended,
+// the whole QueueTimeout. A caller that cannot afford it is shed at once
+// rather than queued only to be shed at its deadline (R7).
+func (g *Gate) expectedWaitLocked() time.Duration {
+	if g.avgHold <= 0 {
+		return g.cfg.QueueTimeout
+	}
+	ahead := g.queued + 1
+	return time.Duration(int64(g.avgHold) * int64(ahead) / int64(max(g.cfg.MaxInFlight, 1)))
 }
 
 // capacityReturnsLocked estimates when a slot will be free for a new caller:

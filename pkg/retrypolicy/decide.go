@@ -17,6 +17,11 @@ const (
 	Ambiguous
 	// Canceled: the caller's context ended. Never retried (R8).
 	Canceled
+	// Malformed: the upstream answered with something that is not a relayable
+	// HTTP response (ErrMalformedResponse: bad head, status outside 100–999).
+	// Never retried: the app gets 502 with outcome upstream-error
+	// (docs/retry-semantics.md#unrelayable-responses).
+	Malformed
 )
 
 func (c ErrorClass) String() string {
@@ -27,6 +32,8 @@ func (c ErrorClass) String() string {
 		return "ambiguous"
 	case Canceled:
 		return "canceled"
+	case Malformed:
+		return "malformed-response"
 	}
 	return "none"
 }
@@ -99,6 +106,7 @@ func (p *Policy) Decide(a Attempt) Decision { return p.DecideAt(time.Now(), a) }
 //
 //	last attempt                                   decision
 //	Err Canceled                                   Stop canceled
+//	Err Malformed                                  Stop upstream-error
 //	status not in retryOn, < 400                   Stop success
 //	status not in retryOn, >= 400                  Stop not-retryable
 //	retryable status, not Replayable               Stop not-replayable   (429/503/hints never make it replayable)
@@ -129,6 +137,8 @@ func (p *Policy) DecideAt(now time.Time, a Attempt) Decision {
 	switch a.Err {
 	case Canceled:
 		return Decision{Action: Stop, Outcome: OutcomeCanceled}
+	case Malformed:
+		return Decision{Action: Stop, Outcome: OutcomeUpstreamError}
 	case NoError:
 		if !p.RetriesStatus(a.Status) {
 			if a.Status < 400 {

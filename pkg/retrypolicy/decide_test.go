@@ -121,6 +121,9 @@ func TestDecideRules(t *testing.T) {
 			cfg: func(c *Config) { c.RetryOnStatus = []int{500} }, a: with(get, func(a *Attempt) { a.Status = 500 }),
 			want: Decision{Action: Retry, Delay: time.Second},
 		},
+		"a malformed response is never retried, even of a replayable GET": {
+			a: with(get, func(a *Attempt) { a.Err = Malformed }), want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
+		},
 		"a canceled caller stops even if everything else would retry": {
 			a: with(get, func(a *Attempt) { a.Err = Canceled; a.Status = 503 }), want: Decision{Action: Stop, Outcome: OutcomeCanceled},
 		},

@@ -230,3 +230,49 @@ func TestRegistryKeepsStateAcrossReload(t *testing.T) {
 		t.Fatal("a policy without budget and concurrency got them")
 	}
 }
+
+// TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline: a caller that cannot
+// afford the expected queue wait is shed immediately, not queued until its
+// deadline (R7).
+func TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testing.T) {
+	clk := clocktesting.NewFakeClock(now)
+	ctx := context.Background()
+	tests := map[string]struct {
+		history time.Duration // hold time of one finished attempt (0: none yet)
+		maxWait time.Duration
+		shed    bool
+	}{
+		"no history: a caller with less time than the queue timeout is shed": {0, 300 * time.Millisecond, true},
+		"no history: a caller that can afford the queue timeout queues":      {0, 5 * time.Second, false},
+		"attempts hold 2s: a caller with 300ms left is shed":                 {2 * time.Second, 300 * time.Millisecond, true},
+		"attempts hold 10ms: a caller with 300ms left queues":                {10 * time.Millisecond, 300 * time.Millisecond, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 5, QueueTimeout: time.Second})
+			if tc.history > 0 {
+				g.Acquire(ctx, clk, time.Minute)
+				g.Release(tc.history)
+			}
+			if _, err := g.Acquire(ctx, clk, time.Minute); err != nil {
+				t.Fatalf("first Acquire: %v", err)
+			}
+			got := make(chan error, 1)
+			go func() { _, err := g.Acquire(ctx, clk, tc.maxWait); got <- err }()
+			if tc.shed {
+				if err := <-got; !errors.Is(err, ErrShed) {
+					t.Fatalf("Acquire = %v, want ErrShed at once", err)
+				}
+				if g.Queued() != 0 {
+					t.Fatalf("a shed caller is queued")
+				}
+				return
+			}
+			waitFor(t, "a queued waiter", func() bool { return g.Queued() == 1 })
+			g.Release(time.Millisecond)
+			if err := <-got; err != nil {
+				t.Fatalf("queued Acquire: %v", err)
+			}
+		})
+	}
+}

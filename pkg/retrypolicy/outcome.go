@@ -1,5 +1,10 @@
 package retrypolicy
 
+import (
+	"errors"
+	"time"
+)
+
 // Outcome names how one logical request ended. The value is what the Transport
 // writes into the X-Retry-Outcome response header and what the Observer reports,
 // so it is a stable, lower-case wire name (SPEC §4), never a message.
@@ -51,6 +56,12 @@ func Outcomes() []Outcome {
 	}
 }
 
+// ErrMalformedResponse marks an upstream answer that cannot be relayed as an
+// HTTP response: a malformed head, a status outside 100–999. An upstream client
+// wraps it (errors.Is); the Transport never retries it and ends the request
+// with OutcomeUpstreamError.
+var ErrMalformedResponse = errors.New("malformed upstream response")
+
 // Error is what the Transport returns when a logical request ends without a
 // response to give back: canceled, deadline-exceeded, or a transport failure that
 // was not (or no longer) retried. Attempts is the number of transmissions made.
@@ -60,6 +71,10 @@ type Error struct {
 	Outcome  Outcome
 	Attempts int
 	Err      error
+	// NotBefore is the earliest time a new request may be sent, for outcomes
+	// deferred and deadline-exceeded (zero otherwise); already rounded up to the
+	// whole second, as X-Retry-Not-Before carries it.
+	NotBefore time.Time
 }
 
 func (e *Error) Error() string {

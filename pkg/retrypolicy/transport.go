@@ -30,6 +30,10 @@ const (
 // reuse its connection before waiting; the rest is dropped with the connection.
 const DefaultMaxDrainBytes = 64 << 10
 
+// MaxDrainWait bounds the time spent draining a retried response body: a body
+// that stalls costs its connection, never the logical request's deadline.
+const MaxDrainWait = time.Second
+
 // Sleeper waits d, returning at once with the context's error if ctx ends first.
 type Sleeper func(ctx context.Context, d time.Duration) error
 
@@ -68,6 +72,9 @@ type Transport struct {
 	// MaxDrainBytes bounds the drain of a retried response; 0 means
 	// DefaultMaxDrainBytes, negative means do not drain.
 	MaxDrainBytes int64
+	// ReplayMemory caps the bytes all replay buffers hold at once; nil means no
+	// cap. A body that does not fit is streamed once, never replayed.
+	ReplayMemory *ReplayMemory
 }
 
 // Static routes every request to p.
@@ -149,6 +156,7 @@ type call struct {
 	nested   bool
 	idem     bool // method replayable or idempotency key present
 	body     bodySource
+	reserved int64 // bytes of Transport.ReplayMemory held by body
 	id       string
 	idBuf    [16]byte // backing of a generated id
 
@@ -157,7 +165,7 @@ type call struct {
 	timer    clock.Timer  // on an injected clock
 	rtimer   *time.Timer  // on the real clock (saves a wrapper per attempt)
 	vals     [3]string    // backing of X-Retry-Attempt (first attempt), -Outcome, -Attempts
-	fired    atomic.Int32 // 1 per-try timeout, 2 deadline
+	fired    atomic.Int32 // which bound ended the attempt: firedNone, firedPerTry, firedDeadline
 	firedWhy int32
 	ticket   Ticket
 
@@ -165,6 +173,13 @@ type call struct {
 	rc       io.ReadCloser
 	doneOnce sync.Once
 }
+
+// The bound that ended an attempt before its response headers.
+const (
+	firedNone     int32 = iota
+	firedPerTry         // perTryTimeout
+	firedDeadline       // the logical request's deadline
+)
 
 type bodyKind uint8
 
@@ -230,9 +245,9 @@ func (c *call) run() (*http.Response, error) {
 			return c.fail(OutcomeCanceled, n-1, err)
 		}
 		c.ticket = tk
-		if !c.clk.Now().Before(c.deadline) {
+		if now := c.clk.Now(); !now.Before(c.deadline) {
 			c.endAttempt()
-			return c.fail(OutcomeDeadlineExceeded, n-1, errDeadline)
+			return c.failDecided(Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: now}, n-1, errDeadline)
 		}
 		if n == 1 {
 			budget.RecordFirstAt(now)
@@ -244,7 +259,7 @@ func (c *call) run() (*http.Response, error) {
 		}
 		resp, err := c.t.inner().RoundTrip(out)
 		received := c.clk.Now()
-		if !c.stopTimer() && c.fired.Load() != 0 && err == nil {
+		if !c.stopTimer() && c.fired.Load() != firedNone && err == nil {
 			// The timer fired as the headers arrived; the body is cut. Treat it as
 			// the timeout it is.
 			resp.Body.Close()
@@ -262,14 +277,20 @@ func (c *call) run() (*http.Response, error) {
 				c.observeAttempt(&ev, n, a, Decision{Action: Stop, Outcome: OutcomeCanceled})
 				return c.fail(OutcomeCanceled, n, err)
 			}
-			if c.firedWhy == 2 {
+			if c.firedWhy == firedDeadline {
 				c.endAttempt()
-				c.observeAttempt(&ev, n, a, Decision{Action: Stop, Outcome: OutcomeDeadlineExceeded})
-				return c.fail(OutcomeDeadlineExceeded, n, err)
+				d := Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded,
+					NotBefore: received.Add(c.p.cfg.Backoff.Delay(n-1, a.Random))}
+				c.observeAttempt(&ev, n, a, d)
+				return c.failDecided(d, n, err)
 			}
 		} else {
 			a.Status = resp.StatusCode
 			ev.RetryAfter = "absent"
+			if date := firstValue(resp.Header["Date"]); date != "" {
+				// R1: the skew is reported whenever the response is dated.
+				ev.Skew, ev.HasSkew = DateSkew(date, received)
+			}
 			if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
 				h, perr := ParseRetryAfter(v[0], received, firstValue(resp.Header["Date"]))
 				if perr != nil {
@@ -278,7 +299,6 @@ func (c *call) run() (*http.Response, error) {
 					a.Hint, a.HasHint = h, true
 					ev.RetryAfter = h.Form.String()
 				}
-				ev.Skew, ev.HasSkew = h.Skew, h.HasSkew
 			}
 		}
 		d := c.p.DecideAt(received, a)
@@ -289,13 +309,13 @@ func (c *call) run() (*http.Response, error) {
 		if d.Action != Retry {
 			if resp == nil {
 				c.endAttempt()
-				return c.fail(d.Outcome, n, err)
+				return c.failDecided(d, n, err)
 			}
 			return c.finish(resp, d, n), nil
 		}
 		// R9: give the connection back before waiting.
 		if resp != nil {
-			c.drain(resp.Body)
+			c.drain(resp.Body, received)
 		}
 		c.endAttempt()
 		if err := c.sleep(ctx, d.Delay); err != nil {
@@ -312,12 +332,16 @@ func (c *call) prepareBody() error {
 		c.body.kind = bodyNone
 	case req.GetBody != nil:
 		c.body.kind = bodyGetBody
-	case c.idem && !c.nested && cfg.MaxAttempts > 1 && req.ContentLength <= cfg.MaxReplayBodyBytes:
+	case c.idem && !c.nested && cfg.MaxAttempts > 1 && req.ContentLength <= cfg.MaxReplayBodyBytes &&
+		c.reserveReplayMemory(replayReservation(req.ContentLength, cfg.MaxReplayBodyBytes)):
 		limit := cfg.MaxReplayBodyBytes
 		if req.ContentLength > 0 { // 0 with a non-nil Body means "unknown" for clients
 			limit = req.ContentLength
 		}
 		buf := make([]byte, 0, min(limit+1, 32<<10))
+		if req.ContentLength > 0 {
+			buf = make([]byte, 0, limit+1) // reserved already: read without regrowing
+		}
 		buf, err := readUpTo(req.Body, buf, limit+1)
 		if err != nil {
 			req.Body.Close()
@@ -342,6 +366,29 @@ func (c *call) prepareBody() error {
 		c.body.kind = bodyStream
 	}
 	return nil
+}
+
+// replayReservation is what a replay buffer may grow to: the announced length
+// plus the one byte that detects a longer body, or twice the replay limit for a
+// body of unknown length (the buffer doubles as it grows).
+func replayReservation(contentLength, maxReplay int64) int64 {
+	if contentLength > 0 {
+		return contentLength + 1
+	}
+	return 2*maxReplay + 1
+}
+
+func (c *call) reserveReplayMemory(n int64) bool {
+	if !c.t.ReplayMemory.TryReserve(n) {
+		return false
+	}
+	c.reserved = n
+	return true
+}
+
+func (c *call) releaseReplayMemory() {
+	c.t.ReplayMemory.Release(c.reserved)
+	c.reserved = 0
 }
 
 func readUpTo(r io.Reader, buf []byte, limit int64) ([]byte, error) {
@@ -379,13 +426,13 @@ func (c *call) attemptRequest(ctx context.Context, n int) (*http.Request, error)
 	// One timer bounds the attempt by the nearer of the per-try timeout and the
 	// deadline; it is stopped as soon as the response headers arrive.
 	now := c.clk.Now()
-	bound, why := c.deadline.Sub(now), int32(2)
+	bound, why := c.deadline.Sub(now), firedDeadline
 	if pt := c.p.cfg.PerTryTimeout; pt > 0 && pt < bound {
-		bound, why = pt, 1
+		bound, why = pt, firedPerTry
 	}
 	actx, cancel := context.WithCancel(ctx)
 	c.cancel = cancel
-	c.fired.Store(0)
+	c.fired.Store(firedNone)
 	fire := func() { c.fired.Store(why); cancel() }
 	switch {
 	case bound <= 0:
@@ -499,8 +546,11 @@ func (c *call) classify(ctx context.Context, err error) ErrorClass {
 	if ctx.Err() != nil {
 		return Canceled
 	}
-	if c.firedWhy != 0 {
+	if c.firedWhy != firedNone {
 		return Ambiguous // timed out: the request may have been written
+	}
+	if errors.Is(err, ErrMalformedResponse) {
+		return Malformed
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
@@ -513,13 +563,22 @@ func (c *call) classify(ctx context.Context, err error) ErrorClass {
 	return Ambiguous
 }
 
-func (c *call) drain(body io.ReadCloser) {
+// drain reads what is left of a response that will be retried, so its
+// connection can be reused (R9), bounded in bytes and in time: at most
+// MaxDrainWait and never past the deadline. When the time is up the attempt's
+// context is canceled, which closes the connection instead.
+func (c *call) drain(body io.ReadCloser, now time.Time) {
 	limit := c.t.MaxDrainBytes
 	if limit == 0 {
 		limit = DefaultMaxDrainBytes
 	}
 	if limit > 0 {
-		_, _ = io.CopyN(io.Discard, body, limit)
+		bound := min(MaxDrainWait, c.deadline.Sub(now))
+		if bound > 0 {
+			stop := c.clk.AfterFunc(bound, c.cancel)
+			_, _ = io.CopyN(io.Discard, body, limit)
+			stop.Stop()
+		}
 	}
 	body.Close()
 }
@@ -528,6 +587,7 @@ func (c *call) drain(body io.ReadCloser) {
 // and admission slot live until its body is closed.
 func (c *call) finish(resp *http.Response, d Decision, n int) *http.Response {
 	c.closeRequestBody()
+	c.releaseReplayMemory()
 	if resp.Header == nil {
 		resp.Header = make(http.Header)
 	}
@@ -535,7 +595,8 @@ func (c *call) finish(resp *http.Response, d Decision, n int) *http.Response {
 	resp.Header[HeaderOutcome] = c.vals[1:2:2]
 	resp.Header[HeaderAttempts] = c.vals[2:3:3]
 	if d.Action == Defer {
-		resp.Header[HeaderNotBefore] = []string{d.NotBefore.UTC().Format(http.TimeFormat)}
+		d.NotBefore = CeilSecond(d.NotBefore)
+		resp.Header[HeaderNotBefore] = []string{FormatNotBefore(d.NotBefore)}
 	}
 	c.observeOutcome(d.Outcome, n, resp.StatusCode, d.NotBefore)
 	c.stopTimer()
@@ -595,18 +656,30 @@ func (c *call) closeUnsentBody() {
 
 // fail ends the logical request without a response.
 func (c *call) fail(o Outcome, attempts int, err error) (*http.Response, error) {
+	return c.failDecided(Decision{Action: Stop, Outcome: o}, attempts, err)
+}
+
+// failDecided ends the logical request without a response as d says; a Defer
+// carries its Not-Before (rounded up) into the *Error.
+func (c *call) failDecided(d Decision, attempts int, err error) (*http.Response, error) {
 	c.closeRequestBody()
 	if attempts == 0 {
 		c.closeUnsentBody()
 	}
-	c.observeOutcome(o, attempts, 0, time.Time{})
-	return nil, &Error{Outcome: o, Attempts: attempts, Err: err}
+	c.releaseReplayMemory()
+	var notBefore time.Time
+	if d.Action == Defer {
+		notBefore = CeilSecond(d.NotBefore)
+	}
+	c.observeOutcome(d.Outcome, attempts, 0, notBefore)
+	return nil, &Error{Outcome: d.Outcome, Attempts: attempts, Err: err, NotBefore: notBefore}
 }
 
 // shed answers for an upstream with no capacity: a 503 whose Retry-After says
 // when capacity returns (seconds, rounded up), outcome shed (R7).
 func (c *call) shed(n int, retryAfter time.Duration) (*http.Response, error) {
 	c.closeRequestBody()
+	c.releaseReplayMemory()
 	if n == 1 {
 		c.closeUnsentBody()
 	}

@@ -578,3 +578,58 @@ func TestTransportErrorTextNeverReachesObservers(t *testing.T) {
 		t.Fatalf("log leaks the error text:\n%s", h.logs.String())
 	}
 }
+
+// TestTransportReplayMemoryIsAdmittedBeforeTheBufferIsFilled: a body whose
+// replay buffer does not fit under the process-wide cap is sent once, never
+// replayed, and the cap is given back when the request ends.
+func TestTransportReplayMemoryIsAdmittedBeforeTheBufferIsFilled(t *testing.T) {
+	tests := map[string]struct {
+		capBytes      int64
+		transmissions int
+		outcome       Outcome
+	}{
+		"a body that fits is buffered and replayed":      {capBytes: 1 << 10, transmissions: 2, outcome: OutcomeSuccess},
+		"a body that does not fit is streamed just once": {capBytes: 10, transmissions: 1, outcome: OutcomeNotReplayable},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, compile(t, nil), step{status: 503}, step{status: 201})
+			h.tr.ReplayMemory = NewReplayMemory(tc.capBytes)
+			req, _ := http.NewRequest("POST", "http://payments.shop.svc/charges", strings.NewReader(`{"amount":10}`))
+			req.GetBody = nil
+			req.Header.Set("Idempotency-Key", "7f1c")
+			resp, err := h.do(req)
+			var o Outcome
+			if err == nil {
+				o = Outcome(resp.Header.Get(HeaderOutcome))
+				readBody(t, resp)
+			}
+			if len(h.inner.sent) != tc.transmissions || o != tc.outcome {
+				t.Fatalf("%d transmissions, outcome %q (err %v); want %d, %q", len(h.inner.sent), o, err, tc.transmissions, tc.outcome)
+			}
+			if got := h.tr.ReplayMemory.InUse(); got != 0 {
+				t.Fatalf("%d bytes still reserved after the request ended", got)
+			}
+		})
+	}
+}
+
+// TestTransportDeadlineWithoutAResponseCarriesNotBefore: an attempt cut off by
+// the deadline gives an *Error whose NotBefore is rounded up to the second.
+func TestTransportDeadlineWithoutAResponseCarriesNotBefore(t *testing.T) {
+	h := newHarness(t, compile(t, func(c *Config) { c.Deadline = 1500 * time.Millisecond }), step{block: true})
+	h.inner.onSend = func(int) {
+		go func() {
+			waitFor(t, "the attempt's timer", h.clk.HasWaiters)
+			h.clk.Step(1500 * time.Millisecond)
+		}()
+	}
+	_, err := h.do(get(context.Background(), "http://payments.shop.svc/q"))
+	var e *Error
+	if !errors.As(err, &e) || e.Outcome != OutcomeDeadlineExceeded {
+		t.Fatalf("err = %v, want deadline-exceeded", err)
+	}
+	if e.NotBefore.IsZero() || e.NotBefore.Nanosecond() != 0 || e.NotBefore.Before(now.Add(1500*time.Millisecond)) {
+		t.Fatalf("NotBefore = %v; want a whole second, not before the deadline %v", e.NotBefore, now.Add(1500*time.Millisecond))
+	}
+}
