@@ -63,6 +63,7 @@ type RetryPolicySpec struct {
 
 // Upstream is one service the selected pods call, matched by request authority.
 // +kubebuilder:validation:XValidation:rule="!has(self.perTryTimeout) || !has(self.deadline) || duration(self.perTryTimeout) < duration(self.deadline)",messageExpression="'must be < deadline (' + self.deadline + ')'",fieldPath=".perTryTimeout",reason="FieldValueInvalid"
+// +kubebuilder:validation:XValidation:rule="!has(self.connectTimeout) || !has(self.deadline) || duration(self.connectTimeout) <= duration(self.deadline)",messageExpression="'must be <= deadline (' + self.deadline + ')'",fieldPath=".connectTimeout",reason="FieldValueInvalid"
 type Upstream struct {
 	// name identifies the upstream in metrics, logs and the rendered config.
 	// A DNS-1123 label, unique within the policy.
@@ -96,6 +97,12 @@ type Upstream struct {
 	// perTryTimeout bounds one attempt up to its response headers. Must be < deadline.
 	// +optional
 	PerTryTimeout *Duration `json:"perTryTimeout,omitempty"`
+
+	// connectTimeout bounds establishing a new connection: the dial and the TLS
+	// handshake. Must be <= deadline. Default 5s, or the deadline if shorter (no
+	// schema default, so a short deadline alone stays valid).
+	// +optional
+	ConnectTimeout *Duration `json:"connectTimeout,omitempty"`
 
 	// backoff is the local wait between attempts when the server gives no hint.
 	// +optional

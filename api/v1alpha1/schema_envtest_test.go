@@ -70,6 +70,9 @@ var invalidCases = map[string]struct {
 	"a zero deadline is rejected": {
 		upstream: `deadline: 0s`, wantField: "spec.upstreams[0].deadline", wantMessage: "must be a positive duration", goAgrees: true,
 	},
+	"a connectTimeout longer than the deadline is rejected": {
+		upstream: "deadline: 2s\nconnectTimeout: 3s", wantField: "spec.upstreams[0].connectTimeout", wantMessage: "must be <= deadline (2s)", goAgrees: true,
+	},
 	"a perTryTimeout equal to the deadline is rejected": {
 		upstream: "deadline: 5s\nperTryTimeout: 5s", wantField: "spec.upstreams[0].perTryTimeout", wantMessage: "must be < deadline (5s)", goAgrees: true,
 	},

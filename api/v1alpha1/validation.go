@@ -142,6 +142,12 @@ func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("perTryTimeout"), string(*u.PerTryTimeout),
 			fmt.Sprintf("must be < deadline (%s)", *u.Deadline)))
 	}
+	connect, cErrs := parseDuration(u.ConnectTimeout, p.Child("connectTimeout"))
+	errs = append(errs, cErrs...)
+	if deadline > 0 && connect > deadline {
+		errs = append(errs, field.Invalid(p.Child("connectTimeout"), string(*u.ConnectTimeout),
+			fmt.Sprintf("must be <= deadline (%s)", *u.Deadline)))
+	}
 
 	if b := u.Backoff; b != nil {
 		bp := p.Child("backoff")

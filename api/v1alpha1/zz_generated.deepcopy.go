@@ -321,6 +321,11 @@ func (in *Upstream) DeepCopyInto(out *Upstream) {
 		*out = new(Duration)
 		**out = **in
 	}
+	if in.ConnectTimeout != nil {
+		in, out := &in.ConnectTimeout, &out.ConnectTimeout
+		*out = new(Duration)
+		**out = **in
+	}
 	if in.Backoff != nil {
 		in, out := &in.Backoff, &out.Backoff
 		*out = new(Backoff)

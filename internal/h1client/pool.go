@@ -5,6 +5,8 @@ import (
 	"context"
 	"net"
 	"time"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 func (t *Transport) dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -110,11 +112,21 @@ func (t *Transport) popIdle(h *host) *conn {
 	return nil
 }
 
+// dial opens a connection to key, bounded by the attempt's connect timeout
+// (retrypolicy.ConnectTimeout) when the request carries one. Its errors are
+// tagged with the connect phase and stay the dialer's own underneath
+// (*net.OpError{Op: "dial"} or *net.DNSError).
 func (t *Transport) dial(ctx context.Context, key string) (*conn, error) {
-	nc, err := t.dialer()(ctx, "tcp", key)
+	dctx := ctx
+	if d, ok := retrypolicy.ConnectTimeout(ctx); ok && d > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	nc, err := t.dialer()(dctx, "tcp", key)
 	if err != nil {
 		t.freeSlot(key)
-		return nil, err // the dialer's own error: *net.OpError{Op: "dial"} or *net.DNSError
+		return nil, &retrypolicy.PhaseError{Phase: retrypolicy.PhaseConnect, Err: err}
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)

@@ -159,6 +159,7 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 		MaxAttempts:           int(*d.MaxAttempts),
 		Deadline:              dur("deadline", d.Deadline),
 		PerTryTimeout:         dur("perTryTimeout", d.PerTryTimeout),
+		ConnectTimeout:        dur("connectTimeout", d.ConnectTimeout),
 		Backoff:               retrypolicy.Backoff{Base: dur("backoff.base", d.Backoff.Base), Max: dur("backoff.max", d.Backoff.Max), Jitter: retrypolicy.Jitter(*d.Backoff.Jitter)},
 		RetryOnConnectFailure: *d.RetryOn.ConnectFailure,
 		ReplayableMethods:     append([]string(nil), d.ReplayableMethods...),

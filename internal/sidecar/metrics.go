@@ -28,6 +28,7 @@ import (
 //	retry_sidecar_config_info{hash}                             1 for the configuration in force
 //	retry_sidecar_config_upstreams                              upstreams selected for this pod
 //	retry_sidecar_connect_tunnels_total / _active               CONNECT tunnels opened / open now
+//	retry_sidecar_timeouts_total{upstream,phase}                timeouts by phase: queue, connect, tls, headers
 //	retry_sidecar_truncated_responses_total                     upstream bodies cut off before their end (response aborted)
 //	retry_sidecar_replay_memory_bytes                           bytes reserved by replay buffers now (cap: --max-replay-memory)
 //
@@ -50,6 +51,7 @@ type Metrics struct {
 	tunnels                       prometheus.Counter
 	tunnelsActive                 prometheus.Gauge
 	truncated                     prometheus.Counter
+	timeouts                      *prometheus.CounterVec
 
 	upstreams sync.Map // upstream name -> *upstreamMetrics
 	infoMu    sync.Mutex
@@ -110,12 +112,19 @@ func NewMetrics() *Metrics {
 		Help: "CONNECT tunnels opened (relayed unchanged, never retried)."})
 	m.tunnelsActive = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "connect_tunnels_active",
 		Help: "CONNECT tunnels open now."})
+	m.timeouts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "timeouts_total",
+		Help: "Attempts (and shed requests) that ran out of time, by phase: queue, connect, tls, headers."}, []string{"upstream", "phase"})
 	m.truncated = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "truncated_responses_total",
 		Help: "Upstream response bodies cut off before their announced end; the response to the app was aborted."})
 	m.Registry.MustRegister(m.requests, m.attempts, m.delay, m.budgetExhausted, m.shed, m.retryAfterFailures,
-		m.skew, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.tunnels, m.tunnelsActive, m.truncated,
+		m.skew, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// passthroughTimeout counts a timeout of a request to a host without a policy.
+func (m *Metrics) passthroughTimeout(phase retrypolicy.Phase) {
+	m.timeouts.WithLabelValues("", string(phase)).Inc()
 }
 
 // WatchReplayMemory exports the bytes rm has reserved now.
@@ -140,6 +149,9 @@ func (m *Metrics) Observe(e retrypolicy.Event) {
 			u.shed.Inc()
 		}
 	case retrypolicy.EventAttempt:
+		if e.Phase != "" {
+			m.timeouts.WithLabelValues(e.Upstream, string(e.Phase)).Inc()
+		}
 		if e.Status == 0 && e.ErrorClass == retrypolicy.NoError {
 			return // refused by admission before anything was sent
 		}

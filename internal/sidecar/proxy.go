@@ -114,7 +114,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(resp.StatusCode)
 	if r.Method != http.MethodHead {
 		if err := copyBody(w, resp.Body, resp.ContentLength < 0); err != nil {
-			p.abort(r, err)
+			p.abort(w, r, err)
 		}
 	}
 	if len(resp.Trailer) > 0 {
@@ -163,14 +163,30 @@ func copyBody(w http.ResponseWriter, src io.Reader, flush bool) error {
 // end: the connection to the app is closed without the terminating chunk, so
 // the app's client sees an error, never a truncated body passed off as whole
 // (docs/sidecar.md#what-the-app-can-rely-on).
-func (p *Proxy) abort(r *http.Request, err error) {
+func (p *Proxy) abort(w http.ResponseWriter, r *http.Request, err error) {
 	if err == errClientGone || r.Context().Err() != nil {
 		return
+	}
+	// What did arrive goes out first, as a direct connection would have shown it;
+	// then the connection closes short of the announced end.
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
 	}
 	p.Metrics.truncated.Inc()
 	p.Log.Warn("upstream response body cut off; aborting the response to the app",
 		"method", r.Method, "path", r.URL.Path, "request_id", r.Header.Get(retrypolicy.HeaderRequestID))
 	panic(http.ErrAbortHandler)
+}
+
+// passthroughPhase is the phase of a timeout of a request without a policy:
+// only its dial (and TLS handshake) is bounded, by --dial-timeout.
+func passthroughPhase(err error) retrypolicy.Phase {
+	var pe *retrypolicy.PhaseError
+	var ne net.Error
+	if errors.As(err, &pe) && errors.As(err, &ne) && ne.Timeout() {
+		return pe.Phase
+	}
+	return ""
 }
 
 func defaultPort(scheme string) string {
@@ -199,6 +215,7 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	h := w.Header()
 	status, msg := http.StatusBadGateway, "retry-sidecar: upstream request failed\n"
+	var phase retrypolicy.Phase
 	var re *retrypolicy.Error
 	if errors.As(err, &re) {
 		h[retrypolicy.HeaderOutcome] = []string{string(re.Outcome)}
@@ -207,16 +224,28 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			h[retrypolicy.HeaderNotBefore] = []string{retrypolicy.FormatNotBefore(re.NotBefore)}
 		}
 		msg = "retry-sidecar: " + string(re.Outcome) + "\n"
+		phase = re.Phase
 		if re.Outcome == retrypolicy.OutcomeDeadlineExceeded {
 			status = http.StatusGatewayTimeout
 		}
 	} else {
 		h[retrypolicy.HeaderOutcome] = []string{string(retrypolicy.OutcomeUpstreamError)}
 		h[retrypolicy.HeaderAttempts] = []string{"1"}
+		phase = passthroughPhase(err)
+		if phase != "" {
+			p.Metrics.passthroughTimeout(phase)
+		}
 		if r.Context().Err() == nil {
 			// The error text names the URL, so it is not logged.
-			p.Log.Debug("pass-through request failed", "method", r.Method, "path", r.URL.Path, "outcome", string(retrypolicy.OutcomeUpstreamError))
+			p.Log.Debug("pass-through request failed", "method", r.Method, "path", r.URL.Path,
+				"outcome", string(retrypolicy.OutcomeUpstreamError), "phase", string(phase))
 		}
+	}
+	if phase != "" {
+		// A timeout: which budget ran out (docs/retry-semantics.md#timeouts).
+		h[retrypolicy.HeaderTimeoutPhase] = []string{string(phase)}
+		status = http.StatusGatewayTimeout
+		msg = "retry-sidecar: timeout (" + string(phase) + ")\n"
 	}
 	if errors.Is(err, retrypolicy.ErrMalformedResponse) {
 		msg = "retry-sidecar: upstream-error: the upstream's response could not be relayed\n"

@@ -53,7 +53,10 @@ type Config struct {
 	Deadline time.Duration
 	// PerTryTimeout bounds one attempt up to its response headers; 0 = none.
 	PerTryTimeout time.Duration
-	Backoff       Backoff
+	// ConnectTimeout bounds the dial (and TLS handshake) of an attempt on a new
+	// connection; 0 means DefaultConnectTimeout, or Deadline if shorter.
+	ConnectTimeout time.Duration
+	Backoff        Backoff
 	// RetryOnStatus is a subset of 408, 425, 429, 500, 502, 503, 504.
 	RetryOnStatus []int
 	// RetryOnConnectFailure retries failures where the request provably never left
@@ -137,6 +140,7 @@ type Policy struct {
 	methods    []string // upper-case, from ReplayableMethods
 	idemKey    string   // canonical header key, "" = none
 	reserve    time.Duration
+	connect    time.Duration // effective connect timeout
 	limits     atomic.Pointer[Limits]
 }
 
@@ -164,6 +168,11 @@ func Compile(c Config) (*Policy, error) {
 	}
 	if c.Deadline <= 0 {
 		bad("deadline", "must be > 0 (got %s)", c.Deadline)
+	}
+	if c.ConnectTimeout < 0 {
+		bad("connectTimeout", "must be >= 0, 0 = the default %s (got %s)", DefaultConnectTimeout, c.ConnectTimeout)
+	} else if c.ConnectTimeout > 0 && c.Deadline > 0 && c.ConnectTimeout > c.Deadline {
+		bad("connectTimeout", "must be <= deadline (%s)", c.Deadline)
 	}
 	if c.PerTryTimeout < 0 {
 		bad("perTryTimeout", "must be >= 0, 0 = none (got %s)", c.PerTryTimeout)
@@ -267,6 +276,10 @@ func Compile(c Config) (*Policy, error) {
 	}
 	if c.PerTryTimeout > 0 {
 		p.reserve = c.PerTryTimeout
+	}
+	p.connect = c.ConnectTimeout
+	if p.connect == 0 {
+		p.connect = min(DefaultConnectTimeout, c.Deadline)
 	}
 	p.limits.Store(newLimits(p.cfg))
 	return p, nil

@@ -42,6 +42,9 @@ type Event struct {
 	Status int
 	// ErrorClass of an attempt without a response.
 	ErrorClass ErrorClass
+	// Phase of a timeout: of the attempt (attempt events) or of the one that
+	// ended the request (outcome events); "" when no timeout was involved.
+	Phase Phase
 	// Action decided after the attempt (attempt events).
 	Action Action
 	// Delay is the planned wait before the next transmission (Action Retry).
@@ -80,7 +83,7 @@ func (os Observers) Observe(e Event) {
 
 // SlogObserver logs each event as one structured line with exactly the fields of
 // R10: request_id, upstream, method, path, attempt, status, error_class,
-// decision, delay, not_before, outcome, retry_after, retry_after_reason, skew.
+// phase, decision, delay, not_before, outcome, retry_after, retry_after_reason, skew.
 type SlogObserver struct {
 	Logger *slog.Logger
 	// AttemptLevel and OutcomeLevel default to Info (their zero value).
@@ -106,7 +109,7 @@ func (o *SlogObserver) Observe(e Event) {
 	if !o.Logger.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 14)
+	attrs := make([]slog.Attr, 0, 15)
 	attrs = append(attrs,
 		slog.String("request_id", e.RequestID),
 		slog.String("upstream", e.Upstream),
@@ -119,6 +122,9 @@ func (o *SlogObserver) Observe(e Event) {
 	}
 	if e.ErrorClass != NoError {
 		attrs = append(attrs, slog.String("error_class", e.ErrorClass.String()))
+	}
+	if e.Phase != "" {
+		attrs = append(attrs, slog.String("phase", string(e.Phase)))
 	}
 	if e.Kind == EventAttempt {
 		attrs = append(attrs, slog.String("decision", e.Action.String()))

@@ -75,6 +75,9 @@ type Error struct {
 	// deferred and deadline-exceeded (zero otherwise); already rounded up to the
 	// whole second, as X-Retry-Not-Before carries it.
 	NotBefore time.Time
+	// Phase says which budget ran out when a timeout ended the request
+	// (connect, tls, headers; queue for admission), "" otherwise.
+	Phase Phase
 }
 
 func (e *Error) Error() string {

@@ -161,6 +161,7 @@ type call struct {
 	idBuf    [16]byte // backing of a generated id
 
 	// the current attempt
+	actx     attemptContext // the first attempt's context (later ones allocate their own)
 	cancel   context.CancelFunc
 	timer    clock.Timer  // on an injected clock
 	rtimer   *time.Timer  // on the real clock (saves a wrapper per attempt)
@@ -247,7 +248,7 @@ func (c *call) run() (*http.Response, error) {
 		c.ticket = tk
 		if now := c.clk.Now(); !now.Before(c.deadline) {
 			c.endAttempt()
-			return c.failDecided(Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: now}, n-1, errDeadline)
+			return c.failDecided(Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: now}, n-1, errDeadline, "")
 		}
 		if n == 1 {
 			budget.RecordFirstAt(now)
@@ -272,6 +273,7 @@ func (c *call) run() (*http.Response, error) {
 		var ev Event
 		if err != nil {
 			a.Err = c.classify(ctx, err)
+			ev.Phase = timeoutPhase(err, c.firedWhy != firedNone)
 			if a.Err == Canceled {
 				c.endAttempt()
 				c.observeAttempt(&ev, n, a, Decision{Action: Stop, Outcome: OutcomeCanceled})
@@ -282,7 +284,7 @@ func (c *call) run() (*http.Response, error) {
 				d := Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded,
 					NotBefore: received.Add(c.p.cfg.Backoff.Delay(n-1, a.Random))}
 				c.observeAttempt(&ev, n, a, d)
-				return c.failDecided(d, n, err)
+				return c.failDecided(d, n, err, ev.Phase)
 			}
 		} else {
 			a.Status = resp.StatusCode
@@ -309,7 +311,7 @@ func (c *call) run() (*http.Response, error) {
 		if d.Action != Retry {
 			if resp == nil {
 				c.endAttempt()
-				return c.failDecided(d, n, err)
+				return c.failDecided(d, n, err, ev.Phase)
 			}
 			return c.finish(resp, d, n), nil
 		}
@@ -443,8 +445,16 @@ func (c *call) attemptRequest(ctx context.Context, n int) (*http.Request, error)
 		c.timer = c.clk.AfterFunc(bound, fire)
 	}
 	// A fresh shallow copy per attempt: an earlier attempt's request may still be
-	// referenced by Inner (e.g. its body still being written).
-	out := c.req.WithContext(actx)
+	// referenced by Inner (e.g. its body still being written), so only the first
+	// attempt uses the context value embedded in the call.
+	var attemptCtx *attemptContext
+	if n == 1 {
+		c.actx = attemptContext{Context: actx, connectTimeout: c.p.connect}
+		attemptCtx = &c.actx
+	} else {
+		attemptCtx = &attemptContext{Context: actx, connectTimeout: c.p.connect}
+	}
+	out := c.req.WithContext(attemptCtx)
 	switch c.body.kind {
 	case bodyGetBody:
 		if n > 1 {
@@ -656,12 +666,12 @@ func (c *call) closeUnsentBody() {
 
 // fail ends the logical request without a response.
 func (c *call) fail(o Outcome, attempts int, err error) (*http.Response, error) {
-	return c.failDecided(Decision{Action: Stop, Outcome: o}, attempts, err)
+	return c.failDecided(Decision{Action: Stop, Outcome: o}, attempts, err, "")
 }
 
 // failDecided ends the logical request without a response as d says; a Defer
-// carries its Not-Before (rounded up) into the *Error.
-func (c *call) failDecided(d Decision, attempts int, err error) (*http.Response, error) {
+// carries its Not-Before (rounded up) into the *Error, a timeout its phase.
+func (c *call) failDecided(d Decision, attempts int, err error, phase Phase) (*http.Response, error) {
 	c.closeRequestBody()
 	if attempts == 0 {
 		c.closeUnsentBody()
@@ -671,8 +681,8 @@ func (c *call) failDecided(d Decision, attempts int, err error) (*http.Response,
 	if d.Action == Defer {
 		notBefore = CeilSecond(d.NotBefore)
 	}
-	c.observeOutcome(d.Outcome, attempts, 0, notBefore)
-	return nil, &Error{Outcome: d.Outcome, Attempts: attempts, Err: err, NotBefore: notBefore}
+	c.observeOutcomePhase(d.Outcome, attempts, 0, notBefore, phase)
+	return nil, &Error{Outcome: d.Outcome, Attempts: attempts, Err: err, NotBefore: notBefore, Phase: phase}
 }
 
 // shed answers for an upstream with no capacity: a 503 whose Retry-After says
@@ -691,20 +701,21 @@ func (c *call) shed(n int, retryAfter time.Duration) (*http.Response, error) {
 		StatusCode: http.StatusServiceUnavailable,
 		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: http.Header{
-			"Content-Type": {"text/plain; charset=utf-8"},
-			"Retry-After":  {strconv.FormatInt(secs, 10)},
-			HeaderOutcome:  {string(OutcomeShed)},
-			HeaderAttempts: {attemptString(n - 1)},
+			"Content-Type":     {"text/plain; charset=utf-8"},
+			"Retry-After":      {strconv.FormatInt(secs, 10)},
+			HeaderOutcome:      {string(OutcomeShed)},
+			HeaderAttempts:     {attemptString(n - 1)},
+			HeaderTimeoutPhase: {string(PhaseQueue)},
 		},
 		Body:          io.NopCloser(bytes.NewReader([]byte(msg))),
 		ContentLength: int64(len(msg)),
 		Request:       c.req,
 	}
 	if c.t.Observer != nil {
-		var ev Event
+		ev := Event{Phase: PhaseQueue}
 		c.observeAttempt(&ev, n, Attempt{}, Decision{Action: Stop, Outcome: OutcomeShed})
 	}
-	c.observeOutcome(OutcomeShed, n-1, resp.StatusCode, time.Time{})
+	c.observeOutcomePhase(OutcomeShed, n-1, resp.StatusCode, time.Time{}, PhaseQueue)
 	return resp, nil
 }
 
@@ -723,13 +734,17 @@ func (c *call) observeAttempt(ev *Event, n int, a Attempt, d Decision) {
 }
 
 func (c *call) observeOutcome(o Outcome, attempts, status int, notBefore time.Time) {
+	c.observeOutcomePhase(o, attempts, status, notBefore, "")
+}
+
+func (c *call) observeOutcomePhase(o Outcome, attempts, status int, notBefore time.Time, phase Phase) {
 	obs := c.t.Observer
 	if obs == nil {
 		return
 	}
 	obs.Observe(Event{Kind: EventOutcome, RequestID: c.id, Upstream: c.p.cfg.Name,
 		Method: c.req.Method, Path: c.req.URL.Path, Attempt: attempts, Status: status,
-		Outcome: o, NotBefore: notBefore})
+		Outcome: o, NotBefore: notBefore, Phase: phase})
 }
 
 var attemptStrings = [...]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}

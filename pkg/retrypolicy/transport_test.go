@@ -633,3 +633,36 @@ func TestTransportDeadlineWithoutAResponseCarriesNotBefore(t *testing.T) {
 		t.Fatalf("NotBefore = %v; want a whole second, not before the deadline %v", e.NotBefore, now.Add(1500*time.Millisecond))
 	}
 }
+
+// TestTransportTimeoutNamesItsPhase: an attempt cut off by perTryTimeout after
+// the request was sent is a headers timeout, and the *Error says so; a dial
+// that timed out is a connect timeout.
+func TestTransportTimeoutNamesItsPhase(t *testing.T) {
+	dialTimeout := &PhaseError{Phase: PhaseConnect, Err: &net.OpError{Op: "dial", Err: timeoutErr{}}}
+	tests := map[string]struct {
+		step  step
+		phase Phase
+	}{
+		"no response headers within perTryTimeout": {step{block: true}, PhaseHeaders},
+		"a dial that timed out":                    {step{err: dialTimeout}, PhaseConnect},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, compile(t, func(c *Config) { c.MaxAttempts = 1; c.PerTryTimeout = time.Second }), tc.step)
+			h.inner.onSend = func(int) {
+				go func() {
+					waitFor(t, "the attempt's timer", h.clk.HasWaiters)
+					h.clk.Step(time.Second)
+				}()
+			}
+			_, err := h.do(get(context.Background(), "http://payments.shop.svc/q"))
+			var e *Error
+			if !errors.As(err, &e) || e.Phase != tc.phase {
+				t.Fatalf("err = %#v, want an *Error with phase %q", err, tc.phase)
+			}
+			if last := h.events[len(h.events)-1]; last.Phase != tc.phase {
+				t.Fatalf("outcome event phase %q, want %q", last.Phase, tc.phase)
+			}
+		})
+	}
+}

@@ -1,0 +1,247 @@
+package main_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ---- cut-off bodies and timeouts by phase (docs/retry-semantics.md) ----
+
+// rawUpstream serves every connection with handle, on 127.0.0.1.
+func rawUpstream(t *testing.T, handle func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c, bufio.NewReader(c))
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// cutOff answers one request with head, then the first part of a body, then
+// drops the connection.
+func cutOff(head, partial string) func(c net.Conn, br *bufio.Reader) {
+	return func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, head+partial)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestCutOffBodyIsNeverPassedOffAsComplete(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		head, partial string
+		policy        bool
+	}{
+		"chunked cut after 5 bytes without a policy":      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "5\r\nhello\r\n", false},
+		"chunked cut after 5 bytes under a policy":        {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "5\r\nhello\r\n", true},
+		"chunked cut inside a chunk under a policy":       {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "a\r\nhel", true},
+		"sized cut after 5 of 100 bytes without a policy": {"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", "hello", false},
+		"sized cut after 5 of 100 bytes under a policy":   {"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", "hello", true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			host := rawUpstream(t, cutOff(tc.head, tc.partial))
+			var args []string
+			if tc.policy {
+				args = append(args, "--policy-file="+policyFile(t, host, fields()...))
+			} else {
+				args = append(args, "--policy-file="+policyFile(t, "unrelated.example", fields()...))
+			}
+			s := startSidecar(t, args...)
+			resp, err := s.client().Get("http://" + host + "/")
+			if err != nil {
+				t.Fatalf("GET: %v (the head must reach the app)", err)
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err == nil {
+				t.Fatalf("the app read a complete %d-byte body %q; want a read error", len(b), b)
+			}
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d, want the upstream's 200", resp.StatusCode)
+			}
+			s.waitMetric(`retry_sidecar_truncated_responses_total`, 1)
+		})
+	}
+}
+
+// TestHealthyStreamsPassUnbuffered: a chunked stream and a long poll reach the
+// app as they are sent, piece by piece, and complete cleanly.
+func TestHealthyStreamsPassUnbuffered(t *testing.T) {
+	t.Parallel()
+	host := rawUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for i := 0; i < 3; i++ {
+			fmt.Fprintf(c, "6\r\nevent%d\r\n", i)
+			time.Sleep(300 * time.Millisecond)
+		}
+		io.WriteString(c, "0\r\n\r\n")
+	})
+	s := startSidecar(t, "--policy-file="+policyFile(t, host, fields()...))
+	start := time.Now()
+	resp, err := s.client().Get("http://" + host + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 64)
+	n, err := resp.Body.Read(buf)
+	if err != nil || string(buf[:n]) != "event0" {
+		t.Fatalf("first read = %q, %v; want \"event0\"", buf[:n], err)
+	}
+	if e := time.Since(start); e > 250*time.Millisecond {
+		t.Fatalf("first event after %v; want it before the second is sent (300ms): the proxy buffered", e)
+	}
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || string(rest) != "event1event2" {
+		t.Fatalf("rest = %q, %v; want \"event1event2\" and a clean end", rest, err)
+	}
+}
+
+// TestNoResponseHeadersIsAHeadersTimeout: an upstream that accepts and reads
+// but never answers gives 504 with X-Retry-Timeout-Phase: headers once
+// perTryTimeout has passed.
+func TestNoResponseHeadersIsAHeadersTimeout(t *testing.T) {
+	t.Parallel()
+	host := rawUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		http.ReadRequest(br)
+		time.Sleep(5 * time.Second)
+	})
+	s := startSidecar(t, "--policy-file="+policyFile(t, host, "maxAttempts: 1", "perTryTimeout: 300ms", "deadline: 5s"))
+	r := s.get("http://" + host + "/")
+	if r.status != 504 || r.header.Get("X-Retry-Timeout-Phase") != "headers" {
+		t.Fatalf("status %d, phase %q; want 504, headers", r.status, r.header.Get("X-Retry-Timeout-Phase"))
+	}
+	if r.elapsed < 300*time.Millisecond || r.elapsed > 2*time.Second {
+		t.Fatalf("answered after %v; want just after the 300ms perTryTimeout", r.elapsed)
+	}
+	s.waitMetric(`retry_sidecar_timeouts_total{phase="headers",upstream="up"}`, 1)
+	if !strings.Contains(s.logs.String(), `"phase":"headers"`) {
+		t.Fatal(`no log line with "phase":"headers"`)
+	}
+}
+
+// fullBacklog is a listener whose accept queue is full: further connection
+// attempts get no SYN-ACK, so a dial to it can only time out.
+func fullBacklog(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Skipf("socket: %v", err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	// Fill the queue (backlog 0 still admits one or two) with connections nobody accepts.
+	for i := 0; i < 4; i++ {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			break // full
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+		c.Close()
+		t.Skip("the kernel completes connections beyond the backlog here; cannot provoke a connect timeout")
+	}
+	return addr
+}
+
+func TestConnectTimeoutIsAConnectTimeout(t *testing.T) {
+	t.Parallel()
+	host := fullBacklog(t)
+	s := startSidecar(t, "--policy-file="+policyFile(t, host, "maxAttempts: 1", "connectTimeout: 300ms", "deadline: 5s"))
+	r := s.get("http://" + host + "/")
+	if r.status != 504 || r.header.Get("X-Retry-Timeout-Phase") != "connect" {
+		t.Fatalf("status %d, phase %q, outcome %q; want 504, connect", r.status, r.header.Get("X-Retry-Timeout-Phase"), r.header.Get("X-Retry-Outcome"))
+	}
+	if r.elapsed < 300*time.Millisecond || r.elapsed > 2*time.Second {
+		t.Fatalf("answered after %v; want just after the 300ms connectTimeout", r.elapsed)
+	}
+	s.waitMetric(`retry_sidecar_timeouts_total{phase="connect",upstream="up"}`, 1)
+}
+
+func TestPassThroughConnectTimeoutUsesTheDialTimeoutFlag(t *testing.T) {
+	t.Parallel()
+	host := fullBacklog(t)
+	s := startSidecar(t, "--policy-file="+policyFile(t, "unrelated.example", fields()...), "--dial-timeout=300ms")
+	r := s.get("http://" + host + "/")
+	if r.status != 504 || r.header.Get("X-Retry-Timeout-Phase") != "connect" || r.header.Get("X-Retry-Outcome") != "upstream-error" {
+		t.Fatalf("status %d, phase %q, outcome %q; want 504, connect, upstream-error", r.status,
+			r.header.Get("X-Retry-Timeout-Phase"), r.header.Get("X-Retry-Outcome"))
+	}
+}
+
+// TestFullQueueIsAQueueTimeout: with one slot busy and no room in the queue, a
+// request is shed at once with X-Retry-Timeout-Phase: queue.
+func TestFullQueueIsAQueueTimeout(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	up := newUpstream(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			<-release
+		}
+	})
+	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields("concurrency: {maxInFlight: 1, maxQueued: 0, queueTimeout: 1s}")...))
+	first := s.goGet(up.url("/slow"))
+	eventually(t, "the first request at the upstream", func() bool { return len(up.got()) == 1 })
+	r := s.get(up.url("/second"))
+	if r.status != 503 || r.header.Get("X-Retry-Timeout-Phase") != "queue" || r.header.Get("X-Retry-Outcome") != "shed" {
+		t.Fatalf("status %d, phase %q, outcome %q; want 503, queue, shed", r.status,
+			r.header.Get("X-Retry-Timeout-Phase"), r.header.Get("X-Retry-Outcome"))
+	}
+	if r.elapsed > time.Second {
+		t.Fatalf("shed after %v; want at once", r.elapsed)
+	}
+	s.waitMetric(`retry_sidecar_timeouts_total{phase="queue",upstream="up"}`, 1)
+	release <- struct{}{}
+	<-first
+}
+
+// eventually polls cond for up to 5 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
