@@ -3,6 +3,7 @@
 # nginx, in one run on loopback (SPEC §8). Writes docs/benchmarks.md.
 #
 #   ROUNDS=3 DURATION=5 RATE=2000 bench/sidecar/run.sh
+#   BASELINE_REF=<git ref> bench/sidecar/run.sh   # also measures that ref's sidecar, same run
 #
 # Everything targets 127.0.0.1 only and every load is bounded in time and count.
 # Needs: haproxy, nginx, wrk (installed from Debian with apt-get if missing).
@@ -13,6 +14,7 @@ DURATION=${DURATION:-5}      # seconds per measurement
 RATE=${RATE:-2000}           # fixed rate of the latency test, req/s
 CONNS=${CONNS:-32}           # wrk connections (closed loop)
 OUT=${OUT:-docs/benchmarks.md}
+BASELINE_REF=${BASELINE_REF:-} # a git ref whose sidecar is measured beside this tree's ("baseline")
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -38,11 +40,18 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 echo "building retry-sidecar and loadgen"
 CGO_ENABLED=0 go build -trimpath -o "$WORK/retry-sidecar" ./cmd/retry-sidecar
 go build -o "$WORK/loadgen" ./bench/sidecar/loadgen
+if [ -n "$BASELINE_REF" ]; then
+  echo "building the baseline sidecar of $BASELINE_REF"
+  git worktree add -f --detach "$WORK/baseline-src" "$BASELINE_REF" >/dev/null 2>&1
+  (cd "$WORK/baseline-src" && CGO_ENABLED=0 go build -trimpath -o "$WORK/retry-sidecar-baseline" ./cmd/retry-sidecar)
+  git worktree remove --force "$WORK/baseline-src"
+fi
 
 BACKEND=127.0.0.1:18080
 HAPROXY=127.0.0.1:18081
 NGINXP=127.0.0.1:18082
 SIDECAR=127.0.0.1:18090
+BASELINE=127.0.0.1:18092
 
 # --- the upstream: nginx answering a small 200 on keep-alive
 mkdir -p "$WORK/nb" "$WORK/np"
@@ -117,7 +126,7 @@ EOF
 sed -e 's/retryPercent: 20, minRetriesPerSecond: 10/retryPercent: 100, minRetriesPerSecond: 10000/' \
   "$WORK/outage-budget.yaml" >"$WORK/outage-nobudget.yaml"
 
-for a in $BACKEND $HAPROXY $NGINXP $SIDECAR 127.0.0.1:18084 127.0.0.1:18085 127.0.0.1:18091 127.0.0.1:18095 127.0.0.1:18096; do
+for a in $BACKEND $HAPROXY $NGINXP $SIDECAR $BASELINE 127.0.0.1:18084 127.0.0.1:18085 127.0.0.1:18091 127.0.0.1:18095 127.0.0.1:18096; do
   if (exec 3<>/dev/tcp/${a%:*}/${a#*:}) 2>/dev/null; then echo "port $a is busy; free it first" >&2; exit 1; fi
 done
 "$NGINX" -c "$WORK/nb/nginx.conf" -p "$WORK/nb" 2>>"$WORK/nb/error.log" & PIDS+=($!)
@@ -125,17 +134,23 @@ done
 haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 & PIDS+=($!)
 "$WORK/retry-sidecar" --listen=$SIDECAR --admin-listen=127.0.0.1:18095 --policy-file="$WORK/policy.yaml" \
   2>"$WORK/sidecar.log" & SPID=$!; PIDS+=($SPID)
+TARGETS="direct haproxy nginx sidecar"
+if [ -n "$BASELINE_REF" ]; then
+  "$WORK/retry-sidecar-baseline" --listen=$BASELINE --admin-listen=127.0.0.1:18097 --policy-file="$WORK/policy.yaml" \
+    2>"$WORK/baseline.log" & PIDS+=($!)
+  wait_port_later=$BASELINE
+  TARGETS="$TARGETS baseline"
+fi
 
 wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/${1%:*}/${1#*:}) 2>/dev/null && return 0; sleep 0.1; done; echo "no listener on $1" >&2; exit 1; }
-for a in $BACKEND $HAPROXY $NGINXP $SIDECAR; do wait_port "$a"; done
+for a in $BACKEND $HAPROXY $NGINXP $SIDECAR ${wait_port_later:-}; do wait_port "$a"; done
 curl -fsS -o /dev/null http://127.0.0.1:18095/readyz
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 sleep 1
 RSS_IDLE=$(rss_kib $SPID)
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) {print "n/a"; exit} m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; print m}'; }
-TARGETS="direct haproxy nginx sidecar"
-addr() { case $1 in direct) echo $BACKEND;; haproxy) echo $HAPROXY;; nginx) echo $NGINXP;; sidecar) echo $SIDECAR;; esac; }
+addr() { case $1 in direct) echo $BACKEND;; haproxy) echo $HAPROXY;; nginx) echo $NGINXP;; sidecar) echo $SIDECAR;; baseline) echo $BASELINE;; esac; }
 
 : >"$WORK/results"
 RSS_LOAD=0
@@ -152,6 +167,8 @@ for round in $(seq "$ROUNDS"); do
       json=$("$WORK/loadgen" rate -url "http://$BACKEND/" -proxy $SIDECAR -rate "$RATE" -duration "${DURATION}s")
       kill $SAMPLER 2>/dev/null || true; wait $SAMPLER 2>/dev/null || true
       RSS_LOAD=$(( $(cat "$WORK/rss_peak") > RSS_LOAD ? $(cat "$WORK/rss_peak") : RSS_LOAD ))
+    elif [ "$t" = baseline ]; then
+      json=$("$WORK/loadgen" rate -url "http://$BACKEND/" -proxy $BASELINE -rate "$RATE" -duration "${DURATION}s")
     else
       json=$("$WORK/loadgen" rate -url "http://$(addr $t)/" -rate "$RATE" -duration "${DURATION}s")
     fi
@@ -197,6 +214,7 @@ verdict() { if awk "BEGIN{exit !($1)}"; then echo met; else echo MISSED; fi; }
   echo "Closed loop: \`wrk -t2 -c$CONNS -d${DURATION}s\` (origin-form with \`Host:\`, routed by Host). Fixed rate:"
   echo "\`bench/sidecar/loadgen rate\` at $RATE req/s for ${DURATION}s after a warm-up (the sidecar in absolute-form via"
   echo "its proxy address, as \`HTTP_PROXY\` clients send). $ROUNDS interleaved rounds; medians. Overhead = target − direct."
+  if [ -n "$BASELINE_REF" ]; then echo "\`baseline\` is the sidecar of \`$BASELINE_REF\` ($(git rev-parse --short "$BASELINE_REF")), measured in the same rounds."; fi
   echo
   echo "| target | throughput (req/s) | vs HAProxy | p50 (ms) | p50 overhead (ms) | p99 (ms) | p99 overhead (ms) | errors |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|"
