@@ -407,100 +407,148 @@ func TestReplayBuffersAreAdmittedAgainstTheSidecarWideCap(t *testing.T) {
 	t.Parallel()
 	const (
 		capBytes = 8 << 20
-		size     = 16 << 20
-		parallel = 6
+		big      = 16 << 20 // larger than the whole cap
+		mid      = 3 << 20  // two fit the cap together, three do not
 		small    = 1 << 20
+		parallel = 6
 	)
 	type rec struct {
 		path, attempt string
 		n             int64
 	}
-	var mu sync.Mutex
-	var recs []rec
+	var (
+		mu       sync.Mutex
+		recs     []rec
+		midFirst int
+		midAll   = make(chan struct{})
+	)
+	// /big-*: always 503. /mid-*: the first transmissions are all held until
+	// the six arrived (so every replay buffer is live at once), then 503; a
+	// second transmission gets 200. /small: 503, then 200.
 	up := &upstream{}
 	up.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		mu.Lock()
 		recs = append(recs, rec{r.URL.Path, r.Header.Get("X-Retry-Attempt"), n})
-		smalls := 0
+		seen := 0
 		for _, x := range recs {
-			if x.path == "/small" {
-				smalls++
+			if x.path == r.URL.Path {
+				seen++
+			}
+		}
+		isMid := strings.HasPrefix(r.URL.Path, "/mid-")
+		if isMid && seen == 1 {
+			if midFirst++; midFirst == parallel {
+				close(midAll)
 			}
 		}
 		mu.Unlock()
-		if r.URL.Path == "/small" && smalls >= 2 {
+		switch {
+		case isMid && seen == 1:
+			select {
+			case <-midAll:
+			case <-time.After(10 * time.Second):
+			}
+			w.WriteHeader(503)
+		case (isMid || r.URL.Path == "/small") && seen >= 2:
 			w.WriteHeader(200)
-			return
+		default:
+			w.WriteHeader(503)
 		}
-		w.WriteHeader(503)
 	}))
 	t.Cleanup(up.srv.Close)
+	sentTo := func(path string) []rec {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []rec
+		for _, x := range recs {
+			if x.path == path {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
 	s := startSidecar(t, fmt.Sprintf("--max-replay-memory=%d", capBytes), "--policy-file="+policyFile(t, up.host(),
-		fields("replayableMethods: [GET, PUT]", "maxReplayBodyBytes: 33554432", "maxAttempts: 3", "deadline: 20s")...))
+		fields("replayableMethods: [GET, PUT]", "maxReplayBodyBytes: 16777216", "maxAttempts: 3", "deadline: 20s")...))
 	before := procStatus(s.pid(), "VmRSS")
 
-	results := make([]result, parallel)
-	errs := make([]error, parallel)
-	var wg sync.WaitGroup
-	for i := range parallel {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequest(http.MethodPut, up.url(fmt.Sprintf("/big-%d", i)), io.LimitReader(zeros{}, size))
-			req.ContentLength = size
-			results[i], errs[i] = s.try(req)
-		}()
-	}
-	wg.Wait()
-	peak := procStatus(s.pid(), "VmHWM")
-
-	mu.Lock()
-	sent := map[string][]rec{}
-	for _, x := range recs {
-		sent[x.path] = append(sent[x.path], x)
-	}
-	mu.Unlock()
-	for i := range parallel {
-		path := fmt.Sprintf("/big-%d", i)
-		r := results[i]
-		if errs[i] != nil {
-			t.Errorf("PUT %s: %v", path, errs[i])
-			continue
+	puts := func(prefix string, size int64) []result {
+		results := make([]result, parallel)
+		var wg sync.WaitGroup
+		for i := range parallel {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequest(http.MethodPut, up.url(fmt.Sprintf("/%s-%d", prefix, i)), io.LimitReader(zeros{}, size))
+				req.ContentLength = size
+				r, err := s.try(req)
+				if err != nil {
+					r.body = err.Error()
+				}
+				results[i] = r
+			}()
 		}
+		wg.Wait()
+		return results
+	}
+
+	// Six 16 MiB PUTs: none fits the 8 MiB cap, so each is streamed once (and
+	// its 503 is final) or shed before it is read.
+	for i, r := range puts("big", big) {
+		path := fmt.Sprintf("/big-%d", i)
+		sent := sentTo(path)
 		switch r.header.Get("X-Retry-Outcome") {
 		case "shed":
 			assertOutcome(t, r, 503, "shed", "0")
-			if len(sent[path]) != 0 {
-				t.Errorf("PUT %s was shed but reached the upstream %d times", path, len(sent[path]))
+			if len(sent) != 0 {
+				t.Errorf("PUT %s was shed but reached the upstream %d times", path, len(sent))
 			}
 		default:
 			assertOutcome(t, r, 503, "not-replayable", "1")
-			if len(sent[path]) != 1 || sent[path][0].n != size || sent[path][0].attempt != "1" {
-				t.Errorf("PUT %s reached the upstream as %+v; want once, whole (%d bytes), X-Retry-Attempt 1", path, sent[path], size)
+			if len(sent) != 1 || sent[0].n != big || sent[0].attempt != "1" {
+				t.Errorf("PUT %s reached the upstream as %+v; want once, whole (%d bytes), X-Retry-Attempt 1", path, sent, big)
 			}
 		}
 	}
-	limit := int64(capBytes>>10) + 40<<10
-	t.Logf("RSS %d KiB before, peak %d KiB (limit %d KiB)", before, peak, limit)
-	if peak > limit {
-		t.Errorf("sidecar peak RSS %d KiB with six concurrent 16 MiB PUTs; want <= %d KiB (the 8 MiB replay cap + 40 MiB)", peak, limit)
+
+	// Six 3 MiB PUTs at once: at most two replay buffers fit the cap together.
+	buffered := 0
+	for i, r := range puts("mid", mid) {
+		path := fmt.Sprintf("/mid-%d", i)
+		sent := sentTo(path)
+		switch r.header.Get("X-Retry-Outcome") {
+		case "success": // buffered and replayed
+			buffered++
+			assertOutcome(t, r, 200, "success", "2")
+			if len(sent) != 2 || sent[0].n != mid || sent[1].n != mid || sent[1].attempt != "2" {
+				t.Errorf("PUT %s reached the upstream as %+v; want twice, whole", path, sent)
+			}
+		case "shed":
+			assertOutcome(t, r, 503, "shed", "0")
+		default:
+			assertOutcome(t, r, 503, "not-replayable", "1")
+			if len(sent) != 1 || sent[0].n != mid {
+				t.Errorf("PUT %s reached the upstream as %+v; want once, whole", path, sent)
+			}
+		}
+	}
+	if buffered > capBytes/mid {
+		t.Errorf("%d of six concurrent 3 MiB PUTs were buffered for replay; the 8 MiB cap holds %d", buffered, capBytes/mid)
 	}
 
-	// A body that fits the cap is still buffered and replayed.
+	peak := procStatus(s.pid(), "VmHWM")
+	limit := int64(capBytes>>10) + 40<<10
+	t.Logf("RSS %d KiB before, peak %d KiB (limit %d KiB); %d of 6 mid-size PUTs buffered", before, peak, limit, buffered)
+	if peak > limit {
+		t.Errorf("sidecar peak RSS %d KiB; want <= %d KiB (the 8 MiB replay cap + 40 MiB)", peak, limit)
+	}
+
+	// Once the buffers are released, a body that fits is buffered and replayed.
 	req, _ := http.NewRequest(http.MethodPut, up.url("/small"), io.LimitReader(zeros{}, small))
 	req.ContentLength = small
 	assertOutcome(t, s.do(req), 200, "success", "2")
-	mu.Lock()
-	defer mu.Unlock()
-	var smalls []rec
-	for _, x := range recs {
-		if x.path == "/small" {
-			smalls = append(smalls, x)
-		}
-	}
-	if want := []rec{{"/small", "1", small}, {"/small", "2", small}}; !slices.Equal(smalls, want) {
-		t.Errorf("the 1 MiB PUT reached the upstream as %+v, want %+v", smalls, want)
+	if got, want := sentTo("/small"), []rec{{"/small", "1", small}, {"/small", "2", small}}; !slices.Equal(got, want) {
+		t.Errorf("the 1 MiB PUT reached the upstream as %+v, want %+v", got, want)
 	}
 }
 

@@ -46,9 +46,6 @@ type script struct {
 	// framing has no body but bytes followed, a framing error, Connection: close…):
 	// the second request goes on a fresh connection and gets "fresh:/two".
 	noReuse bool
-	// refReuses, if set, exempts net/http from noReuse and says why it is
-	// lenient there; h1client is held to it.
-	refReuses string
 	// wantSecond, if set, is the body the second request must get from both
 	// clients (e.g. "fresh:/two": a closed idle connection never fails a request).
 	wantSecond string
@@ -89,9 +86,8 @@ var scripts = []script{
 	{name: "duplicate differing Content-Length", first: resp("200 OK", "Content-Length: 5\r\nContent-Length: 6\r\n", "hello!"), closeAfter: true, noReuse: true},
 	{name: "duplicate equal Content-Length", first: resp("200 OK", "Content-Length: 5\r\nContent-Length: 5\r\n", "hello")},
 	{name: "Content-Length and chunked Transfer-Encoding",
-		first: resp("200 OK", "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n", "5\r\nhello\r\n0\r\n\r\n"), noReuse: true,
-		stricter:  "a response with both Content-Length and Transfer-Encoding may be a smuggling attempt",
-		refReuses: "net/http drops the Content-Length and keeps the connection; a framing conflict closes it here"},
+		first:    resp("200 OK", "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n", "5\r\nhello\r\n0\r\n\r\n"),
+		stricter: "a response with both Content-Length and Transfer-Encoding may be a smuggling attempt"},
 	{name: "bare LF line endings", first: "HTTP/1.1 200 OK\nContent-Length: 5\n\nhello"},
 	{name: "obs-fold header line", first: resp("200 OK", "X-Folded: a\r\n b\r\n"+cl("hello"), "hello")},
 	{name: "2 MiB header", first: resp("200 OK", "X-Huge: "+strings.Repeat("x", 2<<20)+"\r\n"+cl("hello"), "hello"), closeAfter: true,
@@ -325,7 +321,7 @@ func TestDifferential(t *testing.T) {
 				v      verdict
 			}{{"h1client", o2}, {"net/http", r2}} {
 				want := sc.wantSecond
-				if sc.noReuse && (c.client == "h1client" || sc.refReuses == "") {
+				if sc.noReuse {
 					want = "fresh:/two"
 				}
 				switch {
