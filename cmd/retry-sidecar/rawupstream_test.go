@@ -252,11 +252,13 @@ func fdCount(pid int) int {
 // or more than maxRSS KiB: a request loop regression must fail the test, not
 // take the machine down. It reports what it saw when stopped.
 type watchdog struct {
-	stop    chan struct{}
-	done    chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	mu      sync.Mutex
 	peakFDs int
 	peakRSS int64
-	killed  string
+	reason  string // why it killed the sidecar; "" if it did not
 }
 
 func (s *sidecar) watch(maxFDs int, maxRSSKiB int64) *watchdog {
@@ -268,12 +270,15 @@ func (s *sidecar) watch(maxFDs int, maxRSSKiB int64) *watchdog {
 		defer tick.Stop()
 		for {
 			fds, rss := fdCount(pid), procStatus(pid, "VmRSS")
+			w.mu.Lock()
 			w.peakFDs, w.peakRSS = max(w.peakFDs, fds), max(w.peakRSS, rss)
 			if fds > maxFDs || rss > maxRSSKiB {
-				w.killed = fmt.Sprintf("killed the sidecar: %d fds (limit %d), RSS %d KiB (limit %d)", fds, maxFDs, rss, maxRSSKiB)
+				w.reason = fmt.Sprintf("killed the sidecar: %d fds (limit %d), RSS %d KiB (limit %d)", fds, maxFDs, rss, maxRSSKiB)
+				w.mu.Unlock()
 				_ = s.cmd.Process.Signal(syscall.SIGKILL)
 				return
 			}
+			w.mu.Unlock()
 			select {
 			case <-w.stop:
 				return
@@ -284,6 +289,19 @@ func (s *sidecar) watch(maxFDs int, maxRSSKiB int64) *watchdog {
 		}
 	}()
 	return w
+}
+
+// killed says why the watchdog killed the sidecar, or "".
+func (w *watchdog) killed() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reason
+}
+
+func (w *watchdog) peaks() (int, int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.peakFDs, w.peakRSS
 }
 
 func (w *watchdog) end() {

@@ -374,8 +374,8 @@ func TestSelfLoopIsRefusedInEverySpelling(t *testing.T) {
 			for _, f := range forms {
 				resp, _, err := rawExchange(s.proxy, f.request, nil, 3*time.Second)
 				switch {
-				case w.killed != "":
-					t.Fatalf("%s %s: %s", f.name, target, w.killed)
+				case w.killed() != "":
+					t.Fatalf("%s %s: %s", f.name, target, w.killed())
 				case err != nil:
 					t.Errorf("%s %s: %v", f.name, target, err)
 				case resp.StatusCode != http.StatusLoopDetected:
@@ -383,11 +383,11 @@ func TestSelfLoopIsRefusedInEverySpelling(t *testing.T) {
 				}
 			}
 			w.end()
-			if w.killed != "" {
-				t.Fatal(w.killed)
+			if w.killed() != "" {
+				t.Fatal(w.killed())
 			}
-			if w.peakFDs > baseFDs+20 {
-				t.Errorf("the sidecar opened up to %d descriptors (%d at start); a refused loop opens none", w.peakFDs, baseFDs)
+			if peakFDs, _ := w.peaks(); peakFDs > baseFDs+20 {
+				t.Errorf("the sidecar opened up to %d descriptors (%d at start); a refused loop opens none", peakFDs, baseFDs)
 			}
 			for _, series := range []string{`retry_sidecar_passthrough_requests_total{result="ok"}`, `retry_sidecar_passthrough_requests_total{result="error"}`} {
 				if v := s.metric(series); v != 0 {
