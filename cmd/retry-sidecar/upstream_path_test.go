@@ -269,6 +269,8 @@ func TestStrayBytesAfterABodylessResponseNeverReachAnotherCaller(t *testing.T) {
 			name := tc.name + map[bool]string{true: " with a policy", false: " passed through"}[withPolicy]
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
+				strayWritten := make(chan struct{})
+				var once sync.Once
 				up := newRawUpstream(t, func(c *rawConn) {
 					for {
 						req, ok := c.next()
@@ -281,11 +283,12 @@ func TestStrayBytesAfterABodylessResponseNeverReachAnotherCaller(t *testing.T) {
 						}
 						if !tc.later {
 							c.write(tc.head + tc.stray)
-							continue
+						} else {
+							c.write(tc.head)
+							time.Sleep(30 * time.Millisecond)
+							c.write(tc.stray)
 						}
-						c.write(tc.head)
-						time.Sleep(30 * time.Millisecond)
-						c.write(tc.stray)
+						once.Do(func() { close(strayWritten) })
 					}
 				})
 				host := freePort(t)
@@ -298,7 +301,12 @@ func TestStrayBytesAfterABodylessResponseNeverReachAnotherCaller(t *testing.T) {
 				if a.status != tc.wantStatus || a.body != "" {
 					t.Fatalf("caller A got %d %q, want %d with no body", a.status, a.body, tc.wantStatus)
 				}
-				time.Sleep(100 * time.Millisecond) // the stray bytes have arrived at the sidecar
+				select {
+				case <-strayWritten:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the upstream never wrote the stray bytes")
+				}
+				time.Sleep(50 * time.Millisecond) // and they have arrived at the sidecar
 
 				b := s.get(up.url("/b")) // another client connection
 				if b.body != "fresh:/b" || b.status != 200 {
@@ -728,7 +736,7 @@ func TestFullConcurrencyShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testi
 		}
 		r := s.get(up.url("/second"))
 		assertOutcome(t, r, 503, "shed", "0")
-		if r.elapsed > 300*time.Millisecond {
+		if r.elapsed > 400*time.Millisecond {
 			t.Errorf("shed after %v; the queue wait cannot end before the 800ms deadline, so shed at once", r.elapsed)
 		}
 		if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 {

@@ -214,11 +214,18 @@ func (s *scriptServer) serveConn(c net.Conn, id int, sc script) {
 				time.Sleep(30 * time.Millisecond)
 				_, _ = io.WriteString(c, sc.later)
 			}
-			close(s.scripted)
-			if sc.closeAfter {
+			if !sc.closeAfter {
+				close(s.scripted)
+				break
+			}
+			if sc.linger > 0 { // the second request may arrive while the server lingers
+				close(s.scripted)
 				time.Sleep(sc.linger)
 				return
 			}
+			c.Close() // closed before the client is told to go on
+			close(s.scripted)
+			return
 		case id == 1:
 			if sc.dropSecond {
 				return
