@@ -215,6 +215,26 @@ func respOK(body string) string {
 	return "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 }
 
+// attemptsCounted sums retry_sidecar_attempts_total of an upstream over every
+// status and error class.
+func (s *sidecar) attemptsCounted(upstream string) float64 {
+	s.t.Helper()
+	_, body := s.adminGet("/metrics")
+	sum := 0.0
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, "retry_sidecar_attempts_total{") || !strings.Contains(line, `upstream="`+upstream+`"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		sum += v
+	}
+	return sum
+}
+
 // ---- watching the sidecar process ----
 
 func (s *sidecar) pid() int { return s.cmd.Process.Pid }

@@ -128,6 +128,9 @@ func TestPooledConnectionsClosedByTheUpstreamNeverCause502(t *testing.T) {
 			if a := up.attemptHeaders(); a != want {
 				t.Fatalf("X-Retry-Attempt values seen by the upstream %q, want %q", a, want)
 			}
+			if n := s.attemptsCounted("up"); withPolicy && n != 2*pooled {
+				t.Fatalf("retry_sidecar_attempts_total{upstream=\"up\"} sums to %v, want %d", n, 2*pooled)
+			}
 		})
 	}
 }
@@ -185,6 +188,9 @@ func TestRequestReadAndDroppedIsSentOnlyAsOftenAsThePolicyAllows(t *testing.T) {
 			}
 			if tc.policy != nil {
 				assertOutcome(t, r, tc.status, tc.outcome, tc.attempts)
+				if n := s.attemptsCounted("up"); n != float64(pooled+len(got)) {
+					t.Errorf("retry_sidecar_attempts_total{upstream=\"up\"} sums to %v, want %d (every transmission counted)", n, pooled+len(got))
+				}
 			} else if r.status != tc.status {
 				t.Errorf("pass-through got %d, want %d", r.status, tc.status)
 			}
