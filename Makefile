@@ -92,9 +92,11 @@ test-race: ## The concurrent packages (decision core, sidecar, upstream client) 
 	go test -count=1 -race ./pkg/... ./internal/policyset/... ./internal/sidecar/... ./internal/h1client/...
 
 .PHONY: fuzz
+FUZZ_PACKAGES = ./pkg/retrypolicy ./internal/h1client
+
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
-	@for f in $$(go test -list '^Fuzz' ./pkg/retrypolicy | grep ^Fuzz); do \
-		go test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-30s} ./pkg/retrypolicy || exit 1; done
+	@for p in $(FUZZ_PACKAGES); do for f in $$(go test -list '^Fuzz' $$p | grep ^Fuzz); do \
+		go test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-30s} $$p || exit 1; done; done
 
 .PHONY: bench-controller
 bench-controller: ## Manager scale benchmark: 1,000 RetryPolicies in 100 namespaces, steady-state writes, pod admission latency.

@@ -15,7 +15,7 @@ import (
 // ---- cut-off bodies and timeouts by phase (docs/retry-semantics.md) ----
 
 // rawUpstream serves every connection with handle, on 127.0.0.1.
-func rawUpstream(t *testing.T, handle func(c net.Conn, br *bufio.Reader)) string {
+func cutOffUpstream(t *testing.T, handle func(c net.Conn, br *bufio.Reader)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -64,7 +64,7 @@ func TestCutOffBodyIsNeverPassedOffAsComplete(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			host := rawUpstream(t, cutOff(tc.head, tc.partial))
+			host := cutOffUpstream(t, cutOff(tc.head, tc.partial))
 			var args []string
 			if tc.policy {
 				args = append(args, "--policy-file="+policyFile(t, host, fields()...))
@@ -93,7 +93,7 @@ func TestCutOffBodyIsNeverPassedOffAsComplete(t *testing.T) {
 // app as they are sent, piece by piece, and complete cleanly.
 func TestHealthyStreamsPassUnbuffered(t *testing.T) {
 	t.Parallel()
-	host := rawUpstream(t, func(c net.Conn, br *bufio.Reader) {
+	host := cutOffUpstream(t, func(c net.Conn, br *bufio.Reader) {
 		if _, err := http.ReadRequest(br); err != nil {
 			return
 		}
@@ -130,7 +130,7 @@ func TestHealthyStreamsPassUnbuffered(t *testing.T) {
 // perTryTimeout has passed.
 func TestNoResponseHeadersIsAHeadersTimeout(t *testing.T) {
 	t.Parallel()
-	host := rawUpstream(t, func(c net.Conn, br *bufio.Reader) {
+	host := cutOffUpstream(t, func(c net.Conn, br *bufio.Reader) {
 		http.ReadRequest(br)
 		time.Sleep(5 * time.Second)
 	})

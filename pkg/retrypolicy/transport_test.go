@@ -618,12 +618,9 @@ func TestTransportReplayMemoryIsAdmittedBeforeTheBufferIsFilled(t *testing.T) {
 // the deadline gives an *Error whose NotBefore is rounded up to the second.
 func TestTransportDeadlineWithoutAResponseCarriesNotBefore(t *testing.T) {
 	h := newHarness(t, compile(t, func(c *Config) { c.Deadline = 1500 * time.Millisecond }), step{block: true})
-	h.inner.onSend = func(int) {
-		go func() {
-			waitFor(t, "the attempt's timer", h.clk.HasWaiters)
-			h.clk.Step(1500 * time.Millisecond)
-		}()
-	}
+	// The attempt's timer is armed before Inner is called: firing it from here
+	// ends the blocked attempt.
+	h.inner.onSend = func(int) { go h.clk.Step(1500 * time.Millisecond) }
 	_, err := h.do(get(context.Background(), "http://payments.shop.svc/q"))
 	var e *Error
 	if !errors.As(err, &e) || e.Outcome != OutcomeDeadlineExceeded {
@@ -649,11 +646,10 @@ func TestTransportTimeoutNamesItsPhase(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, compile(t, func(c *Config) { c.MaxAttempts = 1; c.PerTryTimeout = time.Second }), tc.step)
-			h.inner.onSend = func(int) {
-				go func() {
-					waitFor(t, "the attempt's timer", h.clk.HasWaiters)
-					h.clk.Step(time.Second)
-				}()
+			if tc.step.block {
+				// The attempt's timer is armed before Inner is called: firing it
+				// from here ends the blocked attempt.
+				h.inner.onSend = func(int) { go h.clk.Step(time.Second) }
 			}
 			_, err := h.do(get(context.Background(), "http://payments.shop.svc/q"))
 			var e *Error
