@@ -2,7 +2,7 @@
 # A single-node Kubernetes cluster on this machine, from binaries built from source
 # (hack/kube-binaries.sh --node) plus Debian's containerd, runc and CNI plugins.
 # No Docker, no registry, no downloads: images come from bin/images/*.tar
-# (hack/build-images.sh). Facts behind every setting: ../shared/LOCAL-CLUSTER.md.
+# (hack/build-images.sh). Why each setting is as it is: docs/development.md.
 #
 #   hack/local-cluster.sh up          # start (or confirm running), import images, wait for Ready
 #   hack/local-cluster.sh images      # (re)import bin/images/*.tar into the running cluster

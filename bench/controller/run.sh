@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale benchmark of the manager (SPEC §8), run by `make bench-controller`:
+# Scale benchmark of the manager (docs/performance.md), run by `make bench-controller`:
 # 1,000 RetryPolicies in 100 namespaces until all Accepted, 60 s of steady state
 # (writes counted), 200 pod creates through the injection webhook (latency).
 # Needs the envtest binaries in bin/k8s/<version> (hack/kube-binaries.sh) or

@@ -1,6 +1,6 @@
 //go:build bench
 
-// Package controller is the manager's scale benchmark (SPEC §8): 1,000
+// Package controller is the manager's scale benchmark (docs/performance.md): 1,000
 // RetryPolicies in 100 namespaces until all are Accepted, then a steady state
 // that must write nothing, then 200 pod creates through the injection webhook.
 // It runs the real manager (controller + webhooks) in-process against a real
@@ -179,7 +179,7 @@ func TestScale(t *testing.T) {
 	handler := timer.get()
 	baseline := createPods(ctx, t, c, excludedNS)
 
-	report := fmt.Sprintf(`retry-operator manager scale benchmark (SPEC §8)
+	report := fmt.Sprintf(`retry-operator manager scale benchmark (docs/performance.md)
   policies: %d in %d namespaces, created by 8 writers in %s
   time until all Accepted (from first create):      %s   (target <= 20s)
   steady state %s after a full resync of %d namespaces:

@@ -1,5 +1,5 @@
 // Command retry-sidecar is the forward HTTP proxy that enforces RetryPolicies
-// next to each application container (SPEC §5). Point an application at it with
+// next to each application container (docs/sidecar.md). Point an application at it with
 // HTTP_PROXY=http://127.0.0.1:15001; see the README, "The sidecar".
 //
 //	retry-sidecar --policy-file my-policy.yaml

@@ -11,7 +11,7 @@ import (
 )
 
 // runProbe is `retry-sidecar probe URL`: the kubelet's exec probe. The admin
-// endpoints listen on loopback only (SPEC §5), which an HTTP probe from the
+// endpoints listen on loopback only (docs/sidecar.md), which an HTTP probe from the
 // kubelet cannot reach, so the kubelet runs the sidecar's own binary inside the
 // pod instead. Exit 0 on a 2xx answer, 1 otherwise. It refuses any address that is
 // not loopback, so the probe can never be turned into a request elsewhere.

@@ -21,7 +21,7 @@ var fast = []string{"backoff: {base: 10ms, max: 20ms, jitter: None}", "retryAfte
 
 func fields(extra ...string) []string { return append(append([]string(nil), fast...), extra...) }
 
-// ---- one test per outcome of SPEC §4 ----
+// ---- one test per outcome (docs/retry-semantics.md#outcomes) ----
 
 func TestOutcomeSuccess(t *testing.T) {
 	t.Parallel()

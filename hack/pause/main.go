@@ -16,7 +16,7 @@ limitations under the License.
 
 // Command pause is the sandbox ("infra") container of the local cluster's pods:
 // it holds the pod's namespaces open and does nothing else. It is built from
-// source because no pause image can be pulled on the build machines.
+// source because no pause image can be pulled on machines without a registry.
 //
 // It blocks until SIGTERM or SIGINT and then exits 0. When it runs as PID 1 of
 // a shared PID namespace it also reaps exited children on SIGCHLD, like the

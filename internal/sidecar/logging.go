@@ -6,7 +6,7 @@ import (
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
-// LogObserver logs the Transport's events with exactly the fields of SPEC R10
+// LogObserver logs the Transport's events with exactly the fields of docs/retry-semantics.md#r10
 // (through retrypolicy.SlogObserver, which never sees a header value other than
 // the request id, a body, a query string or an error text). The one routine case,
 // a request answered successfully by its first transmission, is logged at Debug;

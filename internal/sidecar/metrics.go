@@ -15,7 +15,7 @@ import (
 // and every outcome here. Series of an upstream are resolved once and cached, so
 // observing an event does not allocate on the request path.
 //
-//	retry_sidecar_requests_total{upstream,outcome}              logical requests by outcome (SPEC §4)
+//	retry_sidecar_requests_total{upstream,outcome}              logical requests by outcome (docs/retry-semantics.md#outcomes)
 //	retry_sidecar_attempts_total{upstream,status}               transmissions by status, or error class
 //	retry_sidecar_retry_delay_seconds{upstream}                 planned wait before each retry
 //	retry_sidecar_budget_exhausted_total{upstream}              requests stopped by the outage budget (R6)

@@ -124,7 +124,7 @@ func (p *Policy) Decide(a Attempt) Decision { return p.DecideAt(time.Now(), a) }
 // shortened, jitter is only added after it (R2, R3). reserve is perTryTimeout, or
 // MinReserve when there is none.
 //
-// Worked examples (SPEC R3 and the seeds): base 1s, max 8s, Equal jitter, 4 attempts:
+// Worked examples (docs/retry-semantics.md#r3): base 1s, max 8s, Equal jitter, 4 attempts:
 //
 //	server asks 30s, local 8s, 12s of deadline left        → Defer deferred, NotBefore now+30s
 //	attempt 1, no hint, Random 0 / 1                        → Retry 0.5s / 1s

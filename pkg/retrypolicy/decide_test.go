@@ -41,7 +41,7 @@ var now = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 func hint(d time.Duration) Hint { return Hint{Delay: d, Form: FormSeconds} }
 
-// TestDecideWorkedExamples are the examples of SPEC R3 and the seed documents.
+// TestDecideWorkedExamples are the worked examples of docs/retry-semantics.md#r3.
 func TestDecideWorkedExamples(t *testing.T) {
 	tests := map[string]struct {
 		cfg  func(*Config)

@@ -5,7 +5,7 @@
 // It exists because naive retries are unsafe: they resend before the server said
 // so, resend what is not replayable, exceed the caller's deadline, multiply load
 // during an outage, keep going after the caller gave up, and leak credentials into
-// logs. Each of those is a rule of SPEC §4 (R1–R10) and each has a named test.
+// logs. Each of those is a rule of docs/retry-semantics.md (R1–R10) and each has a named test.
 //
 // The pieces, from pure to effectful:
 //

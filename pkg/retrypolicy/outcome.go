@@ -7,10 +7,10 @@ import (
 
 // Outcome names how one logical request ended. The value is what the Transport
 // writes into the X-Retry-Outcome response header and what the Observer reports,
-// so it is a stable, lower-case wire name (SPEC §4), never a message.
+// so it is a stable, lower-case wire name (docs/retry-semantics.md#outcomes), never a message.
 type Outcome string
 
-// The outcomes of SPEC §4. Exactly one is given to every logical request that a
+// The outcomes of docs/retry-semantics.md#outcomes. Exactly one is given to every logical request that a
 // policy applied to.
 const (
 	// OutcomeSuccess: the last attempt got a response whose status is below 400
@@ -47,7 +47,7 @@ const (
 	OutcomeUpstreamError Outcome = "upstream-error"
 )
 
-// Outcomes lists every outcome, in SPEC order; handy for pre-creating metric series.
+// Outcomes lists every outcome, in the order of docs/retry-semantics.md#outcomes; handy for pre-creating metric series.
 func Outcomes() []Outcome {
 	return []Outcome{
 		OutcomeSuccess, OutcomeNotRetryable, OutcomeNotReplayable, OutcomeExhausted,

@@ -1,6 +1,6 @@
 package retrypolicy
 
-// Which test fails when a rule of SPEC §4 is broken. Each was checked by breaking
+// Which test fails when a rule of docs/retry-semantics.md is broken. Each was checked by breaking
 // the rule in the code and watching the test fail (see the closing note of
 // issue 3 for the mutations used).
 //

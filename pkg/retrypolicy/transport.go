@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Header names the Transport reads and writes (SPEC §1, R5).
+// Header names the Transport reads and writes (docs/retry-semantics.md#r5).
 const (
 	HeaderAttempt   = "X-Retry-Attempt"    // on each outgoing attempt: 1, 2, …
 	HeaderOutcome   = "X-Retry-Outcome"    // on the returned response

@@ -15,7 +15,7 @@ import (
 	"github.com/retrydev/retry-operator/internal/policyset"
 )
 
-// Labels and annotations (SPEC §1 fixes the opt-in/opt-out names).
+// Labels and annotations (the opt-in/opt-out names are part of the API: docs/manager.md).
 const (
 	// LabelNamespaceInjection on a namespace, value "enabled", injects every pod
 	// of the namespace that does not opt out.
@@ -41,7 +41,7 @@ const (
 	// ProxyPort is the forward proxy, bound to loopback: only the pod's own
 	// containers can use it.
 	ProxyPort = 15001
-	// AdminPort serves /healthz, /readyz and /metrics, on loopback too (SPEC §5:
+	// AdminPort serves /healthz, /readyz and /metrics, on loopback too (docs/sidecar.md:
 	// the sidecar binds loopback only). The kubelet cannot reach a pod's loopback
 	// with an HTTP probe, so the probes exec the sidecar binary's probe mode, which
 	// GETs the endpoint from inside the pod's network namespace.
@@ -104,7 +104,7 @@ type Config struct {
 	ExcludedNamespaces []string
 }
 
-// DefaultResources: sized for the SPEC §8 targets (≤ 50 MiB at 2,000 req/s)
+// DefaultResources: sized for the targets of docs/performance.md (≤ 50 MiB at 2,000 req/s)
 // with headroom, no CPU limit (throttling a proxy adds latency to every call).
 func DefaultResources() corev1.ResourceRequirements {
 	return corev1.ResourceRequirements{

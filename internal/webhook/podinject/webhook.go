@@ -35,7 +35,7 @@ const (
 
 // failurePolicy Ignore and the namespaceSelector keep a down or broken
 // operator from blocking pod creation cluster-wide, and from ever touching
-// kube-system or the operator's namespace (SPEC §6); the objectSelector spares
+// kube-system or the operator's namespace (docs/manager.md); the objectSelector spares
 // the API server a call for pods that opted out. The patch's operator
 // namespace is replaced by kustomize (config/default) when it is deployed
 // elsewhere. sideEffects NoneOnDryRun: events are only emitted for real creates.

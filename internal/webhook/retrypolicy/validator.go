@@ -1,5 +1,5 @@
 // Package retrypolicy is the RetryPolicy validating webhook: the second of the
-// three validation layers (SPEC §3). It runs the same Validate as the reconciler
+// three validation layers (docs/policy.md). It runs the same Validate as the reconciler
 // and the sidecar, and warns about settings that are legal but risky.
 package retrypolicy
 
