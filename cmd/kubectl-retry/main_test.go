@@ -59,6 +59,19 @@ var goldenCases = map[string][]string{
 	"simulate-deadline-below-per-try":    {"simulate", "-f", policies, "--upstream", "payments-api", "--deadline", "5s", "--responses", "503", start},
 	"simulate-invalid-policy-field-path": {"simulate", "-f", "testdata/invalid.yaml", "--responses", "503", start},
 	"unknown-subcommand":                 {"simulte"},
+
+	// The seed plan, paced by rateLimit 90/min under a 120/m quota: exit 0, no 429.
+	"rehearse-seed-plan-paced": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced",
+		"--requests", "600", "--quota", "120/m", "--latency", "2s"},
+	"rehearse-seed-plan-paced-json": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced",
+		"--requests", "600", "--quota", "120/m", "--latency", "2s", "-o", "json"},
+	// Without rateLimit: 429s and deferred requests are findings, exit 1.
+	"rehearse-seed-plan-unpaced-has-findings": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "unpaced",
+		"--requests", "600", "--quota", "120/m", "--latency", "2s"},
+	"rehearse-twenty-reads": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced", "--quota", "120/m",
+		"--concurrency", "3", "-o", "json"},
+	"rehearse-bad-quota":    {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced", "--quota", "120/d"},
+	"rehearse-quota-needed": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced"},
 }
 
 func TestGolden(t *testing.T) {

@@ -2,6 +2,5 @@ package main
 
 import "io"
 
-func runRehearse(args []string, stdout, stderr io.Writer) int { return exitUsage }
-func runExplain(args []string, stdout, stderr io.Writer) int  { return exitUsage }
-func runCheck(args []string, stdout, stderr io.Writer) int    { return exitUsage }
+func runExplain(args []string, stdout, stderr io.Writer) int { return exitUsage }
+func runCheck(args []string, stdout, stderr io.Writer) int   { return exitUsage }

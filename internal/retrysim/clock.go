@@ -20,6 +20,10 @@ import (
 // given to retrypolicy.Transport.Clock. Safe for concurrent use, but meant for
 // one driver.
 type Clock struct {
+	// BeforeFire, if set, runs before each timer fires, without the lock (the
+	// rehearsal scheduler settles its goroutines there).
+	BeforeFire func()
+
 	mu     sync.Mutex
 	now    time.Time
 	seq    uint64
@@ -82,6 +86,9 @@ func (c *Clock) Advance(d time.Duration) {
 // or before t, each at its own time.
 func (c *Clock) AdvanceTo(t time.Time) {
 	for {
+		if c.BeforeFire != nil {
+			c.BeforeFire()
+		}
 		c.mu.Lock()
 		if len(c.timers) == 0 || c.timers[0].when.After(t) {
 			if t.After(c.now) {
