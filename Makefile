@@ -111,9 +111,10 @@ bench: ## Micro-benchmarks of the decision core.
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager and the sidecar into ./bin.
+build: ## Build the manager, the sidecar and the kubectl plugin (kubectl-retry) into ./bin.
 	CGO_ENABLED=0 go build -trimpath -o bin/manager ./cmd/manager
 	CGO_ENABLED=0 go build -trimpath -o bin/retry-sidecar ./cmd/retry-sidecar
+	CGO_ENABLED=0 go build -trimpath -o bin/kubectl-retry ./cmd/kubectl-retry
 
 .PHONY: run
 run: manifests generate ## Run the manager against the cluster in KUBECONFIG, without webhooks.
