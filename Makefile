@@ -88,8 +88,8 @@ test: check-fmt vet check-generated kube-binaries ## Every test that needs no cl
 	$(MAKE) --no-print-directory test-race
 
 .PHONY: test-race
-test-race: ## The concurrent packages (decision core, sidecar, upstream client) under the race detector.
-	go test -count=1 -race ./pkg/... ./internal/policyset/... ./internal/sidecar/... ./internal/h1client/...
+test-race: ## The concurrent packages (decision core, sidecar, upstream client, rehearsal scheduler) under the race detector.
+	go test -count=1 -race ./pkg/... ./internal/policyset/... ./internal/sidecar/... ./internal/h1client/... ./internal/retrysim/...
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
