@@ -78,6 +78,9 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, helpError{fs}
+			}
 			return nil, err
 		}
 		args = fs.Args()
@@ -92,11 +95,20 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// helpError is -h or --help: not an error, the flags are printed.
+type helpError struct{ fs *flag.FlagSet }
+
+func (helpError) Error() string { return "help requested" }
+
 // usageErr prints a one-line usage error and returns exit code 2.
 func usageErr(stderr io.Writer, sub string, err error) int {
-	if errors.Is(err, flag.ErrHelp) {
+	var h helpError
+	if errors.As(err, &h) {
 		fmt.Fprint(stderr, usage)
-		return exitUsage
+		fmt.Fprintf(stderr, "\nFlags of %s:\n", sub)
+		h.fs.SetOutput(stderr)
+		h.fs.PrintDefaults()
+		return exitOK
 	}
 	fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
 	return exitUsage
