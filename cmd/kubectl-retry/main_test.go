@@ -46,6 +46,9 @@ var goldenCases = map[string][]string{
 		"--responses", "200 ratelimit-remaining=0 ratelimit-reset=30", start},
 	"simulate-seed-changes-the-jitter": {"simulate", "-f", policies, "--upstream", "payments-api",
 		"--responses", "503, 503, 200", "--seed", "7", start},
+	// Retries spend rateLimit tokens too: the wait for one shows as admission.
+	"simulate-retries-wait-for-rate-limit-tokens": {"simulate", "-f", policies, "--upstream", "paced",
+		"--responses", "503, 503, 200", start},
 
 	// Usage errors: one line naming the token or flag, exit 2.
 	"simulate-malformed-token-names-token-and-position": {"simulate", "-f", policies, "--upstream", "payments-api",

@@ -194,6 +194,9 @@ func sentSteps(res retrysim.SimulateResult) []retrysim.Step {
 
 func note(s retrysim.Step) string {
 	var parts []string
+	if s.Admission != "" {
+		parts = append(parts, "waited "+short(s.Admission)+" for admission (rateLimit/concurrency)")
+	}
 	if s.NotBefore != "" {
 		parts = append(parts, "not before +"+short(s.NotBefore))
 	}

@@ -62,6 +62,9 @@ type Step struct {
 	Skew string `json:"skew,omitempty"`
 	// ErrorClass of an attempt without a response: connect-failure or ambiguous.
 	ErrorClass string `json:"errorClass,omitempty"`
+	// Admission is how long the attempt waited for admission (a rateLimit token
+	// or a concurrency slot) before it was sent.
+	Admission string `json:"admission,omitempty"`
 
 	at, wait, notBefore time.Duration
 }
@@ -238,6 +241,14 @@ func (r *recorder) sent(n int, resp Response) {
 	s.Response = resp.String()
 	s.at = r.clk.Now().Sub(r.start)
 	s.At = s.at.String()
+	ready := time.Duration(0) // when the attempt could have been sent without admission
+	if n > 1 {
+		prev := r.steps[n-2]
+		ready = prev.at + prev.wait
+	}
+	if s.at > ready {
+		s.Admission = (s.at - ready).String()
+	}
 }
 
 // Observe implements retrypolicy.Observer.
