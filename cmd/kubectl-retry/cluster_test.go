@@ -161,9 +161,10 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	t.Run("the human output of explain fits 100 columns", func(t *testing.T) {
+	t.Run("the human output of explain and check fits 100 columns", func(t *testing.T) {
 		var out bytes.Buffer
 		run([]string{"explain", "pod/checkout", "-n", "shop", "--host", "payments.shop.svc", "--kubeconfig", kubeconfig}, &out, &bytes.Buffer{})
+		run([]string{"explain", "pod/early", "-n", "late", "--kubeconfig", kubeconfig}, &out, &bytes.Buffer{})
 		var chk bytes.Buffer
 		run([]string{"check", "--kubeconfig", kubeconfig}, &chk, &bytes.Buffer{})
 		t.Logf("explain:\n%s\ncheck:\n%s", out.String(), chk.String())

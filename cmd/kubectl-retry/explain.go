@@ -65,14 +65,15 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		for _, p := range ex.Policies {
 			note := ""
 			if p.Accepted != "True" && p.Message != "" {
-				note = wrapWords(p.Message, 80, strings.Repeat(" ", 4))
+				note = p.Message
 			}
 			t.add(note, "  "+p.Name, p.Accepted, dash(p.Reason), yesNo(p.Rendered), strings.Join(p.Upstreams, ","))
 		}
 		t.write(stdout)
 	}
 	if h := ex.Host; h != nil {
-		fmt.Fprintf(stdout, "host %s: %s\n", h.Host, wrapWords(h.Detail, 80, "  "))
+		prefix := "host " + h.Host + ": "
+		fmt.Fprintf(stdout, "%s%s\n", prefix, wrapWords(h.Detail, max(40, 98-len(prefix)), "  "))
 	}
 	for _, f := range ex.Findings {
 		fmt.Fprintf(stdout, "finding: %s\n", wrapWords(f, 88, "  "))

@@ -146,7 +146,7 @@ func printSimulation(w io.Writer, c retrypolicy.Config, res retrysim.SimulateRes
 }
 
 // table prints rows in aligned columns (two blanks apart, no trailing blanks);
-// a row's note, if any, goes on the next line, indented under the second column.
+// a row's note, if any, goes on the lines after it, under the second column.
 type table struct {
 	rows  [][]string
 	notes []string
@@ -177,7 +177,10 @@ func (t *table) write(w io.Writer) {
 		}
 		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 		if t.notes[k] != "" {
-			fmt.Fprintln(w, strings.Repeat(" ", width[0]+2)+t.notes[k])
+			indent := strings.Repeat(" ", width[0]+2)
+			for _, l := range strings.Split(wrapWords(t.notes[k], 98-len(indent), ""), "\n") {
+				fmt.Fprintln(w, indent+l)
+			}
 		}
 	}
 }
