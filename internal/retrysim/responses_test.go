@@ -12,7 +12,7 @@ func TestParseResponses(t *testing.T) {
 		in   string
 		want []Response
 	}{
-		"the SPEC example: a hint, a bare status, a success": {
+		"the manual's example: a hint, a bare status, a success": {
 			in:   "429 ra=2, 503, 200",
 			want: []Response{{Status: 429, RetryAfter: "2"}, {Status: 503}, {Status: 200}},
 		},
