@@ -30,6 +30,10 @@ var goldenCases = map[string][]string{
 	// Retry-After: 10 on the second attempt: the wait is 10 s plus spread, never less.
 	"simulate-retry-after-10-on-retry-2-waits-10s": {"simulate", "-f", policies, "--upstream", "payments-api",
 		"--responses", "503, 429 ra=10, 200", start},
+	// The same hint on the answer to the second retry (attempt 3): local backoff
+	// there is at most 4 s, the wait is still 10 s and more.
+	"simulate-retry-after-10-on-attempt-3-waits-10s": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", "503, 503, 429 ra=10, 200", start},
 	"simulate-hint-60s-over-max-wait-30s-is-deferred": {"simulate", "-f", policies, "--upstream", "payments-api",
 		"--responses", "429 ra=60", start},
 	"simulate-503-on-attempt-4-of-4-is-exhausted": {"simulate", "-f", policies, "--upstream", "payments-api",
