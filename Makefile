@@ -88,8 +88,8 @@ test: check-fmt vet check-generated kube-binaries ## Every test that needs no cl
 	$(MAKE) --no-print-directory test-race
 
 .PHONY: test-race
-test-race: ## The concurrent packages (decision core, sidecar, upstream client) under the race detector.
-	go test -count=1 -race ./pkg/... ./internal/policyset/... ./internal/sidecar/... ./internal/h1client/...
+test-race: ## The concurrent packages (decision core, sidecar, upstream client, rehearsal scheduler) under the race detector.
+	go test -count=1 -race ./pkg/... ./internal/policyset/... ./internal/sidecar/... ./internal/h1client/... ./internal/retrysim/...
 
 .PHONY: fuzz
 FUZZ_PACKAGES = ./pkg/retrypolicy ./internal/h1client
@@ -113,9 +113,10 @@ bench: ## Micro-benchmarks of the decision core.
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager and the sidecar into ./bin.
+build: ## Build the manager, the sidecar and the kubectl plugin (kubectl-retry) into ./bin.
 	CGO_ENABLED=0 go build -trimpath -o bin/manager ./cmd/manager
 	CGO_ENABLED=0 go build -trimpath -o bin/retry-sidecar ./cmd/retry-sidecar
+	CGO_ENABLED=0 go build -trimpath -o bin/kubectl-retry ./cmd/kubectl-retry
 
 .PHONY: run
 run: manifests generate ## Run the manager against the cluster in KUBECONFIG, without webhooks.

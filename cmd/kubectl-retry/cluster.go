@@ -1,0 +1,578 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/controller"
+	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/webhook/podinject"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+)
+
+// The webhooks of the manager, as named by the +kubebuilder:webhook markers
+// (config/webhook/manifests.yaml; a test holds them equal).
+const (
+	injectWebhook   = "inject.retry.dev"
+	validateWebhook = "validate.retrypolicy.retry.dev"
+	crdName         = "retrypolicies.policy.retry.dev"
+	// defaultOperatorNamespace is where config/default installs the manager.
+	defaultOperatorNamespace = "retry-operator-system"
+)
+
+// clusterFlags are the usual kubectl connection flags.
+type clusterFlags struct {
+	kubeconfig, context, namespace string
+}
+
+func (f *clusterFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+	fs.StringVar(&f.context, "context", "", "kubeconfig context")
+	fs.StringVar(&f.namespace, "n", "", "namespace (default: the context's)")
+	fs.StringVar(&f.namespace, "namespace", "", "same as -n")
+}
+
+// client connects as kubectl would and returns the namespace to use.
+func (f *clusterFlags) client() (client.Client, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: f.context}
+	overrides.Context.Namespace = f.namespace
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	cfg.Timeout = 30 * time.Second
+	c, err := client.New(cfg, client.Options{Scheme: clusterScheme()})
+	return c, ns, err
+}
+
+func clusterScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = v1alpha1.AddToScheme(s)
+	return s
+}
+
+// excludedNamespaces are those the injector never touches: what the inject
+// webhook's namespaceSelector excludes by name, else kube-system and the
+// default operator namespace.
+func excludedNamespaces(ctx context.Context, c client.Client) []string {
+	var list admissionv1.MutatingWebhookConfigurationList
+	if err := c.List(ctx, &list); err == nil {
+		for _, cfg := range list.Items {
+			for _, w := range cfg.Webhooks {
+				if w.Name != injectWebhook || w.NamespaceSelector == nil {
+					continue
+				}
+				for _, e := range w.NamespaceSelector.MatchExpressions {
+					if e.Key == corev1.LabelMetadataName && e.Operator == metav1.LabelSelectorOpNotIn {
+						return e.Values
+					}
+				}
+			}
+		}
+	}
+	return []string{metav1.NamespaceSystem, defaultOperatorNamespace}
+}
+
+// reasonText explains a podinject.Reason in a sentence.
+func reasonText(r podinject.Reason, ns string) string {
+	switch r {
+	case podinject.ReasonNamespaceOptIn:
+		return fmt.Sprintf("namespace %s has %s=enabled", ns, podinject.LabelNamespaceInjection)
+	case podinject.ReasonPodOptIn:
+		return fmt.Sprintf("the pod has %s=true", podinject.LabelPodInject)
+	case podinject.ReasonNotOptedIn:
+		return fmt.Sprintf("neither namespace %s (%s=enabled) nor the pod (%s=true) opted in",
+			ns, podinject.LabelNamespaceInjection, podinject.LabelPodInject)
+	case podinject.ReasonPodOptOut:
+		return fmt.Sprintf("the pod has %s=false", podinject.LabelPodInject)
+	case podinject.ReasonExcludedNamespace:
+		return fmt.Sprintf("namespace %s is never injected (the control plane or the operator's own)", ns)
+	case podinject.ReasonHostNetwork:
+		return "the pod uses hostNetwork: a sidecar would collide on the node's loopback ports"
+	case podinject.ReasonAlreadyInjected:
+		return "the pod already has a retry-sidecar container"
+	}
+	return string(r)
+}
+
+// Explanation is what explain reports about one pod.
+type Explanation struct {
+	Pod      string `json:"pod"`
+	Injected bool   `json:"injected"`
+	// Reason is podinject.ShouldInject's reason: why the pod is (or is not) injected.
+	Reason   string       `json:"reason"`
+	Detail   string       `json:"detail"`
+	Policies []PolicyInfo `json:"policies"`
+	Host     *HostMatch   `json:"host,omitempty"`
+	Findings []string     `json:"findings"`
+}
+
+// PolicyInfo is one RetryPolicy of the pod's namespace whose selector selects it.
+type PolicyInfo struct {
+	Name string `json:"name"`
+	// Accepted is the status of the Accepted condition (True, False, Unknown),
+	// with its reason (Valid, Invalid, Conflict) and message.
+	Accepted string `json:"accepted"`
+	Reason   string `json:"reason,omitempty"`
+	Message  string `json:"message,omitempty"`
+	// Rendered: the policy is in the namespace's retry-policies ConfigMap, which
+	// the pod's sidecar reads.
+	Rendered  bool     `json:"rendered"`
+	Upstreams []string `json:"upstreams"`
+}
+
+// HostMatch says which policy and upstream the pod's sidecar uses for a host.
+type HostMatch struct {
+	Host     string `json:"host"`
+	Policy   string `json:"policy,omitempty"`
+	Upstream string `json:"upstream,omitempty"`
+	Pattern  string `json:"pattern,omitempty"`
+	Detail   string `json:"detail"`
+}
+
+// explainPod gathers the pod, its namespace, the policies and the rendered
+// ConfigMap, and explains them with the project's own pure functions.
+func explainPod(ctx context.Context, c client.Client, ns, name, host string) (Explanation, error) {
+	var pod corev1.Pod
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pod); err != nil {
+		return Explanation{}, err
+	}
+	var nsObj corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: ns}, &nsObj); err != nil {
+		return Explanation{}, err
+	}
+	ex := Explanation{Pod: ns + "/" + name, Policies: []PolicyInfo{}, Findings: []string{}}
+	cfg := podinject.Config{ExcludedNamespaces: excludedNamespaces(ctx, c)}
+	if hasSidecar(&pod) {
+		ex.Injected = true
+		bare := pod.DeepCopy()
+		bare.Spec.InitContainers = slices.DeleteFunc(bare.Spec.InitContainers, isSidecar)
+		bare.Spec.Containers = slices.DeleteFunc(bare.Spec.Containers, isSidecar)
+		ok, why := cfg.ShouldInject(&nsObj, bare)
+		ex.Reason = string(why)
+		ex.Detail = "injected: " + reasonText(why, ns)
+		if !ok {
+			ex.Detail = "injected, but would not be now: " + reasonText(why, ns)
+		}
+	} else {
+		ok, why := cfg.ShouldInject(&nsObj, &pod)
+		ex.Reason = string(why)
+		ex.Detail = "not injected: " + reasonText(why, ns)
+		if ok {
+			ex.Detail = "not injected although opted in (" + reasonText(why, ns) + ")"
+			ex.Findings = append(ex.Findings, "opted in but has no sidecar: created before the opt-in or while the "+
+				"webhook was unreachable (failurePolicy Ignore); recreate the pod")
+		}
+	}
+
+	var rps v1alpha1.RetryPolicyList
+	if err := c.List(ctx, &rps, client.InNamespace(ns)); err != nil {
+		return Explanation{}, err
+	}
+	var cm corev1.ConfigMap
+	var doc policyset.Document
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: policyset.ConfigMapName}, &cm); {
+	case err == nil:
+		d, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+		if err != nil {
+			ex.Findings = append(ex.Findings, fmt.Sprintf("ConfigMap %s: %v", policyset.ConfigMapName, err))
+		}
+		doc = d
+	case !apierrors.IsNotFound(err):
+		return Explanation{}, err
+	}
+	selected, err := policyset.Select(doc, pod.Labels)
+	if err != nil {
+		return Explanation{}, err
+	}
+	rendered := map[string]bool{}
+	for _, p := range selected {
+		rendered[p.Name] = true
+	}
+	sort.Slice(rps.Items, func(i, j int) bool { return rps.Items[i].Name < rps.Items[j].Name })
+	for i := range rps.Items {
+		p := &rps.Items[i]
+		sel, err := metav1.LabelSelectorAsSelector(p.Spec.PodSelector)
+		if err != nil || (p.Spec.PodSelector != nil && !sel.Matches(labels.Set(pod.Labels))) {
+			continue
+		}
+		info := PolicyInfo{Name: p.Name, Accepted: string(metav1.ConditionUnknown), Rendered: rendered[p.Name]}
+		if cond := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted); cond != nil {
+			info.Accepted, info.Reason, info.Message = string(cond.Status), cond.Reason, cond.Message
+		}
+		for _, u := range p.Spec.Upstreams {
+			info.Upstreams = append(info.Upstreams, u.Name)
+		}
+		ex.Policies = append(ex.Policies, info)
+	}
+	if host != "" {
+		m, err := matchHost(selected, host)
+		if err != nil {
+			return Explanation{}, err
+		}
+		ex.Host = &m
+	}
+	return ex, nil
+}
+
+func hasSidecar(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Spec.InitContainers, isSidecar) || slices.ContainsFunc(p.Spec.Containers, isSidecar)
+}
+
+func isSidecar(c corev1.Container) bool { return c.Name == podinject.ContainerName }
+
+// matchHost finds the upstream the sidecar would use for host, with the
+// sidecar's own compilation and host matching (retrypolicy.Set).
+func matchHost(selected []policyset.Policy, host string) (HostMatch, error) {
+	scheme, authority := "http", host
+	if u, err := url.Parse(host); err == nil && u.Host != "" {
+		scheme, authority = u.Scheme, u.Host
+	}
+	m := HostMatch{Host: host}
+	set, err := policyset.Compile(selected)
+	if err != nil {
+		return HostMatch{}, fmt.Errorf("the rendered policies do not compile: %w", err)
+	}
+	p := set.MatchScheme(scheme, authority)
+	if p == nil {
+		m.Detail = "no policy of this pod names the host: its requests pass through the sidecar unchanged, never retried"
+		return m, nil
+	}
+	for _, rp := range selected {
+		for _, u := range rp.Upstreams {
+			if p.Name() != u.Name && p.Name() != rp.Name+"/"+u.Name {
+				continue
+			}
+			m.Policy, m.Upstream = rp.Name, u.Name
+			for _, pattern := range u.Hosts {
+				if patternMatches(scheme, pattern, authority) {
+					m.Pattern = pattern
+					break
+				}
+			}
+		}
+	}
+	m.Detail = fmt.Sprintf("RetryPolicy %s, upstream %s, by host pattern %q", m.Policy, m.Upstream, m.Pattern)
+	return m, nil
+}
+
+// patternMatches asks retrypolicy.Set whether a single pattern matches.
+func patternMatches(scheme, pattern, authority string) bool {
+	p, err := retrypolicy.Compile(retrypolicy.Config{Name: "probe", Hosts: []string{pattern}, MaxAttempts: 1,
+		Deadline: time.Second, Backoff: retrypolicy.Backoff{Base: time.Second, Max: time.Second, Jitter: retrypolicy.JitterNone}})
+	if err != nil {
+		return false
+	}
+	set, err := retrypolicy.NewSet(p)
+	return err == nil && set.MatchScheme(scheme, authority) != nil
+}
+
+// Check is one line of the check report.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// CheckReport is what check found.
+type CheckReport struct {
+	Checks            []Check  `json:"checks"`
+	Findings          int      `json:"findings"`
+	OptedInNamespaces []string `json:"optedInNamespaces"`
+}
+
+func (r *CheckReport) add(name string, ok bool, format string, args ...any) {
+	r.Checks = append(r.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+	if !ok {
+		r.Findings++
+	}
+}
+
+// checkCluster inspects the installation: CRD, webhooks and their CA bundles,
+// the manager's webhook endpoints, opted-in pods without a sidecar, policies
+// not accepted.
+func checkCluster(ctx context.Context, c client.Client) (CheckReport, error) {
+	r := CheckReport{Checks: []Check{}, OptedInNamespaces: []string{}}
+
+	crd := &unstructured.Unstructured{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	switch err := c.Get(ctx, client.ObjectKey{Name: crdName}, crd); {
+	case apierrors.IsNotFound(err):
+		r.add("crd", false, "CRD %s is not installed (make install)", crdName)
+	case err != nil:
+		return r, err
+	default:
+		r.add("crd", crdServes(crd, v1alpha1.GroupVersion.Version), "%s", crdDetail(crd))
+	}
+
+	var mut admissionv1.MutatingWebhookConfigurationList
+	if err := c.List(ctx, &mut); err != nil {
+		return r, err
+	}
+	var val admissionv1.ValidatingWebhookConfigurationList
+	if err := c.List(ctx, &val); err != nil {
+		return r, err
+	}
+	var inject, validate *webhookInfo
+	for _, cfg := range mut.Items {
+		for _, w := range cfg.Webhooks {
+			if w.Name == injectWebhook {
+				inject = &webhookInfo{config: cfg.Name, cc: w.ClientConfig, failurePolicy: w.FailurePolicy}
+			}
+		}
+	}
+	for _, cfg := range val.Items {
+		for _, w := range cfg.Webhooks {
+			if w.Name == validateWebhook {
+				validate = &webhookInfo{config: cfg.Name, cc: w.ClientConfig, failurePolicy: w.FailurePolicy}
+			}
+		}
+	}
+	for _, w := range []struct {
+		name string
+		info *webhookInfo
+		want admissionv1.FailurePolicyType
+	}{{injectWebhook, inject, admissionv1.Ignore}, {validateWebhook, validate, admissionv1.Fail}} {
+		if w.info == nil {
+			r.add("webhook "+w.name, false, "not installed: the manager's webhook configuration is missing")
+			continue
+		}
+		fp := admissionv1.Fail // the API default
+		if w.info.failurePolicy != nil {
+			fp = *w.info.failurePolicy
+		}
+		r.add("webhook "+w.name, fp == w.want, "in %s, failurePolicy %s (want %s)", w.info.config, fp, w.want)
+		ok, detail := checkCABundle(w.info.cc.CABundle)
+		r.add("caBundle "+w.name, ok, "%s", detail)
+		ok, detail = checkEndpoint(ctx, c, w.info.cc)
+		r.add("endpoint "+w.name, ok, "%s", detail)
+	}
+
+	var nss corev1.NamespaceList
+	if err := c.List(ctx, &nss); err != nil {
+		return r, err
+	}
+	byName := map[string]*corev1.Namespace{}
+	for i := range nss.Items {
+		ns := &nss.Items[i]
+		byName[ns.Name] = ns
+		if ns.Labels[podinject.LabelNamespaceInjection] == "enabled" {
+			r.OptedInNamespaces = append(r.OptedInNamespaces, ns.Name)
+		}
+	}
+	sort.Strings(r.OptedInNamespaces)
+
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods); err != nil {
+		return r, err
+	}
+	cfg := podinject.Config{ExcludedNamespaces: excludedNamespaces(ctx, c)}
+	var missing []string
+	injected := 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		ns := byName[p.Namespace]
+		if ns == nil || p.DeletionTimestamp != nil {
+			continue
+		}
+		if hasSidecar(p) {
+			injected++
+			continue
+		}
+		if ok, _ := cfg.ShouldInject(ns, p); ok {
+			missing = append(missing, p.Namespace+"/"+p.Name)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) == 0 {
+		r.add("opted-in pods", true, "%d pod(s) with a sidecar; every opted-in pod has one", injected)
+	} else {
+		r.add("opted-in pods", false, "%d opted-in pod(s) without a sidecar (recreate them): %s", len(missing), listSome(missing, 5))
+	}
+
+	var rps v1alpha1.RetryPolicyList
+	if err := c.List(ctx, &rps); err != nil && !meta.IsNoMatchError(err) {
+		return r, err
+	}
+	var bad []string
+	for _, p := range rps.Items {
+		cond := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted)
+		switch {
+		case cond == nil:
+			bad = append(bad, p.Namespace+"/"+p.Name+" (no status: is the manager running?)")
+		case cond.Status != metav1.ConditionTrue:
+			bad = append(bad, p.Namespace+"/"+p.Name+" ("+cond.Reason+")")
+		}
+	}
+	sort.Strings(bad)
+	if len(bad) == 0 {
+		r.add("policies", true, "%d RetryPolicy object(s), all accepted", len(rps.Items))
+	} else {
+		r.add("policies", false, "%d of %d not accepted (kubectl describe rp): %s", len(bad), len(rps.Items), listSome(bad, 5))
+	}
+	return r, nil
+}
+
+type webhookInfo struct {
+	config        string
+	cc            admissionv1.WebhookClientConfig
+	failurePolicy *admissionv1.FailurePolicyType
+}
+
+func listSome(xs []string, n int) string {
+	if len(xs) <= n {
+		return strings.Join(xs, ", ")
+	}
+	return strings.Join(xs[:n], ", ") + fmt.Sprintf(" and %d more", len(xs)-n)
+}
+
+func crdServes(crd *unstructured.Unstructured, version string) bool {
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	served := false
+	for _, v := range versions {
+		m, _ := v.(map[string]any)
+		if m["name"] == version && m["served"] == true {
+			served = true
+		}
+	}
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Established" && m["status"] == "True" {
+			return served
+		}
+	}
+	return false
+}
+
+func crdDetail(crd *unstructured.Unstructured) string {
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	var parts []string
+	for _, v := range versions {
+		m, _ := v.(map[string]any)
+		s := fmt.Sprint(m["name"])
+		if m["storage"] == true {
+			s += " (storage)"
+		}
+		if m["served"] != true {
+			s += " (not served)"
+		}
+		parts = append(parts, s)
+	}
+	return fmt.Sprintf("%s established=%t, versions %s (this plugin speaks %s)", crdName,
+		crdServes(crd, v1alpha1.GroupVersion.Version), strings.Join(parts, ", "), v1alpha1.GroupVersion.Version)
+}
+
+// checkCABundle: present, PEM certificates, at least one valid now.
+func checkCABundle(b []byte) (bool, string) {
+	if len(b) == 0 {
+		return false, "caBundle is empty: the API server cannot verify the manager (is cert-manager's CA injector running?)"
+	}
+	now := time.Now()
+	var certs int
+	var latest time.Time
+	for rest := b; ; {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
+		}
+		cert, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return false, "caBundle holds a PEM block that is not a certificate: " + err.Error()
+		}
+		certs++
+		if now.After(cert.NotBefore) && now.Before(cert.NotAfter) && cert.NotAfter.After(latest) {
+			latest = cert.NotAfter
+		}
+	}
+	switch {
+	case certs == 0:
+		return false, "caBundle holds no PEM certificate"
+	case latest.IsZero():
+		return false, fmt.Sprintf("caBundle: none of its %d certificate(s) is valid now", certs)
+	}
+	return true, fmt.Sprintf("%d certificate(s), valid until %s", certs, latest.UTC().Format(time.DateOnly))
+}
+
+// checkEndpoint: a service-backed webhook needs ready endpoints; a URL-backed
+// one (a manager running outside the cluster) must answer TLS with a
+// certificate the caBundle verifies.
+func checkEndpoint(ctx context.Context, c client.Client, cc admissionv1.WebhookClientConfig) (bool, string) {
+	if svc := cc.Service; svc != nil {
+		var eps discoveryv1.EndpointSliceList
+		if err := c.List(ctx, &eps, client.InNamespace(svc.Namespace),
+			client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, s := range eps.Items {
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready == nil || *e.Conditions.Ready {
+					ready++
+				}
+			}
+		}
+		if ready == 0 {
+			return false, fmt.Sprintf("service %s/%s has no ready endpoint: is the manager running and ready?", svc.Namespace, svc.Name)
+		}
+		return true, fmt.Sprintf("service %s/%s: %d ready endpoint(s)", svc.Namespace, svc.Name, ready)
+	}
+	if cc.URL == nil {
+		return false, "clientConfig has neither service nor url"
+	}
+	u, err := url.Parse(*cc.URL)
+	if err != nil {
+		return false, "url: " + err.Error()
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cc.CABundle)
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 3 * time.Second},
+		Config: &tls.Config{RootCAs: pool, ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}}
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := d.DialContext(dctx, "tcp", u.Host)
+	if err != nil {
+		var verr *tls.CertificateVerificationError
+		if errors.As(err, &verr) {
+			return false, fmt.Sprintf("%s answers, but with a certificate the caBundle does not verify", u.Host)
+		}
+		return false, fmt.Sprintf("%s does not answer: %v", u.Host, err)
+	}
+	conn.Close()
+	return true, fmt.Sprintf("%s answers TLS with a certificate the caBundle verifies", u.Host)
+}

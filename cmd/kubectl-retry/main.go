@@ -1,0 +1,154 @@
+// Command kubectl-retry is the kubectl plugin of retry-operator ("kubectl
+// retry"): see a RetryPolicy work before applying it (simulate, rehearse, on a
+// virtual clock with the sidecar's own decision code) and after (explain,
+// check, against a cluster). The manual is docs/kubectl-retry.md.
+//
+//	go install github.com/retrydev/retry-operator/cmd/kubectl-retry@latest
+//	kubectl retry simulate -f policy.yaml --responses "429 ra=2, 503, 200"
+//
+// Exit codes: 0 ok, 1 findings (an invalid policy, a failed check), 2 usage.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/retrydev/retry-operator/internal/retrysim"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitFindings = 1
+	exitUsage    = 2
+)
+
+const usage = `kubectl retry: try a RetryPolicy before applying it, explain it after.
+
+Usage:
+  kubectl retry simulate -f POLICY.yaml [--upstream NAME] --responses "429 ra=2, 503, 200"
+                         [--seed N] [--deadline D] [--method M] [--header K=V] [-o json]
+  kubectl retry rehearse -f POLICY.yaml --requests 600 --quota 120/m [--upstream NAME]
+                         [--concurrency C] [--latency 2s] [--seed N] [-o json]
+  kubectl retry explain pod/NAME [-n NS] [--host H] [-o json]
+  kubectl retry check [-o json]
+
+Exit codes: 0 ok, 1 findings, 2 usage. Manual: docs/kubectl-retry.md
+`
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// command is one subcommand: it parses its own flags and returns an exit code.
+type command func(args []string, stdout, stderr io.Writer) int
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmds := map[string]command{
+		"simulate": runSimulate,
+		"rehearse": runRehearse,
+		"explain":  runExplain,
+		"check":    runCheck,
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "kubectl retry: unknown subcommand %q; want simulate, rehearse, explain or check\n", args[0])
+		return exitUsage
+	}
+	return c(args[1:], stdout, stderr)
+}
+
+// parseFlags parses flags anywhere among the arguments (kubectl style:
+// "explain pod/x --host h") and returns the positional ones. Errors are
+// reported on stderr by the caller's exit code 2.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, helpError{fs}
+			}
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// helpError is -h or --help: not an error, the flags are printed.
+type helpError struct{ fs *flag.FlagSet }
+
+func (helpError) Error() string { return "help requested" }
+
+// usageErr prints a one-line usage error and returns exit code 2.
+func usageErr(stderr io.Writer, sub string, err error) int {
+	var h helpError
+	if errors.As(err, &h) {
+		fmt.Fprint(stderr, usage)
+		fmt.Fprintf(stderr, "\nFlags of %s:\n", sub)
+		h.fs.SetOutput(stderr)
+		h.fs.PrintDefaults()
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
+	return exitUsage
+}
+
+// outputFlag registers -o/--output (text or json).
+func outputFlag(fs *flag.FlagSet) *string {
+	o := new(string)
+	fs.StringVar(o, "o", "", "output format: json (default: a table for people)")
+	fs.StringVar(o, "output", "", "same as -o")
+	return o
+}
+
+func checkOutput(o string) error {
+	switch o {
+	case "", "text", "json":
+		return nil
+	}
+	return fmt.Errorf("-o %s: want json", o)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// headerFlag collects repeated --header K=V (or "K: V").
+type headerFlag []string
+
+func (h *headerFlag) String() string     { return strings.Join(*h, ",") }
+func (h *headerFlag) Set(v string) error { *h = append(*h, v); return nil }
+
+// loadErr reports a policy file that did not load: exit 1 for an invalid
+// policy (a finding), 2 for a usage mistake.
+func loadErr(stderr io.Writer, sub string, err error) int {
+	var ue *retrysim.UsageError
+	if errors.As(err, &ue) {
+		return usageErr(stderr, sub, err)
+	}
+	fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
+	return exitFindings
+}

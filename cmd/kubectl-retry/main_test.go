@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// go test ./cmd/kubectl-retry -run TestGolden -update
+var update = flag.Bool("update", false, "rewrite testdata/golden/*.golden")
+
+const (
+	policies = "testdata/policies.yaml"
+	start    = "--start=2026-11-30T12:00:00Z"
+)
+
+// goldenCases are whole command lines whose exit code, stdout and stderr are
+// pinned in testdata/golden/<name>.golden. The simulate cases are the worked
+// examples of docs/kubectl-retry.md.
+var goldenCases = map[string][]string{
+	// Server asks 30 s, local backoff is 8 s, 12 s of deadline left: deferred
+	// now with X-Retry-Not-Before +30s, not a retry at 12 s.
+	"simulate-server-wait-past-deadline-is-deferred": {"simulate", "-f", policies, "--upstream", "slow-backoff",
+		"--deadline", "12s", "--responses", "429 ra=30", start},
+	// Retry-After: 10 on the second attempt: the wait is 10 s plus spread, never less.
+	"simulate-retry-after-10-on-retry-2-waits-10s": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", "503, 429 ra=10, 200", start},
+	// The same hint on the answer to the second retry (attempt 3): local backoff
+	// there is at most 4 s, the wait is still 10 s and more.
+	"simulate-retry-after-10-on-attempt-3-waits-10s": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", "503, 503, 429 ra=10, 200", start},
+	"simulate-hint-60s-over-max-wait-30s-is-deferred": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", "429 ra=60", start},
+	"simulate-503-on-attempt-4-of-4-is-exhausted": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", "503, 503, 503, 503", start},
+	"simulate-post-without-key-is-not-replayable": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--method", "POST", "--responses", "503, 200", start},
+	"simulate-post-with-idempotency-key-is-retried-json": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--method", "POST", "--header", "Idempotency-Key=order-42", "--responses", "503, 200", start, "-o", "json"},
+	"simulate-http-date-with-skew-refused-malformed-timeout": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", `503 ra="Mon, 30 Nov 2026 12:00:05 GMT" date="Mon, 30 Nov 2026 11:59:58 GMT", refused, 503 ra=soon, timeout`, start},
+	"simulate-timeout-runs-into-the-deadline": {"simulate", "-f", policies, "--upstream", "slow-backoff",
+		"--deadline", "5s", "--responses", "timeout", start, "-o", "json"},
+	"simulate-ratelimit-headers-are-passed-on": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", "200 ratelimit-remaining=0 ratelimit-reset=30", start},
+	"simulate-seed-changes-the-jitter": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", "503, 503, 200", "--seed", "7", start},
+	// Retries spend rateLimit tokens too: the wait for one shows as admission.
+	"simulate-retries-wait-for-rate-limit-tokens": {"simulate", "-f", policies, "--upstream", "paced",
+		"--responses", "503, 503, 200", start},
+
+	// Usage errors: one line naming the token or flag, exit 2.
+	"simulate-malformed-token-names-token-and-position": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", "503, 429 rb=2, 200", start},
+	"simulate-bad-status-token": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", "503, 50x", start},
+	"simulate-unknown-upstream":          {"simulate", "-f", policies, "--upstream", "nope", "--responses", "503", start},
+	"simulate-upstream-needed":           {"simulate", "-f", policies, "--responses", "503", start},
+	"simulate-script-too-short":          {"simulate", "-f", policies, "--upstream", "payments-api", "--responses", "503", start},
+	"simulate-missing-file":              {"simulate", "-f", "testdata/absent.yaml", "--responses", "503", start},
+	"simulate-deadline-below-per-try":    {"simulate", "-f", policies, "--upstream", "payments-api", "--deadline", "5s", "--responses", "503", start},
+	"simulate-invalid-policy-field-path": {"simulate", "-f", "testdata/invalid.yaml", "--responses", "503", start},
+	"unknown-subcommand":                 {"simulte"},
+
+	// The seed plan, paced by rateLimit 90/min under a 120/m quota: exit 0, no 429.
+	"rehearse-seed-plan-paced": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced",
+		"--requests", "600", "--quota", "120/m", "--latency", "2s"},
+	"rehearse-seed-plan-paced-json": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced",
+		"--requests", "600", "--quota", "120/m", "--latency", "2s", "-o", "json"},
+	// Without rateLimit: 429s and deferred requests are findings, exit 1.
+	"rehearse-seed-plan-unpaced-has-findings": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "unpaced",
+		"--requests", "600", "--quota", "120/m", "--latency", "2s"},
+	"rehearse-twenty-reads": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced", "--quota", "120/m",
+		"--concurrency", "3", "-o", "json"},
+	"rehearse-bad-quota":    {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced", "--quota", "120/d"},
+	"rehearse-quota-needed": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced"},
+}
+
+func TestGolden(t *testing.T) {
+	for name, args := range goldenCases {
+		t.Run(name, func(t *testing.T) {
+			got := runCapture(args)
+			golden := filepath.Join("testdata", "golden", name+".golden")
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Fatalf("%s is stale (go test ./cmd/kubectl-retry -run TestGolden -update); got:\n%s", golden, got)
+			}
+		})
+	}
+}
+
+func TestGoldenFilesHaveACase(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "golden", "*.golden"))
+	var stale []string
+	for _, f := range files {
+		if _, ok := goldenCases[strings.TrimSuffix(filepath.Base(f), ".golden")]; !ok {
+			stale = append(stale, f)
+		}
+	}
+	sort.Strings(stale)
+	if len(stale) > 0 {
+		t.Fatalf("golden files without a case (delete them): %v", stale)
+	}
+}
+
+func TestHumanOutputFitsIn100Columns(t *testing.T) {
+	for name, args := range goldenCases {
+		var stdout bytes.Buffer
+		run(args, &stdout, &bytes.Buffer{})
+		for i, line := range strings.Split(stdout.String(), "\n") {
+			if n := len([]rune(line)); n > 100 {
+				t.Errorf("%s line %d is %d columns: %q", name, i+1, n, line)
+			}
+		}
+	}
+}
+
+// runCapture runs the command and renders its exit code and both streams.
+func runCapture(args []string) string {
+	var stdout, stderr bytes.Buffer
+	code := run(args, &stdout, &stderr)
+	return fmt.Sprintf("$ kubectl retry %s\nexit %d\n--- stdout\n%s--- stderr\n%s", quoteArgs(args), code, stdout.String(), stderr.String())
+}
+
+func quoteArgs(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if strings.ContainsAny(a, ` ",=`) && !strings.HasPrefix(a, "--") {
+			a = "'" + a + "'"
+		}
+		q[i] = a
+	}
+	return strings.Join(q, " ")
+}

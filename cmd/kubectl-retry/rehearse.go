@@ -1,0 +1,111 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/retrydev/retry-operator/internal/retrysim"
+)
+
+func runRehearse(args []string, stdout, stderr io.Writer) int {
+	const sub = "rehearse"
+	fs := flag.NewFlagSet(sub, flag.ContinueOnError)
+	file := fs.String("f", "", "RetryPolicy YAML file (what you would kubectl apply)")
+	upstream := fs.String("upstream", "", "upstream name (needed when the file has several)")
+	requests := fs.Int("requests", 20, "logical requests to send")
+	quota := fs.String("quota", "", "the upstream's quota per rolling window, e.g. 120/m (s, m or h)")
+	concurrency := fs.Int("concurrency", 10, "the app's workers: requests in progress at once")
+	latency := fs.Duration("latency", 100*time.Millisecond, "the upstream's answer time")
+	seed := fs.Uint64("seed", 1, "seed of the jitter")
+	output := outputFlag(fs)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return usageErr(stderr, sub, err)
+	}
+	if len(pos) > 0 {
+		return usageErr(stderr, sub, fmt.Errorf("unexpected argument %q", pos[0]))
+	}
+	if err := checkOutput(*output); err != nil {
+		return usageErr(stderr, sub, err)
+	}
+	if *quota == "" {
+		return usageErr(stderr, sub, fmt.Errorf("--quota: give the upstream's quota, e.g. 120/m"))
+	}
+	q, window, err := retrysim.ParseQuota(*quota)
+	if err != nil {
+		return usageErr(stderr, sub, err)
+	}
+	switch {
+	case *requests < 1 || *requests > 1_000_000:
+		return usageErr(stderr, sub, fmt.Errorf("--requests %d: must be 1..1000000", *requests))
+	case *concurrency < 1 || *concurrency > 10_000:
+		return usageErr(stderr, sub, fmt.Errorf("--concurrency %d: must be 1..10000", *concurrency))
+	case *latency < 0:
+		return usageErr(stderr, sub, fmt.Errorf("--latency %s: must be >= 0", *latency))
+	}
+	set, err := retrysim.LoadPolicyFile(*file)
+	if err != nil {
+		return loadErr(stderr, sub, err)
+	}
+	p, err := retrysim.PickUpstream(set, *upstream)
+	if err != nil {
+		return loadErr(stderr, sub, err)
+	}
+	res, err := retrysim.Rehearse(retrysim.RehearseInput{Policy: p, Requests: *requests, Quota: q,
+		QuotaWindow: window, Concurrency: *concurrency, Latency: *latency, Seed: *seed,
+		Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
+	if err != nil {
+		fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
+		return exitFindings
+	}
+	code := exitOK
+	if res.Status429 > 0 || len(res.FinalErrors) > 0 {
+		code = exitFindings
+	}
+	if *output == "json" {
+		if err := writeJSON(stdout, res); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitFindings
+		}
+		return code
+	}
+	fmt.Fprintf(stdout, "upstream %s: %d GET requests, %d at a time; upstream quota %s, latency %s (seed %d)\n",
+		res.Upstream, res.Requests, res.Concurrency, res.Quota, res.Latency, res.Seed)
+	fmt.Fprintf(stdout, "policy: %s\n\n", describePolicy(p.Config()))
+	pace := num(res.Plan.RequestsPerMinute) + "/min"
+	var t table
+	t.add("", "first attempts", strconv.Itoa(res.FirstAttempts))
+	t.add("", "retries", strconv.Itoa(res.Retries))
+	t.add("", "successes", strconv.Itoa(res.Successes))
+	t.add("", "final errors", finalErrors(res.FinalErrors))
+	t.add("", "429s seen", strconv.Itoa(res.Status429))
+	t.add("", "start spacing", fmt.Sprintf("min %s, p50 %s, max %s", res.StartSpacing.Min, res.StartSpacing.P50, res.StartSpacing.Max))
+	t.add("", "concurrency", fmt.Sprintf("peak %d, mean %s (plan %s = %s × %s)", res.PeakConcurrency,
+		num(res.MeanConcurrency), num(res.Plan.MeanConcurrency), pace, res.Latency))
+	t.add("", "virtual duration", fmt.Sprintf("%s (plan ≥ %s = %d at %s)", res.VirtualDuration, res.Plan.MinDuration, res.Requests, pace))
+	t.write(stdout)
+	return code
+}
+
+func finalErrors(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+func num(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }

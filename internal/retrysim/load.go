@@ -1,0 +1,69 @@
+package retrysim
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+)
+
+// LoadPolicyFile reads RetryPolicy YAML documents with the sidecar's own
+// --policy-file loader (defaults, the API's validation with field paths, the
+// same compilation), so an invalid file gives the API server's errors.
+func LoadPolicyFile(path string) (*retrypolicy.Set, error) {
+	if path == "" {
+		return nil, &UsageError{Msg: "-f: name a RetryPolicy YAML file"}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &UsageError{Msg: "-f: " + err.Error()}
+	}
+	doc, err := policyset.FromPolicyYAML(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	set, err := policyset.Compile(doc.Policies)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return set, nil
+}
+
+// UsageError is a mistake in the command line (exit code 2).
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// PickUpstream returns the upstream named name ("" when the set has exactly
+// one). A name may be given as "upstream" or, when the loader had to qualify
+// it, "policy/upstream".
+func PickUpstream(set *retrypolicy.Set, name string) (*retrypolicy.Policy, error) {
+	ps := set.Policies()
+	var names []string
+	for _, p := range ps {
+		names = append(names, p.Name())
+	}
+	sort.Strings(names)
+	if name == "" {
+		if len(ps) == 1 {
+			return ps[0], nil
+		}
+		return nil, &UsageError{Msg: fmt.Sprintf("--upstream: the file has %d upstreams; name one of %s", len(ps), strings.Join(names, ", "))}
+	}
+	var found []*retrypolicy.Policy
+	for _, p := range ps {
+		if p.Name() == name || strings.HasSuffix(p.Name(), "/"+name) {
+			found = append(found, p)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return nil, &UsageError{Msg: fmt.Sprintf("--upstream %q: no such upstream; the file has %s", name, strings.Join(names, ", "))}
+	}
+	return nil, &UsageError{Msg: fmt.Sprintf("--upstream %q: ambiguous; name one of %s", name, strings.Join(names, ", "))}
+}
