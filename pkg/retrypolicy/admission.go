@@ -290,12 +290,15 @@ func (t Ticket) Release(now time.Time) {
 func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxWait time.Duration) (Ticket, time.Duration, error) {
 	parts := l.parts.Load()
 	lim, gate := parts.limiter, parts.gate
+	var token *rate.Reservation
+	var tokenAt time.Time // when the token was due
 	if lim != nil {
 		now := clk.Now()
 		r := lim.ReserveN(now, 1)
 		if !r.OK() {
 			return Ticket{}, time.Second, ErrShed
 		}
+		token, tokenAt = r, now
 		if d := r.DelayFrom(now); d > 0 {
 			if d > maxWait {
 				r.CancelAt(now)
@@ -306,6 +309,7 @@ func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxW
 				return Ticket{}, 0, err
 			}
 			maxWait -= d
+			tokenAt = now.Add(d)
 		}
 	}
 	if gate == nil {
@@ -313,6 +317,11 @@ func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxW
 	}
 	ra, err := gate.Acquire(ctx, clk, maxWait)
 	if err != nil {
+		if token != nil {
+			// The attempt never started: its start token goes back. Cancelling as
+			// of the time it was due restores it even after the wait for it.
+			token.CancelAt(tokenAt)
+		}
 		return Ticket{}, ra, err
 	}
 	return Ticket{gate: gate, start: clk.Now()}, 0, nil

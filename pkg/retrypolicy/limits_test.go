@@ -276,3 +276,26 @@ func TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestAdmitGivesTheStartTokenBackWhenTheGateSheds: an attempt shed by the
+// concurrency gate never started, so it does not spend a rate-limit token.
+func TestAdmitGivesTheStartTokenBackWhenTheGateSheds(t *testing.T) {
+	clk := clocktesting.NewFakeClock(now)
+	p := compile(t, func(c *Config) {
+		c.RateLimit = &RateLimitConfig{RequestsPerSecond: 1, Burst: 2}
+		c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 0, QueueTimeout: time.Second}
+	})
+	l := p.limits.Load()
+	sleep := func(context.Context, time.Duration) error { t.Fatal("no wait expected"); return nil }
+	held, _, err := l.Admit(context.Background(), clk, sleep, time.Minute)
+	if err != nil {
+		t.Fatalf("first Admit: %v", err)
+	}
+	if _, _, err := l.Admit(context.Background(), clk, sleep, time.Minute); !errors.Is(err, ErrShed) {
+		t.Fatalf("second Admit with the gate full = %v, want ErrShed", err)
+	}
+	if got := l.Limiter().TokensAt(clk.Now()); got != 1 {
+		t.Fatalf("tokens left after the shed = %v, want 1 (the shed attempt's token given back)", got)
+	}
+	held.Release(clk.Now())
+}
