@@ -92,7 +92,7 @@ test-race: ## The concurrent packages (decision core, sidecar, upstream client, 
 	go test -count=1 -race ./pkg/... ./internal/policyset/... ./internal/sidecar/... ./internal/h1client/... ./internal/retrysim/...
 
 .PHONY: fuzz
-FUZZ_PACKAGES = ./pkg/retrypolicy ./internal/h1client
+FUZZ_PACKAGES = ./pkg/retrypolicy ./internal/h1client ./internal/policyset ./internal/sidecar
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	@for p in $(FUZZ_PACKAGES); do for f in $$(go test -list '^Fuzz' $$p | grep ^Fuzz); do \

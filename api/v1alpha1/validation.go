@@ -18,7 +18,6 @@ package v1alpha1
 
 import (
 	"fmt"
-	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -28,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 // Limits shared by the schema markers in retrypolicy_types.go and Validate. The
@@ -291,75 +292,17 @@ func isAllowedStatus(c StatusCode) bool {
 }
 
 // ValidateHostPattern checks one entry of hosts and returns "" when it is valid.
-// Accepted forms, always lower-case:
-//
-//	payments.shop.svc          any port
-//	api.partner.example:8443   that port only
-//	10.0.0.7, [fd00::7]:8080   IP literals, with or without a port
-//	*.partner.example          any subdomain of partner.example (not partner.example itself), any port
+// The grammar is pkg/retrypolicy's (HostPatternProblem), so the API server and
+// every sidecar accept exactly the same patterns; this adds the allowed forms
+// to the message.
 func ValidateHostPattern(h string) string {
 	const allowed = `must be "host", "host:port", an IP literal ("10.0.0.7", "[fd00::7]:8080") or "*.suffix", lower-case`
-	if h == "" {
+	switch problem := retrypolicy.HostPatternProblem(h); problem {
+	case "":
+		return ""
+	case "empty":
 		return allowed
+	default:
+		return problem + "; " + allowed
 	}
-	if h != strings.ToLower(h) {
-		return "must be lower-case (" + strings.ToLower(h) + "); " + allowed
-	}
-	if suffix, ok := strings.CutPrefix(h, "*."); ok {
-		if strings.ContainsAny(suffix, "*:[]") {
-			return `a wildcard is only allowed as the whole first label ("*.suffix") and takes no port; ` + allowed
-		}
-		if msgs := validation.IsDNS1123Subdomain(suffix); len(msgs) > 0 {
-			return "suffix " + strings.Join(msgs, "; ")
-		}
-		return ""
-	}
-	if strings.Contains(h, "*") {
-		return `a wildcard is only allowed as the whole first label ("*.suffix"); ` + allowed
-	}
-	host, port := h, ""
-	if strings.HasPrefix(h, "[") {
-		end := strings.Index(h, "]")
-		if end < 0 {
-			return "unterminated IPv6 literal; " + allowed
-		}
-		host = h[1:end]
-		rest := h[end+1:]
-		if rest != "" {
-			if !strings.HasPrefix(rest, ":") {
-				return allowed
-			}
-			port = rest[1:]
-			if port == "" {
-				return "empty port; " + allowed
-			}
-		}
-		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() {
-			return "invalid IPv6 literal; " + allowed
-		}
-	} else if i := strings.LastIndex(h, ":"); i >= 0 {
-		host, port = h[:i], h[i+1:]
-		if port == "" {
-			return "empty port; " + allowed
-		}
-		if strings.Contains(host, ":") {
-			return "IPv6 literals need brackets, as in [fd00::7]:8080; " + allowed
-		}
-	}
-	if port != "" {
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 || port[0] == '0' {
-			return "port must be a number between 1 and 65535; " + allowed
-		}
-	}
-	if strings.HasPrefix(h, "[") {
-		return ""
-	}
-	if _, err := netip.ParseAddr(host); err == nil {
-		return ""
-	}
-	if msgs := validation.IsDNS1123Subdomain(host); len(msgs) > 0 {
-		return strings.Join(msgs, "; ")
-	}
-	return ""
 }

@@ -200,23 +200,37 @@ func TestSamplesLoadAsPolicyFiles(t *testing.T) {
 // The API (v1alpha1.ValidateHostPattern) and the pure core (retrypolicy.Compile)
 // each check host patterns: the core cannot import the API. They must agree, or a
 // policy accepted by the API server would be refused by every sidecar.
+var hostPatternSeeds = []string{
+	"payments.shop.svc", "api.partner.example:8443", "*.catalogue.svc", "10.0.0.7", "10.0.0.7:8080",
+	"[fd00::7]", "[fd00::7]:8080", "localhost", "a", "x-1.y-2",
+	"", "Payments.svc", "http://payments", "payments.svc:", "payments.svc:0", "payments.svc:70000",
+	"payments.svc:08080", "fd00::7", "api.*.example", "*.example:443", "*api.example", "*.", "*",
+	"-bad.svc", "bad-.svc", "a..b", "a_b.svc", "[fd00::7", "[zz::1]:80", "pay ments.svc",
+}
+
 func TestHostPatternCheckersAgree(t *testing.T) {
-	for _, h := range []string{
-		"payments.shop.svc", "api.partner.example:8443", "*.catalogue.svc", "10.0.0.7", "10.0.0.7:8080",
-		"[fd00::7]", "[fd00::7]:8080", "localhost", "a", "x-1.y-2",
-		"", "Payments.svc", "http://payments", "payments.svc:", "payments.svc:0", "payments.svc:70000",
-		"payments.svc:08080", "fd00::7", "api.*.example", "*.example:443", "*api.example", "*.", "*",
-		"-bad.svc", "bad-.svc", "a..b", "a_b.svc", "[fd00::7", "[zz::1]:80", "pay ments.svc",
-	} {
-		apiOK := v1alpha1.ValidateHostPattern(h) == ""
-		_, err := retrypolicy.Compile(retrypolicy.Config{
-			Name: "u", Hosts: []string{h}, MaxAttempts: 3, Deadline: 10 * time.Second,
-			Backoff:       retrypolicy.Backoff{Base: 100 * time.Millisecond, Max: time.Second, Jitter: retrypolicy.JitterFull},
-			RetryOnStatus: []int{503}, ReplayableMethods: []string{"GET"}, RetryAfterMaxWait: 30 * time.Second,
-			RetryAfterSpread: time.Second,
-		})
-		if coreOK := err == nil; apiOK != coreOK {
-			t.Errorf("host %q: API accepts=%v, retrypolicy.Compile accepts=%v (%v)", h, apiOK, coreOK, err)
-		}
+	for _, h := range hostPatternSeeds {
+		checkHostPatternAgreement(t, h)
+	}
+}
+
+// FuzzHostPatternCheckersAgree feeds random host patterns to both checkers.
+func FuzzHostPatternCheckersAgree(f *testing.F) {
+	for _, h := range hostPatternSeeds {
+		f.Add(h)
+	}
+	f.Fuzz(checkHostPatternAgreement)
+}
+
+func checkHostPatternAgreement(t *testing.T, h string) {
+	apiOK := v1alpha1.ValidateHostPattern(h) == ""
+	_, err := retrypolicy.Compile(retrypolicy.Config{
+		Name: "u", Hosts: []string{h}, MaxAttempts: 3, Deadline: 10 * time.Second,
+		Backoff:       retrypolicy.Backoff{Base: 100 * time.Millisecond, Max: time.Second, Jitter: retrypolicy.JitterFull},
+		RetryOnStatus: []int{503}, ReplayableMethods: []string{"GET"}, RetryAfterMaxWait: 30 * time.Second,
+		RetryAfterSpread: time.Second,
+	})
+	if coreOK := err == nil; apiOK != coreOK {
+		t.Errorf("host %q: API accepts=%v, retrypolicy.Compile accepts=%v (%v)", h, apiOK, coreOK, err)
 	}
 }

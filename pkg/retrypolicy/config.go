@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"net/textproto"
 	"strconv"
 	"strings"
@@ -159,7 +160,7 @@ func Compile(c Config) (*Policy, error) {
 		bad("hosts", `must list at least one "host", "host:port" or "*.suffix"`)
 	}
 	for i, h := range c.Hosts {
-		if err := checkHostPattern(h); err != "" {
+		if err := HostPatternProblem(h); err != "" {
 			bad(fmt.Sprintf("hosts[%d]", i), `%s: must be "host", "host:port" or "*.suffix" in lower case (%q)`, err, h)
 		}
 	}
@@ -336,35 +337,79 @@ func isToken(s string) bool {
 	return true
 }
 
-// checkHostPattern returns "" when h is a valid host pattern, else a short reason.
-func checkHostPattern(h string) string {
+// HostPatternProblem is the one grammar of a hosts entry, shared by the API's
+// validation and Compile: "" when h is valid, else what is wrong with it.
+// Accepted forms, always lower-case:
+//
+//	payments.shop.svc          any port
+//	api.partner.example:8443   that port only
+//	10.0.0.7, [fd00::7]:8080   IP literals, with or without a port
+//	*.partner.example          any subdomain of partner.example (not partner.example itself), any port
+func HostPatternProblem(h string) string {
 	if h == "" {
 		return "empty"
 	}
-	if strings.HasPrefix(h, "*.") {
-		if !isHostName(h[2:]) {
-			return "invalid suffix"
+	if h != strings.ToLower(h) {
+		return "must be lower-case (" + strings.ToLower(h) + ")"
+	}
+	if suffix, ok := strings.CutPrefix(h, "*."); ok {
+		if strings.ContainsAny(suffix, "*:[]") {
+			return `a wildcard is only allowed as the whole first label ("*.suffix") and takes no port`
+		}
+		if !isHostName(suffix) {
+			return "suffix " + notHostName
 		}
 		return ""
 	}
-	host, port, hasPort := splitAuthority(h)
-	if hasPort {
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 || port[0] == '0' {
-			return "port must be 1..65535"
-		}
+	if strings.Contains(h, "*") {
+		return `a wildcard is only allowed as the whole first label ("*.suffix")`
 	}
-	if strings.HasPrefix(host, "[") {
-		if !strings.HasSuffix(host, "]") || len(host) < 4 || strings.Trim(host[1:len(host)-1], "0123456789abcdef:.") != "" {
+	host, port := h, ""
+	if strings.HasPrefix(h, "[") {
+		end := strings.IndexByte(h, ']')
+		if end < 0 {
+			return "unterminated IPv6 literal"
+		}
+		host = h[1:end]
+		if rest := h[end+1:]; rest != "" {
+			if rest[0] != ':' {
+				return "only a port may follow an IPv6 literal"
+			}
+			if port = rest[1:]; port == "" {
+				return "empty port"
+			}
+		}
+		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() {
 			return "invalid IPv6 literal"
 		}
+	} else if i := strings.LastIndexByte(h, ':'); i >= 0 {
+		host, port = h[:i], h[i+1:]
+		if port == "" {
+			return "empty port"
+		}
+		if strings.IndexByte(host, ':') >= 0 {
+			return "IPv6 literals need brackets, as in [fd00::7]:8080"
+		}
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 || port[0] == '0' {
+			return "port must be a number between 1 and 65535"
+		}
+	}
+	if h[0] == '[' {
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
 		return ""
 	}
 	if !isHostName(host) {
-		return "invalid host"
+		return "host " + notHostName
 	}
 	return ""
 }
+
+const notHostName = "must be a DNS-1123 subdomain: labels of a-z, 0-9 and '-' (1-63 long, not starting or ending with '-'), separated by '.'"
 
 // isHostName: lower-case letters, digits, '-' and '.', labels non-empty, no
 // leading or trailing dot.

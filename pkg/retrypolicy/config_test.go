@@ -13,9 +13,9 @@ func TestCompileRejects(t *testing.T) {
 	}{
 		"an empty name":                {func(c *Config) { c.Name = "" }, "name: must not be empty"},
 		"no hosts":                     {func(c *Config) { c.Hosts = nil }, `hosts: must list at least one "host", "host:port" or "*.suffix"`},
-		"an upper-case host":           {func(c *Config) { c.Hosts = []string{"a.example", "API.example"} }, `hosts[1]: invalid host: must be "host", "host:port" or "*.suffix" in lower case ("API.example")`},
-		"port zero":                    {func(c *Config) { c.Hosts = []string{"a.example:0"} }, `hosts[0]: port must be 1..65535: must be "host", "host:port" or "*.suffix" in lower case ("a.example:0")`},
-		"a wildcard in the middle":     {func(c *Config) { c.Hosts = []string{"a.*.example"} }, `hosts[0]: invalid host: must be "host", "host:port" or "*.suffix" in lower case ("a.*.example")`},
+		"an upper-case host":           {func(c *Config) { c.Hosts = []string{"a.example", "API.example"} }, `hosts[1]: must be lower-case (api.example): must be "host", "host:port" or "*.suffix" in lower case ("API.example")`},
+		"port zero":                    {func(c *Config) { c.Hosts = []string{"a.example:0"} }, `hosts[0]: port must be a number between 1 and 65535: must be "host", "host:port" or "*.suffix" in lower case ("a.example:0")`},
+		"a wildcard in the middle":     {func(c *Config) { c.Hosts = []string{"a.*.example"} }, `hosts[0]: a wildcard is only allowed as the whole first label ("*.suffix"): must be "host", "host:port" or "*.suffix" in lower case ("a.*.example")`},
 		"zero attempts":                {func(c *Config) { c.MaxAttempts = 0 }, "maxAttempts: must be 1..10 (got 0)"},
 		"eleven attempts":              {func(c *Config) { c.MaxAttempts = 11 }, "maxAttempts: must be 1..10 (got 11)"},
 		"no deadline":                  {func(c *Config) { c.Deadline = 0 }, "deadline: must be > 0 (got 0s)"},
