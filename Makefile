@@ -11,10 +11,14 @@ KUBE_VERSION ?= v1.37.2
 ETCD_VERSION ?= v3.6.16
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.1
+GOLANGCI_LINT_VERSION ?= v2.15.0
+CRD_REF_DOCS_VERSION ?= v0.3.0
 
 LOCALBIN ?= $(shell pwd)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+CRD_REF_DOCS ?= $(LOCALBIN)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
 KUBE_BIN ?= $(LOCALBIN)/k8s/$(KUBE_VERSION)
 KUBECTL ?= $(KUBE_BIN)/kubectl
 
@@ -26,7 +30,7 @@ IMAGE_TAG ?= dev
 DEPLOY_OVERLAY ?= config/default
 
 # Files that `make manifests generate` writes; `make test` fails if they are stale.
-GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml
+GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml docs/api.md
 
 GO_PACKAGES = $$(go list ./... | grep -v /test/e2e)
 GO_FILES = $$(find . -name '*.go' -not -path './bin/*' -not -path './.git/*' -not -path './.local-cluster/*')
@@ -60,7 +64,12 @@ vet: ## Run go vet.
 	if [ -d test/e2e ]; then go vet -tags e2e ./test/e2e/...; fi
 
 .PHONY: lint
-lint: vet check-fmt ## Lint: go vet and gofmt.
+lint: vet check-fmt $(GOLANGCI_LINT) ## Lint: go vet, gofmt and golangci-lint (.golangci.yml), e2e code included.
+	"$(GOLANGCI_LINT)" run --build-tags e2e ./...
+
+.PHONY: api-docs
+api-docs: $(CRD_REF_DOCS) ## Generate docs/api.md from the API types.
+	"$(CRD_REF_DOCS)" --source-path=./api --config=hack/crd-ref-docs.yaml --renderer=markdown --output-path=docs/api.md >/dev/null
 
 .PHONY: check-fmt
 check-fmt: ## Fail if any Go file is not gofmt-ed.
@@ -70,7 +79,7 @@ check-fmt: ## Fail if any Go file is not gofmt-ed.
 .PHONY: check-generated
 check-generated: ## Fail if `make manifests generate` changes any generated file.
 	@before=$$(find $(GENERATED) -type f -print0 | sort -z | xargs -0 sha256sum); \
-	$(MAKE) --no-print-directory manifests generate; \
+	$(MAKE) --no-print-directory manifests generate api-docs; \
 	after=$$(find $(GENERATED) -type f -print0 | sort -z | xargs -0 sha256sum); \
 	if [ "$$before" != "$$after" ]; then \
 		echo "generated files were stale; regenerated them: commit the result"; \
@@ -82,7 +91,7 @@ kube-binaries: ## Build kube-apiserver, kubectl and etcd from source into bin/k8
 	KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/kube-binaries.sh
 
 .PHONY: test
-test: check-fmt vet check-generated kube-binaries ## Every test that needs no cluster of pods: unit, envtest, sidecar.
+test: lint check-generated kube-binaries ## Every test that needs no cluster of pods: unit, envtest, sidecar.
 	KUBEBUILDER_ASSETS="$$(KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh 2>/dev/null | tail -1)" \
 		go test -count=1 $(GO_PACKAGES)
 	$(MAKE) --no-print-directory test-race
@@ -176,3 +185,13 @@ $(KUSTOMIZE):
 	@mkdir -p "$(LOCALBIN)"
 	GOBIN="$(LOCALBIN)" go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 	mv "$(LOCALBIN)/kustomize" "$@"
+
+$(GOLANGCI_LINT):
+	@mkdir -p "$(LOCALBIN)"
+	GOBIN="$(LOCALBIN)" go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv "$(LOCALBIN)/golangci-lint" "$@"
+
+$(CRD_REF_DOCS):
+	@mkdir -p "$(LOCALBIN)"
+	GOBIN="$(LOCALBIN)" go install github.com/elastic/crd-ref-docs@$(CRD_REF_DOCS_VERSION)
+	mv "$(LOCALBIN)/crd-ref-docs" "$@"

@@ -67,7 +67,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		cfg := p.Config()
 		cfg.Deadline = *deadline
 		if p, err = retrypolicy.Compile(cfg); err != nil {
-			return usageErr(stderr, sub, fmt.Errorf("--deadline %s: %v", *deadline, err))
+			return usageErr(stderr, sub, fmt.Errorf("--deadline %s: %w", *deadline, err))
 		}
 	}
 	res, err := retrysim.Simulate(retrysim.SimulateInput{

@@ -82,8 +82,9 @@ func main() {
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if err := sidecar.Run(ctx, o); err != nil {
+	err = sidecar.Run(ctx, o)
+	stop()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "retry-sidecar: %v\n", err)
 		os.Exit(1)
 	}

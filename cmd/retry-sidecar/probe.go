@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net"
@@ -35,7 +36,12 @@ func runProbe(args []string) int {
 		return 2
 	}
 	c := &http.Client{Timeout: *timeout, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-	resp, err := c.Get(u.String())
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, u.String(), nil)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "probe: %v\n", err)
+		return 2
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "probe: %v\n", err)
 		return 1

@@ -56,7 +56,7 @@ const operatorNamespace = "retry-operator-system"
 
 func startManager(t *testing.T) *harness {
 	t.Helper()
-	var logs io.Writer = io.Discard
+	logs := io.Discard
 	if os.Getenv("TEST_LOG") != "" { // TEST_LOG=1 go test ... shows the manager's log
 		logs = os.Stderr
 	}
@@ -220,7 +220,7 @@ func (h *harness) testDelete(t *testing.T) {
 	eventually(t, 10*time.Second, func() error {
 		err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &corev1.ConfigMap{})
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("ConfigMap still there (err=%v)", err)
+			return fmt.Errorf("ConfigMap still there (err=%w)", err)
 		}
 		return nil
 	})

@@ -443,9 +443,9 @@ func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 	}
 	var ne net.Error
 	switch {
-	case err == io.EOF:
+	case errors.Is(err, io.EOF):
 		return nil, io.ErrUnexpectedEOF
-	case err == io.ErrUnexpectedEOF, errors.As(err, &ne):
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &ne):
 		return nil, err
 	case errors.Is(err, errHeaderTooLarge):
 		return nil, fmt.Errorf("%w: %w", ErrMalformedResponse, err)
@@ -527,7 +527,7 @@ func writeHead(w *bufio.Writer, req *http.Request, body io.ReadCloser, closeConn
 func writeBody(w *bufio.Writer, req *http.Request, body io.ReadCloser) error {
 	if req.ContentLength > 0 {
 		n, err := io.CopyN(w, body, req.ContentLength)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			err = fmt.Errorf("h1client: ContentLength=%d with Body length %d", req.ContentLength, n)
 		}
 		return err
@@ -610,7 +610,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	n, err := b.rc.Read(p)
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		b.finish(true)
 		return n, io.EOF
 	}
@@ -635,7 +635,7 @@ func (b *bodyReader) Close() error {
 		// A small rest (typically already buffered) is read so the connection can be reused.
 		b.c.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 		n, err := io.CopyN(io.Discard, b.rc, maxDrain+1)
-		ok = err == io.EOF && n <= maxDrain
+		ok = errors.Is(err, io.EOF) && n <= maxDrain
 		if ok {
 			b.c.nc.SetReadDeadline(time.Time{})
 		}

@@ -129,7 +129,7 @@ func (t *Transport) dial(ctx context.Context, key string) (*conn, error) {
 		return nil, &retrypolicy.PhaseError{Phase: retrypolicy.PhaseConnect, Err: err}
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
+		_ = tc.SetNoDelay(true)
 	}
 	c := &conn{t: t, key: key, nc: nc}
 	c.cr.Conn = nc

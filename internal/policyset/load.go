@@ -138,7 +138,7 @@ func Compile(policies []Policy) (*retrypolicy.Set, error) {
 // pkg/retrypolicy. Absent optionals fall back to the API defaults so a document
 // written by hand still means what the API says.
 func ToConfig(u Upstream) (retrypolicy.Config, error) {
-	up := u.Upstream.DeepCopy()
+	up := u.DeepCopy()
 	p := &v1alpha1.RetryPolicy{Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{*up}}}
 	v1alpha1.SetDefaults(p)
 	d := p.Spec.Upstreams[0]

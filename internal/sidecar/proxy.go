@@ -164,7 +164,7 @@ func copyBody(w http.ResponseWriter, src io.Reader, flush bool) error {
 // the app's client sees an error, never a truncated body passed off as whole
 // (docs/sidecar.md#what-the-app-can-rely-on).
 func (p *Proxy) abort(w http.ResponseWriter, r *http.Request, err error) {
-	if err == errClientGone || r.Context().Err() != nil {
+	if errors.Is(err, errClientGone) || r.Context().Err() != nil {
 		return
 	}
 	// What did arrive goes out first, as a direct connection would have shown it;

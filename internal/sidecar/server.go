@@ -142,11 +142,12 @@ func Run(ctx context.Context, o Options) error {
 		log.Warn("starting without a configuration: not ready until a valid one is loaded")
 	}
 
-	ln, err := net.Listen("tcp", o.Listen)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	aln, err := net.Listen("tcp", o.AdminListen)
+	aln, err := lc.Listen(ctx, "tcp", o.AdminListen)
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("--admin-listen: %w", err)

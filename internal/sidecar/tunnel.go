@@ -51,8 +51,8 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	// Bytes the client sent right behind the CONNECT (a pipelined TLS hello)
 	// are already in the server's buffer.
-	if n := brw.Reader.Buffered(); n > 0 {
-		b, _ := brw.Reader.Peek(n)
+	if n := brw.Reader.Buffered(); n > 0 { //nolint:staticcheck // Buffered is ambiguous on a bufio.ReadWriter
+		b, _ := brw.Peek(n)
 		if _, err := upstream.Write(b); err != nil {
 			client.Close()
 			upstream.Close()

@@ -103,7 +103,7 @@ func (g *Gate) Acquire(ctx context.Context, clk clock.Clock, maxWait time.Durati
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if w.granted { // the slot arrived as we gave up: keep it if only the timer fired
-		if err == ErrShed {
+		if errors.Is(err, ErrShed) {
 			return 0, nil
 		}
 		g.releaseLocked(0)
@@ -112,7 +112,7 @@ func (g *Gate) Acquire(ctx context.Context, clk clock.Clock, maxWait time.Durati
 	w.gone = true
 	g.queued--
 	g.compactLocked()
-	if err == ErrShed {
+	if errors.Is(err, ErrShed) {
 		return g.capacityReturnsLocked(), ErrShed
 	}
 	return 0, err

@@ -1,6 +1,7 @@
 package retrypolicy
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,8 @@ func FuzzParseRetryAfter(f *testing.F) {
 		at := time.Unix(recvUnix%(1<<40), 0).UTC()
 		h, err := ParseRetryAfter(value, at, date)
 		if err != nil {
-			if _, ok := err.(*ParseError); !ok {
+			var pe *ParseError
+			if !errors.As(err, &pe) {
 				t.Fatalf("error of type %T, want *ParseError", err)
 			}
 			if v := trimOWS(value); v != "" && strings.Trim(v, "0123456789") == "" {

@@ -83,8 +83,7 @@ func Static(p *Policy) func(*http.Request) *Policy {
 }
 
 var (
-	errPerTryTimeout = errors.New("retrypolicy: per-try timeout")
-	errDeadline      = errors.New("retrypolicy: deadline exceeded")
+	errDeadline = errors.New("retrypolicy: deadline exceeded")
 )
 
 // RoundTrip implements http.RoundTripper.
@@ -295,8 +294,9 @@ func (c *call) run() (*http.Response, error) {
 			}
 			if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
 				h, perr := ParseRetryAfter(v[0], received, firstValue(resp.Header["Date"]))
-				if perr != nil {
-					ev.RetryAfter, ev.RetryAfterReason = "malformed", perr.(*ParseError).Reason
+				var pe *ParseError
+				if errors.As(perr, &pe) {
+					ev.RetryAfter, ev.RetryAfterReason = "malformed", pe.Reason
 				} else {
 					a.Hint, a.HasHint = h, true
 					ev.RetryAfter = h.Form.String()
@@ -647,7 +647,7 @@ func (c *call) done() {
 
 func (c *call) closeRequestBody() {
 	if c.body.tracked != nil {
-		c.body.tracked.closeUnderlying()
+		_ = c.body.tracked.closeUnderlying()
 	}
 }
 

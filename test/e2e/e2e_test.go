@@ -806,11 +806,7 @@ func (r report) want(t *testing.T, status int, outcome string, attempts int) {
 	if r.Error != "" {
 		t.Fatalf("%s %s: the app's call failed: %s", r.Method, r.URL, r.Error)
 	}
-	ok := true
 	if r.Status != status || r.outcome() != outcome || r.Headers["X-Retry-Attempts"] != strconv.Itoa(attempts) || len(r.Arrivals) != attempts {
-		ok = false
-	}
-	if !ok {
 		t.Fatalf("%s %s (request %s):\n got: status %d, X-Retry-Outcome %q, X-Retry-Attempts %q, %d arrivals at the upstream\nwant: status %d, X-Retry-Outcome %q, X-Retry-Attempts %q, %d arrivals\n%s",
 			r.Method, r.URL, r.RequestID, r.Status, r.outcome(), r.Headers["X-Retry-Attempts"], len(r.Arrivals),
 			status, outcome, strconv.Itoa(attempts), attempts, r.timeline())

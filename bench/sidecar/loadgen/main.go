@@ -97,7 +97,7 @@ func run(c *http.Client, target string, n int, every time.Duration, max time.Dur
 				lat[i] = -1
 				return
 			}
-			io.Copy(io.Discard, resp.Body)
+			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			lat[i] = time.Since(t0)
 			if resp.StatusCode >= 500 && resp.StatusCode != 503 {
@@ -130,7 +130,9 @@ func rate(args []string) error {
 	r := fs.Int("rate", 2000, "requests per second")
 	dur := fs.Duration("duration", 5*time.Second, "how long to send")
 	warm := fs.Int("warmup", 400, "requests sent first at the same rate, not measured")
-	fs.Parse(args)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	u, err := url.Parse(*target)
 	if err != nil {
 		return err
@@ -162,7 +164,9 @@ func outage(args []string) error {
 	proxy := fs.String("proxy", "", "forward proxy host:port")
 	r := fs.Int("rate", 1000, "logical requests per second")
 	dur := fs.Duration("duration", 5*time.Second, "how long to send")
-	fs.Parse(args)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	if err := loopback(*listen); err != nil {
 		return err
 	}
@@ -170,7 +174,7 @@ func outage(args []string) error {
 		return errors.New("rate must be 1..20000 and duration at most 1m")
 	}
 	var attempts atomic.Int64
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", *listen)
 	if err != nil {
 		return err
 	}
@@ -178,7 +182,7 @@ func outage(args []string) error {
 		attempts.Add(1)
 		w.WriteHeader(http.StatusServiceUnavailable)
 	})}
-	go srv.Serve(ln)
+	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	c, err := client(*proxy, 512)
 	if err != nil {

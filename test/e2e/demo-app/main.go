@@ -10,6 +10,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -72,7 +73,9 @@ func main() {
 			}
 		}
 		arr := &url.URL{Scheme: "http", Host: target.Host, Path: "/arrivals", RawQuery: "id=" + rep.RequestID}
-		if resp, err := direct.Get(arr.String()); err == nil {
+		if areq, rerr := http.NewRequestWithContext(context.Background(), http.MethodGet, arr.String(), nil); rerr != nil {
+			// an unparsable id leaves no arrivals
+		} else if resp, err := direct.Do(areq); err == nil {
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			resp.Body.Close()
 			_ = json.Unmarshal(b, &rep.Arrivals) // a bad answer leaves no arrivals
