@@ -170,3 +170,20 @@ func render(t *testing.T, cfg Config, ns *corev1.Namespace, pod *corev1.Pod) []b
 	b.Write(y)
 	return b.Bytes()
 }
+
+func TestJavaNonProxyHosts(t *testing.T) {
+	tests := map[string]struct{ noProxy, want string }{
+		"the default list":                           {DefaultNoProxy, "localhost|127.0.0.1|[::1]|kubernetes.default.svc"},
+		"a domain suffix becomes a wildcard":         {".corp.example,svc.cluster.local", "*.corp.example|svc.cluster.local"},
+		"CIDR ranges and host:port are left out":     {"10.0.0.0/8, api.example:8443 ,db", "db"},
+		"bracketed IPv6 stays as it is":              {"[fd00::1]", "[fd00::1]"},
+		"a lone star and empty entries are left out": {"*,,", ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := JavaNonProxyHosts(tc.noProxy); got != tc.want {
+				t.Fatalf("JavaNonProxyHosts(%q) = %q, want %q", tc.noProxy, got, tc.want)
+			}
+		})
+	}
+}
