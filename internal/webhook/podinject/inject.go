@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/redirect"
 )
 
 // Labels and annotations (SPEC §1 fixes the opt-in/opt-out names).
@@ -48,6 +50,10 @@ const (
 	// with an HTTP probe, so the probes exec the sidecar binary's probe mode, which
 	// GETs the endpoint from inside the pod's network namespace.
 	AdminPort = 15020
+	// TransparentPort is the sidecar's --transparent-listen port (on loopback)
+	// in transparent interception: the redirect rules send intercepted
+	// connections there.
+	TransparentPort = redirect.DefaultTo
 	// SidecarBinary is the sidecar's path in its image (hack/images and the
 	// Dockerfile both put it there).
 	SidecarBinary = "/retry-sidecar"
@@ -57,7 +63,7 @@ const (
 	PoliciesDir     = "/etc/retry-sidecar/policies"
 	PodInfoDir      = "/etc/retry-sidecar/podinfo"
 	PodLabelsFile   = PodInfoDir + "/labels"
-	sidecarUID      = 65532
+	sidecarUID      = redirect.DefaultExcludeUID
 	DefaultNoProxy  = "localhost,127.0.0.1,::1,kubernetes.default.svc"
 	DefaultImage    = "retry.dev/retry-sidecar:dev"
 	proxyURL        = "http://127.0.0.1:15001"
@@ -401,4 +407,16 @@ func setEnvPair(c *corev1.Container, upper, lower, value string) {
 		return
 	}
 	c.Env = append(c.Env, corev1.EnvVar{Name: upper, Value: value}, corev1.EnvVar{Name: lower, Value: value})
+}
+
+// RedirectArgs are the arguments of the sidecar binary in the redirect init
+// container: intercept ports, send them to TransparentPort, spare the
+// sidecar's own UID.
+func RedirectArgs(ports []uint16) []string {
+	ps := make([]string, len(ports))
+	for i, p := range ports {
+		ps[i] = strconv.Itoa(int(p))
+	}
+	return []string{"redirect", "--ports=" + strings.Join(ps, ","),
+		fmt.Sprintf("--to=%d", TransparentPort), fmt.Sprintf("--exclude-uid=%d", sidecarUID)}
 }
