@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -371,6 +372,27 @@ func injectedEnv(t *testing.T) []string {
 	return env
 }
 
+// injectedRedirectArgs are the redirect init container's arguments that the
+// injector writes for a pod asking for transparent interception of 80 and 8080.
+func injectedRedirectArgs(t *testing.T) []string {
+	cfg := podinject.Config{Image: podinject.DefaultImage, NoProxy: podinject.DefaultNoProxy, Resources: podinject.DefaultResources()}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
+	pod.Annotations = map[string]string{podinject.LabelInterception: podinject.InterceptionTransparent, podinject.AnnotationInterceptPorts: "80,8080"}
+	ic := podinject.DecideInterception(&corev1.Namespace{}, pod)
+	out := cfg.InjectMode(pod, ic)
+	if ic.Mode != podinject.ModeTransparent || out.Spec.InitContainers[0].Name != podinject.RedirectContainerName {
+		t.Fatalf("the injector did not choose transparent interception: %+v", ic)
+	}
+	if env := out.Spec.Containers[0].Env; len(env) != 0 {
+		t.Fatalf("transparent interception sets the app's environment: %v", env)
+	}
+	want := fmt.Sprintf("--transparent-listen=%s", transparent)
+	if !slices.Contains(out.Spec.InitContainers[1].Args, want) {
+		t.Fatalf("sidecar args %q lack %s", out.Spec.InitContainers[1].Args, want)
+	}
+	return out.Spec.InitContainers[0].Args
+}
+
 // TestRealClientsThroughTheProxyEnvironment: each client, with the
 // environment the injector sets (HTTP_PROXY, NODE_USE_ENV_PROXY,
 // JAVA_TOOL_OPTIONS…) and no interception, calls the flaky upstream. A client
@@ -409,8 +431,7 @@ func TestRealClientsThroughTheProxyEnvironment(t *testing.T) {
 func TestRealClientsTransparentInterception(t *testing.T) {
 	n := newNetns(t)
 	n.startStack()
-	redirectArgs := podinject.RedirectArgs([]uint16{80, 8080})
-	n.must(n.bin, redirectArgs...)
+	n.must(n.bin, injectedRedirectArgs(t)...)
 	env := baseEnv()
 	for _, c := range clients(n) {
 		t.Run(c.name, func(t *testing.T) {
@@ -476,7 +497,7 @@ func TestRealClientsTransparentInterception(t *testing.T) {
 // container runs, and a missing capability is a clear error.
 func TestRedirectSubcommand(t *testing.T) {
 	n := newNetns(t)
-	args := podinject.RedirectArgs([]uint16{80, 8080})
+	args := injectedRedirectArgs(t)
 	n.must(n.bin, args...)
 	n.must(n.bin, args...)
 

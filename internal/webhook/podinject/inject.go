@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -162,18 +161,26 @@ func OptedIn(ns *corev1.Namespace, pod *corev1.Pod) bool {
 	return pod.Labels[LabelPodInject] == "true" || ns.Labels[LabelNamespaceInjection] == namespaceEnable
 }
 
-// Inject returns a copy of pod with the sidecar added:
+// Inject is InjectMode with the proxy environment (ModeEnvironment).
+func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
+	return c.InjectMode(pod, Interception{Mode: ModeEnvironment})
+}
+
+// InjectMode returns a copy of pod with the sidecar added:
 //   - retry-sidecar as the FIRST init container with restartPolicy Always (a
 //     native sidecar): it starts before, and is available to, every later init
 //     container and all app containers, and stops after them;
 //   - the retry-policies ConfigMap (optional: the pod starts before any policy
 //     exists) and the pod's labels (downward API) mounted read-only;
-//   - the proxy environment of every runtime (setProxyEnv) on every app
-//     container that has not chosen its own proxy;
+//   - ModeEnvironment: the proxy environment of every runtime (setProxyEnv)
+//     on every app container that has not chosen its own proxy;
+//   - ModeTransparent: instead of that environment, the retry-redirect init
+//     container before the sidecar (it installs the interception rules and
+//     exits) and the sidecar's --transparent-listen;
 //   - the label retry.dev/sidecar=injected.
 //
-// pod is not modified. Inject does not check ShouldInject.
-func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
+// pod is not modified. InjectMode does not check ShouldInject.
+func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 	out := pod.DeepCopy()
 	res, _ := c.SidecarResources(pod.Annotations)
 	sidecar := corev1.Container{
@@ -215,7 +222,12 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-	out.Spec.InitContainers = append([]corev1.Container{sidecar}, out.Spec.InitContainers...)
+	first := []corev1.Container{sidecar}
+	if ic.Mode == ModeTransparent {
+		sidecar.Args = append(sidecar.Args, fmt.Sprintf("--transparent-listen=127.0.0.1:%d", TransparentPort))
+		first = []corev1.Container{c.redirectContainer(ic.Ports), sidecar}
+	}
+	out.Spec.InitContainers = append(first, out.Spec.InitContainers...)
 
 	addVolume(&out.Spec, corev1.Volume{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -227,8 +239,10 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 			Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"},
 		}}}}})
 
-	for i := range out.Spec.Containers {
-		c.setProxyEnv(&out.Spec.Containers[i])
+	if ic.Mode != ModeTransparent {
+		for i := range out.Spec.Containers {
+			c.setProxyEnv(&out.Spec.Containers[i])
+		}
 	}
 
 	if out.Labels == nil {
@@ -236,6 +250,23 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 	}
 	out.Labels[LabelSidecar] = LabelSidecarInjected
 	return out
+}
+
+// Warnings are the admission warnings of injecting pod with ic: invalid
+// resource annotations, a transparent interception that fell back, and app
+// containers that share the sidecar's UID (their traffic is not intercepted).
+func (c Config) Warnings(pod *corev1.Pod, ic Interception) []string {
+	_, warnings := c.SidecarResources(pod.Annotations)
+	if ic.Fallback != "" {
+		warnings = append(warnings, ic.Fallback)
+	}
+	if ic.Mode == ModeTransparent {
+		if names := sharesSidecarUID(pod); len(names) > 0 {
+			warnings = append(warnings, fmt.Sprintf("containers %s run as UID %d, the sidecar's: their traffic is not intercepted (run them as another UID)",
+				strings.Join(names, ", "), sidecarUID))
+		}
+	}
+	return warnings
 }
 
 // SidecarResources applies the pod's resource annotations to the defaults. An
@@ -407,16 +438,4 @@ func setEnvPair(c *corev1.Container, upper, lower, value string) {
 		return
 	}
 	c.Env = append(c.Env, corev1.EnvVar{Name: upper, Value: value}, corev1.EnvVar{Name: lower, Value: value})
-}
-
-// RedirectArgs are the arguments of the sidecar binary in the redirect init
-// container: intercept ports, send them to TransparentPort, spare the
-// sidecar's own UID.
-func RedirectArgs(ports []uint16) []string {
-	ps := make([]string, len(ports))
-	for i, p := range ports {
-		ps[i] = strconv.Itoa(int(p))
-	}
-	return []string{"redirect", "--ports=" + strings.Join(ps, ","),
-		fmt.Sprintf("--to=%d", TransparentPort), fmt.Sprintf("--exclude-uid=%d", sidecarUID)}
 }
