@@ -456,7 +456,7 @@ func TestRealClientsTransparentInterception(t *testing.T) {
 		url, path string
 		extra     []string // curl arguments
 		want      string
-		arrivals          map[string]int
+		arrivals  map[string]int
 	}{
 		"a second intercepted port gets the policy of host:8080": {
 			url: "http://" + apiHost + ":8080/p8080", path: "/p8080",
