@@ -168,7 +168,7 @@ func Run(ctx context.Context, o Options) error {
 		// differs (by Host: the URL names the original destination).
 		trt := &retrypolicy.Transport{Inner: upstream, Route: reloader.RouteByHost, Observer: rt.Observer}
 		tproxy := &Proxy{Transport: trt, Dial: dialer.Dial, Metrics: metrics, Log: log, Route: reloader.RouteByHost}
-		handler := &Transparent{Proxy: tproxy, Self: selfAddrs(ln, aln, tln)}
+		handler := &Transparent{Proxy: tproxy, Self: listenAddrPorts(ln, aln, tln)}
 		tsrv = &http.Server{Handler: handler, ConnContext: ConnContext, ReadHeaderTimeout: 30 * time.Second,
 			IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
 		go func() { serveErr <- tsrv.Serve(tln) }()

@@ -87,8 +87,8 @@ func (r *Reloader) RouteByHost(req *http.Request) *retrypolicy.Policy {
 	return c.Set.Match(req.Host)
 }
 
-// selfAddrs are the addresses the sidecar listens on, as AddrPorts.
-func selfAddrs(lns ...net.Listener) []netip.AddrPort {
+// listenAddrPorts are the addresses the sidecar listens on, as AddrPorts.
+func listenAddrPorts(lns ...net.Listener) []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, ln := range lns {
 		if ln == nil {
