@@ -27,6 +27,9 @@ import (
 var sidecarBin string
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(flakyUpstreamEnv); spec != "" {
+		os.Exit(runFlakyUpstream(spec))
+	}
 	dir, err := os.MkdirTemp("", "retry-sidecar-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

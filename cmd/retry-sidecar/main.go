@@ -5,6 +5,7 @@
 //	retry-sidecar --policy-file my-policy.yaml
 //	retry-sidecar --config-dir /etc/retry-sidecar/policies --pod-labels /etc/retry-sidecar/podinfo/labels
 //	retry-sidecar probe http://127.0.0.1:15020/readyz   (the kubelet's exec probe)
+//	retry-sidecar redirect --ports 80,8080 --to 15006 --exclude-uid 65532   (transparent interception's init container)
 package main
 
 import (
@@ -38,11 +39,15 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "probe" {
 		os.Exit(runProbe(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "redirect" {
+		os.Exit(runRedirect(os.Args[2:]))
+	}
 	o := sidecar.DefaultOptions()
 	fs := flag.NewFlagSet("retry-sidecar", flag.ContinueOnError)
 	var files listFlag
 	logLevel := "info"
 	fs.StringVar(&o.Listen, "listen", o.Listen, "forward proxy address (loopback only)")
+	fs.StringVar(&o.TransparentListen, "transparent-listen", "", "serve connections redirected by retry-sidecar redirect here (loopback only, e.g. 127.0.0.1:15006); off when empty")
 	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "address of /healthz, /readyz and /metrics")
 	fs.StringVar(&o.Sources.ConfigDir, "config-dir", "", "mounted retry-policies ConfigMap directory (reads policies.json; watched)")
 	fs.Var(&files, "policy-file", "RetryPolicy YAML file (repeatable or comma-separated; watched)")
@@ -57,7 +62,7 @@ func main() {
 	fs.Int64Var(&o.MaxReplayMemory, "max-replay-memory", 0, "bytes all request replay buffers may hold at once (0: a quarter of GOMEMLIMIT, or 32 MiB without one); a body that does not fit is sent once, never replayed")
 	fs.DurationVar(&o.ReloadDebounce, "reload-debounce", o.ReloadDebounce, "wait this long after a file event before reloading")
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "re-read the configuration this often even without file events")
-	fs.StringVar(&o.ReadyFile, "ready-file", "", "write {\"listen\",\"admin\",\"pid\"} as JSON here once listening (useful with port 0)")
+	fs.StringVar(&o.ReadyFile, "ready-file", "", "write {\"listen\",\"admin\",\"transparent\",\"pid\"} as JSON here once listening (useful with port 0)")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the admin address")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)

@@ -130,6 +130,9 @@ func TestManager(t *testing.T) {
 	t.Run("the rate limit is shared among ready injected pods and recomputed when one is added", h.testRateSharing)
 	t.Run("a pod of an opted-in namespace gets exactly one sidecar although the webhook runs twice", h.testInjectOnce)
 	t.Run("a kube-system pod is never sent to the webhook and stays untouched", h.testKubeSystem)
+	t.Run("a pod of a namespace asking for transparent interception gets the redirect init container with only NET_ADMIN and NET_RAW, and no proxy environment", h.testTransparent)
+	t.Run("a pod asking for transparent interception of invalid ports is admitted with the proxy environment and a warning event", h.testTransparentBadPorts)
+	t.Run("transparent interception in a namespace enforcing restricted Pod Security falls back to the proxy environment with a warning event", h.testTransparentRestricted)
 	// Last: it deletes the validating webhook configuration.
 	t.Run("with the webhook gone an invalid update is caught by the reconciler and the last rendering survives", h.testInvalidBypassingWebhook)
 }
@@ -334,6 +337,13 @@ func (h *harness) testInjectOnce(t *testing.T) {
 	if proxies != 1 || pod.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
 		t.Errorf("HTTP_PROXY set %d times (want 1), labels %v", proxies, pod.Labels)
 	}
+	env := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env["NODE_USE_ENV_PROXY"] != "1" || env["JAVA_TOOL_OPTIONS"] != "-Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort=15001 -Dhttp.nonProxyHosts=localhost|127.0.0.1|[::1]|kubernetes.default.svc" {
+		t.Errorf("Node and Java proxy environment missing: %v", env)
+	}
 	h.waitEvent(t, ns, "app", podinject.EventInjected)
 }
 
@@ -347,6 +357,104 @@ func (h *harness) testKubeSystem(t *testing.T) {
 	if n := h.calls.get("kube-system/must-stay-plain"); n != 0 {
 		t.Errorf("pod webhook called %d time(s) for kube-system, want 0 (namespaceSelector)", n)
 	}
+}
+
+// namespaceCached waits until the manager's cache (which the pod webhook
+// reads) has the namespace, so the webhook decides with its labels.
+func (h *harness) namespaceCached(t *testing.T, ns string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() error {
+		return h.reconciler.Client.Get(context.Background(), types.NamespacedName{Name: ns}, &corev1.Namespace{})
+	})
+}
+
+func (h *harness) testTransparent(t *testing.T) {
+	ns := h.namespace(t, "transparent", map[string]string{podinject.LabelNamespaceInjection: "enabled", podinject.LabelInterception: podinject.InterceptionTransparent})
+	h.namespaceCached(t, ns)
+	pod := testPod(ns, "app", nil)
+	pod.Annotations = map[string]string{podinject.AnnotationInterceptPorts: "80,8080"}
+	must(t, h.c.Create(context.Background(), pod))
+
+	inits := pod.Spec.InitContainers
+	if len(inits) != 2 || inits[0].Name != podinject.RedirectContainerName || inits[1].Name != podinject.ContainerName {
+		t.Fatalf("init containers = %+v, want retry-redirect then retry-sidecar", inits)
+	}
+	if want := []string{"redirect", "--ports=80,8080", "--to=15006", "--exclude-uid=65532"}; !slices.Equal(inits[0].Args, want) {
+		t.Errorf("redirect args = %q, want %q", inits[0].Args, want)
+	}
+	sc := inits[0].SecurityContext
+	if sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN", "NET_RAW"}) ||
+		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || sc.Privileged == nil || *sc.Privileged ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+		t.Errorf("redirect security context = %+v, want root, not privileged, no escalation, only NET_ADMIN and NET_RAW added", sc)
+	}
+	if inits[0].RestartPolicy != nil {
+		t.Errorf("redirect restartPolicy = %v, want none (it runs to completion before the sidecar)", *inits[0].RestartPolicy)
+	}
+	if !slices.Contains(inits[1].Args, "--transparent-listen=127.0.0.1:15006") {
+		t.Errorf("sidecar args = %q, want --transparent-listen=127.0.0.1:15006", inits[1].Args)
+	}
+	if env := pod.Spec.Containers[0].Env; len(env) != 0 {
+		t.Errorf("app env = %v, want none with transparent interception", env)
+	}
+	h.waitEvent(t, ns, "app", podinject.EventInjected)
+}
+
+func (h *harness) testTransparentBadPorts(t *testing.T) {
+	ns := h.namespace(t, "bad-ports", nil)
+	pod := testPod(ns, "app", map[string]string{podinject.LabelPodInject: "true", podinject.LabelInterception: podinject.InterceptionTransparent})
+	pod.Annotations = map[string]string{podinject.AnnotationInterceptPorts: "80,443"}
+	must(t, h.c.Create(context.Background(), pod))
+	if pod.Spec.InitContainers[0].Name != podinject.ContainerName || pod.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+		t.Fatalf("want the sidecar without the redirect container; init containers %+v", pod.Spec.InitContainers)
+	}
+	if env := pod.Spec.Containers[0].Env; len(env) == 0 || env[0].Name != "HTTP_PROXY" {
+		t.Errorf("app env = %v, want the proxy environment", env)
+	}
+	h.waitEvent(t, ns, "app", podinject.EventInterceptionFallback)
+}
+
+func (h *harness) testTransparentRestricted(t *testing.T) {
+	ns := h.namespace(t, "restricted", map[string]string{podinject.LabelNamespaceInjection: "enabled",
+		podinject.LabelInterception: podinject.InterceptionTransparent, "pod-security.kubernetes.io/enforce": "restricted"})
+	h.namespaceCached(t, ns)
+	restricted := func(name string, labels map[string]string) *corev1.Pod {
+		p := testPod(ns, name, labels)
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+		return p
+	}
+	// What the fallback avoids: the API server refuses NET_ADMIN here.
+	netAdmin := restricted("net-admin", map[string]string{podinject.LabelPodInject: "false"})
+	netAdmin.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
+	if err := h.c.Create(context.Background(), netAdmin); !apierrors.IsForbidden(err) {
+		t.Fatalf("a NET_ADMIN pod in a restricted namespace: err = %v, want Forbidden by Pod Security", err)
+	}
+
+	pod := restricted("app", nil)
+	h.warnings.reset()
+	must(t, h.c.Create(context.Background(), pod))
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == podinject.RedirectContainerName {
+			t.Fatalf("the redirect init container was added in a restricted namespace: %+v", pod.Spec.InitContainers)
+		}
+	}
+	var proxy string
+	for _, e := range pod.Spec.Containers[0].Env {
+		if e.Name == "HTTP_PROXY" {
+			proxy = e.Value
+		}
+	}
+	if proxy != "http://127.0.0.1:15001" {
+		t.Errorf("HTTP_PROXY = %q, want the proxy environment as the fallback", proxy)
+	}
+	want := `namespace restricted enforces Pod Security "restricted", which refuses the NET_ADMIN and NET_RAW capabilities transparent interception needs; the proxy environment is used (a CNI-based redirect avoids the capabilities, docs/clients.md)`
+	if got := h.warnings.get(); !slices.Contains(got, want) {
+		t.Errorf("admission warnings = %q, want %q", got, want)
+	}
+	h.waitEvent(t, ns, "app", podinject.EventInterceptionFallback)
 }
 
 func (h *harness) testInvalidBypassingWebhook(t *testing.T) {

@@ -72,6 +72,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		loopError(w)
 		return
 	}
+	p.forward(w, r, out)
+}
+
+// forward sends out, the upstream form of the client's request r, and copies
+// the response (or the error) back to w.
+func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 	out.RequestURI = ""
 	out.Close = false // the client's Connection: close is not the upstream connection's business
 	if hasHopByHop(r.Header) {

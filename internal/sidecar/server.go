@@ -21,9 +21,12 @@ import (
 
 // Options are the sidecar's settings, one per command-line flag.
 type Options struct {
-	Listen      string // forward proxy, loopback only
-	AdminListen string // /healthz, /readyz, /metrics
-	Sources     Sources
+	Listen string // forward proxy, loopback only
+	// TransparentListen, if set, serves connections redirected by the
+	// interception rules (Transparent), loopback only.
+	TransparentListen string
+	AdminListen       string // /healthz, /readyz, /metrics
+	Sources           Sources
 
 	DrainTimeout time.Duration
 	LogLevel     slog.Level
@@ -133,8 +136,13 @@ func Run(ctx context.Context, o Options) error {
 		o.Stderr = os.Stderr
 	}
 	log := slog.New(slog.NewJSONHandler(o.Stderr, &slog.HandlerOptions{Level: o.LogLevel}))
-	if err := checkLoopback(o.Listen); err != nil {
+	if err := checkLoopback("--listen", o.Listen); err != nil {
 		return err
+	}
+	if o.TransparentListen != "" {
+		if err := checkLoopback("--transparent-listen", o.TransparentListen); err != nil {
+			return err
+		}
 	}
 	metrics := NewMetrics()
 	reloader := NewReloader(o.Sources, log, metrics)
@@ -152,9 +160,21 @@ func Run(ctx context.Context, o Options) error {
 		ln.Close()
 		return fmt.Errorf("--admin-listen: %w", err)
 	}
-	self := newSelfAddrs(ln.Addr(), aln.Addr())
+	var tln net.Listener
+	if o.TransparentListen != "" {
+		if tln, err = lc.Listen(ctx, "tcp", o.TransparentListen); err != nil {
+			ln.Close()
+			aln.Close()
+			return fmt.Errorf("--transparent-listen: %w", err)
+		}
+	}
+	own := []net.Addr{ln.Addr(), aln.Addr()}
+	if tln != nil {
+		own = append(own, tln.Addr())
+	}
+	self := newSelfAddrs(own...)
 
-	upstream := UpstreamClient(o, ln.Addr(), aln.Addr())
+	upstream := UpstreamClient(o, own...)
 	replayMemory := o.MaxReplayMemory
 	if replayMemory <= 0 {
 		replayMemory = DefaultMaxReplayMemory()
@@ -175,9 +195,21 @@ func Run(ctx context.Context, o Options) error {
 	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
 	asrv := &http.Server{Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 
-	serveErr := make(chan error, 2)
+	serveErr := make(chan error, 3)
 	go func() { serveErr <- srv.Serve(ln) }()
 	go func() { serveErr <- asrv.Serve(aln) }()
+	var tsrv *http.Server
+	if tln != nil {
+		// Same upstream client, observers and policies; only the routing
+		// differs (by Host: the URL names the original destination).
+		trt := &retrypolicy.Transport{Inner: upstream, Route: reloader.RouteByHost, Observer: rt.Observer,
+			ReplayMemory: rt.ReplayMemory}
+		tproxy := &Proxy{Transport: trt, Dial: proxy.Dial, Metrics: metrics, Log: log, Route: reloader.RouteByHost, Self: self}
+		handler := &Transparent{Proxy: tproxy, Self: listenAddrPorts(ln, aln, tln)}
+		tsrv = &http.Server{Handler: handler, ConnContext: ConnContext, ReadHeaderTimeout: 30 * time.Second,
+			IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
+		go func() { serveErr <- tsrv.Serve(tln) }()
+	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	go func() {
@@ -186,9 +218,13 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}()
 
-	log.Info("retry-sidecar listening", "listen", ln.Addr().String(), "admin", aln.Addr().String())
+	transparent := ""
+	if tln != nil {
+		transparent = tln.Addr().String()
+	}
+	log.Info("retry-sidecar listening", "listen", ln.Addr().String(), "admin", aln.Addr().String(), "transparent", transparent)
 	if o.ReadyFile != "" {
-		if err := writeReadyFile(o.ReadyFile, ln.Addr().String(), aln.Addr().String()); err != nil {
+		if err := writeReadyFile(o.ReadyFile, ln.Addr().String(), aln.Addr().String(), transparent); err != nil {
 			log.Error("cannot write --ready-file", "error", err.Error())
 		}
 	}
@@ -206,9 +242,15 @@ func Run(ctx context.Context, o Options) error {
 	dctx, cancel := context.WithTimeout(context.Background(), o.DrainTimeout)
 	defer cancel()
 	clean := srv.Shutdown(dctx) == nil
+	if tsrv != nil {
+		clean = tsrv.Shutdown(dctx) == nil && clean
+	}
 	clean = proxy.tunnels.drain(dctx) && clean
 	if !clean {
 		srv.Close()
+		if tsrv != nil {
+			tsrv.Close()
+		}
 		log.Warn("drain timeout reached; closed the connections still open")
 	}
 	upstream.CloseIdleConnections()
@@ -221,10 +263,10 @@ func Run(ctx context.Context, o Options) error {
 
 // checkLoopback refuses a proxy address that is not a loopback address: the
 // sidecar is the pod's own proxy and must not be reachable from the network.
-func checkLoopback(addr string) error {
+func checkLoopback(flag, addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("--listen %q: %w", addr, err)
+		return fmt.Errorf("%s %q: %w", flag, addr, err)
 	}
 	if host == "localhost" {
 		return nil
@@ -232,11 +274,15 @@ func checkLoopback(addr string) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("--listen %q: must be a loopback address such as 127.0.0.1:15001 or [::1]:15001", addr)
+	return fmt.Errorf("%s %q: must be a loopback address such as 127.0.0.1:15001 or [::1]:15001", flag, addr)
 }
 
-func writeReadyFile(path, listen, admin string) error {
-	b, err := json.Marshal(map[string]any{"listen": listen, "admin": admin, "pid": os.Getpid()})
+func writeReadyFile(path, listen, admin, transparent string) error {
+	m := map[string]any{"listen": listen, "admin": admin, "pid": os.Getpid()}
+	if transparent != "" {
+		m["transparent"] = transparent
+	}
+	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}

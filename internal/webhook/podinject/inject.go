@@ -6,13 +6,16 @@ package podinject
 
 import (
 	"fmt"
+	"net"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/redirect"
 )
 
 // Labels and annotations (the opt-in/opt-out names are part of the API: docs/manager.md).
@@ -46,6 +49,10 @@ const (
 	// with an HTTP probe, so the probes exec the sidecar binary's probe mode, which
 	// GETs the endpoint from inside the pod's network namespace.
 	AdminPort = 15020
+	// TransparentPort is the sidecar's --transparent-listen port (on loopback)
+	// in transparent interception: the redirect rules send intercepted
+	// connections there.
+	TransparentPort = redirect.DefaultTo
 	// SidecarBinary is the sidecar's path in its image (hack/images and the
 	// Dockerfile both put it there).
 	SidecarBinary = "/retry-sidecar"
@@ -55,7 +62,7 @@ const (
 	PoliciesDir     = "/etc/retry-sidecar/policies"
 	PodInfoDir      = "/etc/retry-sidecar/podinfo"
 	PodLabelsFile   = PodInfoDir + "/labels"
-	sidecarUID      = 65532
+	sidecarUID      = redirect.DefaultExcludeUID
 	DefaultNoProxy  = "localhost,127.0.0.1,::1,kubernetes.default.svc"
 	DefaultImage    = "retry.dev/retry-sidecar:dev"
 	proxyURL        = "http://127.0.0.1:15001"
@@ -154,18 +161,26 @@ func OptedIn(ns *corev1.Namespace, pod *corev1.Pod) bool {
 	return pod.Labels[LabelPodInject] == "true" || ns.Labels[LabelNamespaceInjection] == namespaceEnable
 }
 
-// Inject returns a copy of pod with the sidecar added:
+// Inject is InjectMode with the proxy environment (ModeEnvironment).
+func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
+	return c.InjectMode(pod, Interception{Mode: ModeEnvironment})
+}
+
+// InjectMode returns a copy of pod with the sidecar added:
 //   - retry-sidecar as the FIRST init container with restartPolicy Always (a
 //     native sidecar): it starts before, and is available to, every later init
 //     container and all app containers, and stops after them;
 //   - the retry-policies ConfigMap (optional: the pod starts before any policy
 //     exists) and the pod's labels (downward API) mounted read-only;
-//   - HTTP_PROXY/http_proxy and NO_PROXY/no_proxy on every app container that
-//     sets neither spelling itself;
+//   - ModeEnvironment: the proxy environment of every runtime (setProxyEnv)
+//     on every app container that has not chosen its own proxy;
+//   - ModeTransparent: instead of that environment, the retry-redirect init
+//     container before the sidecar (it installs the interception rules and
+//     exits) and the sidecar's --transparent-listen;
 //   - the label retry.dev/sidecar=injected.
 //
-// pod is not modified. Inject does not check ShouldInject.
-func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
+// pod is not modified. InjectMode does not check ShouldInject.
+func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 	out := pod.DeepCopy()
 	res, _ := c.SidecarResources(pod.Annotations)
 	sidecar := corev1.Container{
@@ -207,7 +222,12 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-	out.Spec.InitContainers = append([]corev1.Container{sidecar}, out.Spec.InitContainers...)
+	first := []corev1.Container{sidecar}
+	if ic.Mode == ModeTransparent {
+		sidecar.Args = append(sidecar.Args, fmt.Sprintf("--transparent-listen=127.0.0.1:%d", TransparentPort))
+		first = []corev1.Container{c.redirectContainer(ic.Ports), sidecar}
+	}
+	out.Spec.InitContainers = append(first, out.Spec.InitContainers...)
 
 	addVolume(&out.Spec, corev1.Volume{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -219,10 +239,10 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 			Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"},
 		}}}}})
 
-	for i := range out.Spec.Containers {
-		ctr := &out.Spec.Containers[i]
-		setEnvPair(ctr, "HTTP_PROXY", "http_proxy", proxyURL)
-		setEnvPair(ctr, "NO_PROXY", "no_proxy", c.NoProxy)
+	if ic.Mode != ModeTransparent {
+		for i := range out.Spec.Containers {
+			c.setProxyEnv(&out.Spec.Containers[i])
+		}
 	}
 
 	if out.Labels == nil {
@@ -230,6 +250,23 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 	}
 	out.Labels[LabelSidecar] = LabelSidecarInjected
 	return out
+}
+
+// Warnings are the admission warnings of injecting pod with ic: invalid
+// resource annotations, a transparent interception that fell back, and app
+// containers that share the sidecar's UID (their traffic is not intercepted).
+func (c Config) Warnings(pod *corev1.Pod, ic Interception) []string {
+	_, warnings := c.SidecarResources(pod.Annotations)
+	if ic.Fallback != "" {
+		warnings = append(warnings, ic.Fallback)
+	}
+	if ic.Mode == ModeTransparent {
+		if names := sharesSidecarUID(pod); len(names) > 0 {
+			warnings = append(warnings, fmt.Sprintf("containers %s run as UID %d, the sidecar's: their traffic is not intercepted (run them as another UID)",
+				strings.Join(names, ", "), sidecarUID))
+		}
+	}
+	return warnings
 }
 
 // SidecarResources applies the pod's resource annotations to the defaults. An
@@ -302,6 +339,95 @@ func addVolume(spec *corev1.PodSpec, v corev1.Volume) {
 		return
 	}
 	spec.Volumes = append(spec.Volumes, v)
+}
+
+// The environment that points each runtime at the forward proxy (docs/clients.md
+// has the matrix of which client honours which).
+const (
+	// nodeUseEnvProxy makes Node (>= 22.21 / 24) honour HTTP_PROXY and NO_PROXY
+	// in http, https and fetch.
+	nodeUseEnvProxy = "NODE_USE_ENV_PROXY"
+	// javaToolOptions is read by every JVM at start; the http.proxy* system
+	// properties reach HttpURLConnection and java.net.http.HttpClient's default
+	// ProxySelector.
+	javaToolOptions = "JAVA_TOOL_OPTIONS"
+	// javaProxyHostProperty marks JAVA_TOOL_OPTIONS that already choose a proxy.
+	javaProxyHostProperty = "-Dhttp.proxyHost="
+)
+
+// setProxyEnv gives an app container the proxy environment of every runtime:
+//
+//	HTTP_PROXY, http_proxy   http://127.0.0.1:15001   (curl, Go, Python, .NET, Ruby)
+//	NO_PROXY, no_proxy       Config.NoProxy
+//	NODE_USE_ENV_PROXY       1                        (Node >= 22.21: the two above)
+//	JAVA_TOOL_OPTIONS        … -Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort=15001
+//	                         -Dhttp.nonProxyHosts=<NO_PROXY in Java's syntax>
+//
+// A container that sets HTTP_PROXY or http_proxy itself chose its own proxy:
+// it gets only NO_PROXY (not even the Node and Java switches, which would turn
+// its proxy on for runtimes that ignored it so far). Otherwise each variable the
+// container sets itself is kept, except that a literal JAVA_TOOL_OPTIONS without
+// a proxy host gets the properties appended (a JVM reads one value; its other
+// options stay). A JAVA_TOOL_OPTIONS from valueFrom is left alone. Like every
+// rule here this looks at env only: a value that comes from envFrom is
+// shadowed by the one set here.
+func (c Config) setProxyEnv(ctr *corev1.Container) {
+	if hasEnv(ctr, "HTTP_PROXY") || hasEnv(ctr, "http_proxy") {
+		setEnvPair(ctr, "NO_PROXY", "no_proxy", c.NoProxy)
+		return
+	}
+	setEnvPair(ctr, "HTTP_PROXY", "http_proxy", proxyURL)
+	setEnvPair(ctr, "NO_PROXY", "no_proxy", c.NoProxy)
+	if !hasEnv(ctr, nodeUseEnvProxy) {
+		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: nodeUseEnvProxy, Value: "1"})
+	}
+	props := fmt.Sprintf("%s127.0.0.1 -Dhttp.proxyPort=%d", javaProxyHostProperty, ProxyPort)
+	if hosts := JavaNonProxyHosts(c.NoProxy); hosts != "" {
+		props += " -Dhttp.nonProxyHosts=" + hosts
+	}
+	i := slices.IndexFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == javaToolOptions })
+	switch {
+	case i < 0:
+		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: javaToolOptions, Value: props})
+	case ctr.Env[i].ValueFrom != nil || strings.Contains(ctr.Env[i].Value, javaProxyHostProperty):
+		// not ours to change
+	case strings.TrimSpace(ctr.Env[i].Value) == "":
+		ctr.Env[i].Value = props
+	default:
+		ctr.Env[i].Value = strings.TrimRight(ctr.Env[i].Value, " ") + " " + props
+	}
+}
+
+// JavaNonProxyHosts translates a NO_PROXY list into the syntax of Java's
+// http.nonProxyHosts: '|'-separated, '*' as a leading or trailing wildcard,
+// IPv6 literals in brackets (Java matches the URL's host, which has them).
+// Entries Java cannot express (CIDR ranges, "*" alone) are left out.
+//
+//	"localhost,127.0.0.1,::1,.corp.example,10.0.0.0/8"
+//	→ "localhost|127.0.0.1|[::1]|*.corp.example"
+func JavaNonProxyHosts(noProxy string) string {
+	var out []string
+	for _, e := range strings.Split(noProxy, ",") {
+		e = strings.TrimSpace(e)
+		switch {
+		case e == "" || e == "*" || strings.Contains(e, "/") || strings.ContainsAny(e, "| \t"):
+			continue
+		case strings.HasPrefix(e, "."):
+			e = "*" + e
+		case strings.Contains(e, ":") && !strings.HasPrefix(e, "["):
+			if ip := net.ParseIP(e); ip != nil {
+				e = "[" + e + "]"
+			} else {
+				continue // host:port: Java matches hosts only
+			}
+		}
+		out = append(out, e)
+	}
+	return strings.Join(out, "|")
+}
+
+func hasEnv(c *corev1.Container, name string) bool {
+	return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name })
 }
 
 // setEnvPair sets upper and lower to value unless the container already sets

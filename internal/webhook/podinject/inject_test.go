@@ -84,7 +84,7 @@ func TestInjectionIsIdempotent(t *testing.T) {
 
 func admit(cfg Config, ns *corev1.Namespace, pod *corev1.Pod) *corev1.Pod {
 	if ok, _ := cfg.ShouldInject(ns, pod); ok {
-		return cfg.Inject(pod)
+		return cfg.InjectMode(pod, DecideInterception(ns, pod))
 	}
 	return pod
 }
@@ -157,11 +157,12 @@ func render(t *testing.T, cfg Config, ns *corev1.Namespace, pod *corev1.Pod) []b
 	fmt.Fprintf(&b, "# shouldInject: %v (%s)\n", ok, reason)
 	out := pod
 	if ok {
-		_, warnings := cfg.SidecarResources(pod.Annotations)
-		for _, w := range warnings {
+		ic := DecideInterception(ns, pod)
+		fmt.Fprintf(&b, "# interception: %s %v\n", ic.Mode, ic.Ports)
+		for _, w := range cfg.Warnings(pod, ic) {
 			fmt.Fprintf(&b, "# warning: %s\n", w)
 		}
-		out = cfg.Inject(pod)
+		out = cfg.InjectMode(pod, ic)
 	}
 	y, err := yaml.Marshal(out)
 	if err != nil {
@@ -169,4 +170,73 @@ func render(t *testing.T, cfg Config, ns *corev1.Namespace, pod *corev1.Pod) []b
 	}
 	b.Write(y)
 	return b.Bytes()
+}
+
+func TestJavaNonProxyHosts(t *testing.T) {
+	tests := map[string]struct{ noProxy, want string }{
+		"the default list":                           {DefaultNoProxy, "localhost|127.0.0.1|[::1]|kubernetes.default.svc"},
+		"a domain suffix becomes a wildcard":         {".corp.example,svc.cluster.local", "*.corp.example|svc.cluster.local"},
+		"CIDR ranges and host:port are left out":     {"10.0.0.0/8, api.example:8443 ,db", "db"},
+		"bracketed IPv6 stays as it is":              {"[fd00::1]", "[fd00::1]"},
+		"a lone star and empty entries are left out": {"*,,", ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := JavaNonProxyHosts(tc.noProxy); got != tc.want {
+				t.Fatalf("JavaNonProxyHosts(%q) = %q, want %q", tc.noProxy, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecideInterception(t *testing.T) {
+	transparent := map[string]string{LabelInterception: InterceptionTransparent}
+	tests := map[string]struct {
+		nsLabels, nsAnnotations, podLabels, podAnnotations map[string]string
+		want                                               Interception
+	}{
+		"nothing asked: the proxy environment": {want: Interception{Mode: ModeEnvironment}},
+		"pod label, default port 80":           {podLabels: transparent, want: Interception{Mode: ModeTransparent, Ports: []uint16{80}}},
+		"pod annotation with its ports": {
+			podAnnotations: map[string]string{LabelInterception: "transparent", AnnotationInterceptPorts: "8080, 80"},
+			want:           Interception{Mode: ModeTransparent, Ports: []uint16{8080, 80}}},
+		"namespace label, ports from the namespace annotation": {
+			nsLabels: transparent, nsAnnotations: map[string]string{AnnotationInterceptPorts: "9000"},
+			want: Interception{Mode: ModeTransparent, Ports: []uint16{9000}}},
+		"the pod's ports override the namespace's": {
+			nsLabels: transparent, nsAnnotations: map[string]string{AnnotationInterceptPorts: "9000"},
+			podAnnotations: map[string]string{AnnotationInterceptPorts: "8080"},
+			want:           Interception{Mode: ModeTransparent, Ports: []uint16{8080}}},
+		"privileged Pod Security allows it": {
+			nsLabels: map[string]string{LabelInterception: "transparent", "pod-security.kubernetes.io/enforce": "privileged"},
+			want:     Interception{Mode: ModeTransparent, Ports: []uint16{80}}},
+		"baseline Pod Security falls back": {
+			nsLabels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}, podLabels: transparent,
+			want: Interception{Mode: ModeEnvironment, Fallback: `namespace shop enforces Pod Security "baseline", which refuses the NET_ADMIN and NET_RAW capabilities transparent interception needs; the proxy environment is used (a CNI-based redirect avoids the capabilities, docs/clients.md)`}},
+		"an unknown mode falls back": {
+			podLabels: map[string]string{LabelInterception: "iptables"},
+			want:      Interception{Mode: ModeEnvironment, Fallback: `pod metadata.labels[retry.dev/interception]: "iptables" is not a known interception mode (allowed: transparent); the proxy environment is used`}},
+		"the pod's value overrides the namespace's": {
+			nsLabels: transparent, podAnnotations: map[string]string{LabelInterception: "off"},
+			want: Interception{Mode: ModeEnvironment, Fallback: `pod metadata.annotations[retry.dev/interception]: "off" is not a known interception mode (allowed: transparent); the proxy environment is used`}},
+		"invalid ports fall back": {
+			podLabels: transparent, podAnnotations: map[string]string{AnnotationInterceptPorts: "http"},
+			want: Interception{Mode: ModeEnvironment, Fallback: `pod metadata.annotations[retry.dev/intercept-ports]: "http" is not a port: want comma-separated ports 1-65535 such as 80,8080; transparent interception is off, the proxy environment is used`}},
+		"the sidecar's own port falls back": {
+			podLabels: transparent, podAnnotations: map[string]string{AnnotationInterceptPorts: "80,15006"},
+			want: Interception{Mode: ModeEnvironment, Fallback: `pod metadata.annotations[retry.dev/intercept-ports]: port 15006 is the sidecar's own (15001, 15020 and 15006 are); transparent interception is off, the proxy environment is used`}},
+		"the namespace's invalid ports fall back too": {
+			nsLabels: transparent, nsAnnotations: map[string]string{AnnotationInterceptPorts: "15006,"},
+			want: Interception{Mode: ModeEnvironment, Fallback: `namespace metadata.annotations[retry.dev/intercept-ports]: "" is not a port: want comma-separated ports 1-65535 such as 80,8080; transparent interception is off, the proxy environment is used`}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: tc.nsLabels, Annotations: tc.nsAnnotations}}
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: tc.podLabels, Annotations: tc.podAnnotations}}
+			got := DecideInterception(ns, pod)
+			if !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Fatalf("DecideInterception =\n%+v\nwant\n%+v", got, tc.want)
+			}
+		})
+	}
 }

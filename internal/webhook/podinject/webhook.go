@@ -31,6 +31,10 @@ const (
 	// was not injected; the note carries the Reason (HostNetwork, PodOptOut,
 	// ExcludedNamespace). Pods nobody opted in get no event: that is most pods.
 	EventInjectionSkipped = "InjectionSkipped"
+	// EventInterceptionFallback: transparent interception was asked for and
+	// cannot be used (Pod Security level, invalid ports or mode); the pod got
+	// the proxy environment instead. The note says why.
+	EventInterceptionFallback = "InterceptionFallback"
 )
 
 // failurePolicy Ignore and the namespaceSelector keep a down or broken
@@ -109,16 +113,20 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed(string(reason))
 	}
 
-	mutated := h.Config.Inject(&pod)
+	ic := DecideInterception(ns, &pod)
+	mutated := h.Config.InjectMode(&pod, ic)
 	raw, err := json.Marshal(mutated)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	resp := admission.PatchResponseFromRaw(req.Object.Raw, raw)
-	_, resp.Warnings = h.Config.SidecarResources(pod.Annotations)
-	log.Info("injected retry-sidecar", "reason", reason, "image", h.Config.Image)
+	resp.Warnings = h.Config.Warnings(&pod, ic)
+	log.Info("injected retry-sidecar", "reason", reason, "image", h.Config.Image, "interception", ic.Mode, "fallback", ic.Fallback != "")
 	if !dryRun {
-		h.event(&pod, req.Namespace, corev1.EventTypeNormal, EventInjected, "retry-sidecar injected: "+string(reason))
+		h.event(&pod, req.Namespace, corev1.EventTypeNormal, EventInjected, fmt.Sprintf("retry-sidecar injected: %s, interception %s", reason, ic.Mode))
+		if ic.Fallback != "" {
+			h.event(&pod, req.Namespace, corev1.EventTypeWarning, EventInterceptionFallback, ic.Fallback)
+		}
 	}
 	return resp
 }
