@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -522,15 +523,7 @@ func TestRedirectSubcommand(t *testing.T) {
 	defer cancel()
 	out, err := n.commandAs(ctx, 65534, n.bin, args...).CombinedOutput()
 	var exit *exec.ExitError
-	if !errorsAs(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "needs the NET_ADMIN capability") {
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "needs the NET_ADMIN capability") {
 		t.Errorf("without the capability: %v\n%s\nwant exit 1 naming NET_ADMIN", err, out)
 	}
-}
-
-func errorsAs(err error, target **exec.ExitError) bool {
-	e, ok := err.(*exec.ExitError)
-	if ok {
-		*target = e
-	}
-	return ok
 }

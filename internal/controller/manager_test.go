@@ -364,7 +364,7 @@ func (h *harness) testKubeSystem(t *testing.T) {
 func (h *harness) namespaceCached(t *testing.T, ns string) {
 	t.Helper()
 	eventually(t, 10*time.Second, func() error {
-		return h.reconciler.Client.Get(context.Background(), types.NamespacedName{Name: ns}, &corev1.Namespace{})
+		return h.reconciler.Get(context.Background(), types.NamespacedName{Name: ns}, &corev1.Namespace{})
 	})
 }
 

@@ -72,9 +72,9 @@ var (
 func explain(err error) error {
 	switch {
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-		return fmt.Errorf("installing the nat OUTPUT rules: %w (%v)", ErrPermission, err)
+		return fmt.Errorf("installing the nat OUTPUT rules: %w (%w)", ErrPermission, err)
 	case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOENT), errors.Is(err, unix.EPROTONOSUPPORT), errors.Is(err, unix.EAFNOSUPPORT):
-		return fmt.Errorf("installing the nat OUTPUT rules: %w (%v)", ErrUnsupported, err)
+		return fmt.Errorf("installing the nat OUTPUT rules: %w (%w)", ErrUnsupported, err)
 	}
 	return fmt.Errorf("installing the nat OUTPUT rules: %w", err)
 }
