@@ -145,3 +145,31 @@ func TestTransportNoRetryAllocs(t *testing.T) {
 		t.Errorf("%v allocs per no-retry request, want ≤ 11", n)
 	}
 }
+
+func BenchmarkParseRateLimitStructured(b *testing.B) {
+	h := http.Header{"Ratelimit": {`"default";r=0;t=30`}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := ParseRateLimit(h, received).Hold(); !ok {
+			b.Fatal("no hold")
+		}
+	}
+}
+
+func BenchmarkParseRateLimitStructuredWithPolicy(b *testing.B) {
+	h := http.Header{"Ratelimit": {`"default";r=0`}, "Ratelimit-Policy": {`"default";q=100;w=60`}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := ParseRateLimit(h, received).Hold(); !ok {
+			b.Fatal("no hold")
+		}
+	}
+}
+
+func BenchmarkParseRateLimitXEpoch(b *testing.B) {
+	h := http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"1777636830"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		ParseRateLimit(h, received)
+	}
+}
