@@ -221,7 +221,6 @@ func (sc *sfScanner) binary() (sfItem, bool) {
 	return sfItem{kind: sfBinary}, true
 }
 
-
 // sfSameName compares two scanned names: tokens by their text, strings by their
 // unescaped content; a token never equals a string, and names of other kinds
 // (numbers, booleans, byte sequences) never match.
