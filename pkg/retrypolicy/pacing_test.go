@@ -153,7 +153,7 @@ func TestTransportHoldOnDeferral(t *testing.T) {
 		pacing   PacingConfig
 		wantSent int
 	}{
-		"holdOnDeferral on: the second request is answered locally": {PacingConfig{HoldOnDeferral: true}, 1},
+		"holdOnDeferral on: the second request is answered locally":   {PacingConfig{HoldOnDeferral: true}, 1},
 		"holdOnDeferral off: the second request reaches the upstream": {PacingConfig{RateLimitHeaders: true}, 2},
 	}
 	for name, tc := range tests {
