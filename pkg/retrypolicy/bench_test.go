@@ -173,3 +173,38 @@ func BenchmarkParseRateLimitXEpoch(b *testing.B) {
 		ParseRateLimit(h, received)
 	}
 }
+
+// cannedRateLimit answers 200 with rate-limit headers that leave quota.
+type cannedRateLimit struct{}
+
+func (cannedRateLimit) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Header: http.Header{"Ratelimit": {`"default";r=50;t=30`}}, Body: http.NoBody, Request: req}, nil
+}
+
+// BenchmarkTransportNoRetryPaced reads the rate-limit headers of every response
+// (pacing.rateLimitHeaders) while no hold is in force.
+func BenchmarkTransportNoRetryPaced(b *testing.B) {
+	p := compile(b, func(c *Config) { c.Pacing = PacingConfig{RateLimitHeaders: true, HoldOnDeferral: true} })
+	benchTransportWith(b, &Transport{Inner: cannedRateLimit{}, Route: Static(p)}, "GET", "", "r1")
+}
+
+// TestTransportPacingAddsNoAllocations: with no hold in force, pacing (the hold
+// check before the attempt, the header parse after it) allocates nothing.
+func TestTransportPacingAddsNoAllocations(t *testing.T) {
+	run := func(p *Policy) float64 {
+		tr := &Transport{Inner: cannedRateLimit{}, Route: Static(p), Observer: observerFunc(func(Event) {})}
+		req, _ := http.NewRequestWithContext(context.Background(), "GET", "http://payments.shop.svc/pay", nil)
+		return testing.AllocsPerRun(200, func() {
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		})
+	}
+	plain := run(compile(t, nil))
+	paced := run(compile(t, func(c *Config) { c.Pacing = PacingConfig{RateLimitHeaders: true, HoldOnDeferral: true} }))
+	if paced != plain {
+		t.Fatalf("%v allocs per paced request, %v without pacing; want the same", paced, plain)
+	}
+}
