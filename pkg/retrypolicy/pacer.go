@@ -71,8 +71,13 @@ type Pacer struct {
 	gen    uint64 // counts holds and extensions; a timer ends only its own
 	queue  []*paceWaiter
 	timer  clock.Timer
-	onEnd  func(until time.Time, reason HoldReason)
+	notify HoldNotify
 }
+
+// HoldNotify is told when a hold starts (or moves later: start true) and when
+// it ends (start false). It is called with the pacer's lock held, so the calls
+// arrive in order; it must be fast and must not call the Pacer.
+type HoldNotify func(start bool, until time.Time, reason HoldReason)
 
 type paceWaiter struct {
 	ch     chan struct{}
@@ -109,27 +114,28 @@ func (p *Pacer) Queued() int {
 // HoldAt holds the upstream until `until` (as measured on clk), starting a hold
 // or extending the one in force; it never shortens a hold. It returns true when
 // the hold started or moved later, false when nothing changed (until is not
-// after now, or not after the hold in force). onEnd, if not nil, is called once
-// when the hold ends (on the timer's goroutine), with its end and reason.
+// after now, or not after the hold in force). notify, if not nil, is told of
+// the start now and of the end later (on the timer's goroutine).
 // Waiters whose deadline does not reach the new end are refused.
 func (p *Pacer) HoldAt(now time.Time, clk clock.WithDelayedExecution, until time.Time, reason HoldReason,
-	onEnd func(until time.Time, reason HoldReason)) bool {
+	notify HoldNotify) bool {
 	if !until.After(now) {
 		return false
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if !p.until.IsZero() && !until.After(p.until) {
+		p.mu.Unlock()
 		return false
 	}
-	p.until, p.reason, p.onEnd = until, reason, onEnd
+	p.until, p.reason, p.notify = until, reason, notify
+	if notify != nil {
+		notify(true, until, reason)
+	}
 	p.gen++
 	gen := p.gen
 	p.active.Store(true)
-	if p.timer != nil {
-		p.timer.Stop()
-	}
-	p.timer = clk.AfterFunc(until.Sub(now), func() { p.expire(gen) })
+	old := p.timer
+	p.timer = nil
 	live := p.queue[:0]
 	for _, w := range p.queue {
 		if w.latest.Before(until) {
@@ -141,6 +147,24 @@ func (p *Pacer) HoldAt(now time.Time, clk clock.WithDelayedExecution, until time
 	}
 	clear(p.queue[len(live):])
 	p.queue = live
+	p.mu.Unlock()
+
+	// Timers are set and stopped outside the lock: a clock may run expire while
+	// holding its own lock (the fake clock of tests does). A timer of an older
+	// generation that fires anyway does nothing.
+	if old != nil {
+		old.Stop()
+	}
+	t := clk.AfterFunc(until.Sub(now), func() { p.expire(gen) })
+	p.mu.Lock()
+	if p.gen == gen {
+		p.timer = t
+		t = nil
+	}
+	p.mu.Unlock()
+	if t != nil {
+		t.Stop() // a newer hold set its own timer meanwhile
+	}
 	return true
 }
 
@@ -152,13 +176,12 @@ func (p *Pacer) expire(gen uint64) {
 		p.mu.Unlock()
 		return // extended meanwhile: a newer timer will end it
 	}
-	until, reason, onEnd := p.until, p.reason, p.onEnd
-	p.until, p.reason, p.onEnd, p.timer = time.Time{}, HoldNone, nil, nil
+	if p.notify != nil {
+		p.notify(false, p.until, p.reason)
+	}
+	p.until, p.reason, p.notify, p.timer = time.Time{}, HoldNone, nil, nil
 	p.grantNextLocked()
 	p.mu.Unlock()
-	if onEnd != nil {
-		onEnd(until, reason)
-	}
 }
 
 // grantNextLocked wakes the oldest waiter, if any, and clears active when

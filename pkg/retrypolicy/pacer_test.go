@@ -21,7 +21,14 @@ func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
 	clk := clocktesting.NewFakeClock(now)
 	p := NewPacer()
 	ends := make(chan holdEnd, 4)
-	onEnd := func(u time.Time, r HoldReason) { ends <- holdEnd{u, r} }
+	starts := 0
+	onEnd := func(start bool, u time.Time, r HoldReason) {
+		if start {
+			starts++
+			return
+		}
+		ends <- holdEnd{u, r}
+	}
 
 	if p.HoldAt(now, clk, now, HoldRateLimit, onEnd) {
 		t.Fatal("a hold ending now started")
@@ -59,8 +66,8 @@ func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
 	if _, queued, err := p.Wait(context.Background(), clk, time.Second); err != nil || queued {
 		t.Fatalf("Wait with no hold = %v, queued %v; want go at once", err, queued)
 	}
-	if n := len(ends); n != 0 {
-		t.Fatalf("%d further end reports, want exactly one", n)
+	if n := len(ends); n != 0 || starts != 2 {
+		t.Fatalf("%d further end reports, %d start reports; want exactly one end, two starts (start, extension)", n, starts)
 	}
 }
 

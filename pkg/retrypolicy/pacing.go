@@ -66,16 +66,18 @@ func (c *call) startHolds(ev *Event, resp *http.Response, received time.Time, d 
 }
 
 func (c *call) hold(pc *Pacer, now, until time.Time, reason HoldReason) {
-	o, name := c.t.Observer, c.p.cfg.Name
-	var onEnd func(time.Time, HoldReason)
-	if o != nil {
-		onEnd = func(until time.Time, reason HoldReason) {
-			o.Observe(Event{Kind: EventHoldEnd, Upstream: name, NotBefore: until, HoldReason: reason})
+	var notify HoldNotify
+	if o := c.t.Observer; o != nil {
+		name, id := c.p.cfg.Name, c.id
+		notify = func(start bool, until time.Time, reason HoldReason) {
+			e := Event{Kind: EventHoldEnd, Upstream: name, NotBefore: until, HoldReason: reason}
+			if start {
+				e.Kind, e.RequestID = EventHoldStart, id
+			}
+			o.Observe(e)
 		}
 	}
-	if pc.HoldAt(now, c.clk, until, reason, onEnd) && o != nil {
-		o.Observe(Event{Kind: EventHoldStart, RequestID: c.id, Upstream: name, NotBefore: until, HoldReason: reason})
-	}
+	pc.HoldAt(now, c.clk, until, reason, notify)
 }
 
 // answerHeld answers a request the hold does not let through in time, without
