@@ -130,7 +130,7 @@ func ParseRateLimit(h http.Header, received time.Time) RateLimitHint {
 			}
 			hint.Form, hint.Remaining = RateLimitStructured, acc.remaining
 			if acc.hasReset {
-				hint.Reset, hint.HasReset = time.Duration(acc.reset)*time.Second, true
+				hint.Reset, hint.HasReset = secondsSat(uint64(acc.reset)), true
 			}
 			return hint
 		}
@@ -198,6 +198,14 @@ func digitsField(v []string) (uint64, string) {
 
 // maxResetSeconds is where a reset saturates to MaxDelay.
 const maxResetSeconds = uint64(math.MaxInt64 / int64(time.Second))
+
+// secondsSat is n seconds, saturated at MaxDelay.
+func secondsSat(n uint64) time.Duration {
+	if n > maxResetSeconds {
+		return MaxDelay
+	}
+	return time.Duration(n) * time.Second
+}
 
 // resetWait converts a reset value to a wait from receipt (see ParseRateLimit).
 func resetWait(n uint64, received time.Time, h http.Header) time.Duration {

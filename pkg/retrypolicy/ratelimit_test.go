@@ -36,6 +36,10 @@ func TestParseRateLimit(t *testing.T) {
 			header: hdr("RateLimit", `"burst";r=5;t=1, "day";r=0;t=60,"hour";r=0;t=20`),
 			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 0, Reset: time.Minute, HasReset: true},
 		},
+		"a 15-digit t saturates instead of overflowing": {
+			header: hdr("RateLimit", `"default";r=0;t=999999999999999`),
+			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 0, Reset: MaxDelay, HasReset: true},
+		},
 		"a repeated parameter: the last one wins": {
 			header: hdr("RateLimit", `"default";r=0;t=5;t=9`),
 			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 0, Reset: 9 * time.Second, HasReset: true},
@@ -286,6 +290,8 @@ func FuzzRateLimitAgreesWithHTTPSFV(f *testing.F) {
 func FuzzParseRateLimit(f *testing.F) {
 	f.Add(`"default";r=0;t=30`, `"default";q=1;w=2`, "0", "1777636830", "Fri, 01 May 2026 11:59:00 GMT")
 	f.Add(`x`, `"default";w=0`, "-1", "1.5", "")
+	f.Add(`"d";r=0;t=999999999999999`, `"d";w=999999999999999`, "0", "99999999999999999999", "")
+	f.Add(`"d";r=0`, `"d";w=999999999999999`, "0", "99999999999999999999", "")
 	f.Fuzz(func(t *testing.T, rl, policy, remaining, reset, date string) {
 		h := http.Header{"Ratelimit": {rl}, "Ratelimit-Policy": {policy}, "X-Ratelimit-Remaining": {remaining},
 			"X-Ratelimit-Reset": {reset}, "Date": {date}}
