@@ -121,7 +121,8 @@ func TestPacingWaitingRequestsGoOutAtTheReset(t *testing.T) {
 func TestPacingHoldOnDeferralStopsAllTraffic(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, status(429, "Retry-After", "3600"))
-	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields("pacing: {holdOnDeferral: true}")...))
+	policy := policyFile(t, up.host(), fields("pacing: {holdOnDeferral: true}")...)
+	s := startSidecar(t, "--policy-file="+policy)
 	before := time.Now()
 	first := s.get(up.url("/quota"))
 	assertOutcome(t, first, 429, "deferred", "1")
@@ -141,5 +142,13 @@ func TestPacingHoldOnDeferralStopsAllTraffic(t *testing.T) {
 	s.waitMetric(`retry_sidecar_held_requests_total{result="answered",upstream="up"}`, 5)
 	if !strings.Contains(s.logs.String(), `"reason":"deferral"`) {
 		t.Error("no hold-start log line with reason deferral")
+	}
+
+	// A reload keeps the hold, like the outage budget.
+	writeFile(t, policy, policyYAML("test", "up", up.host(), fields("maxAttempts: 2", "pacing: {holdOnDeferral: true}")...))
+	s.waitMetric("retry_sidecar_config_reloads_total", 2)
+	localHeld(t, s.get(up.url("/after-reload")))
+	if n := len(up.got()); n != 1 {
+		t.Fatalf("after a reload the upstream received %d requests, want still 1", n)
 	}
 }
