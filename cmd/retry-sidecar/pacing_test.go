@@ -28,20 +28,20 @@ func localHeld(t *testing.T, r result) time.Time {
 }
 
 // An upstream that announces remaining 0 / reset 3s receives no request during
-// the next 3s. With a 2s deadline (1.9s to wait, the reserve kept), requests
-// more than 1.9s before the reset are answered locally at once with 429 and
+// the next 3s. With a 1s deadline (0.9s to wait, the reserve kept), requests
+// more than 0.9s before the reset are answered locally at once with 429 and
 // Not-Before; a request closer to it waits and goes out at the reset. The hold
 // is logged when it starts and ends and shows in the metrics.
 func TestPacingRateLimitHeadersHoldTheUpstream(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, sequence(status(200, "RateLimit", `"default";r=0;t=3`, "RateLimit-Policy", `"default";q=10;w=60`), status(200)))
-	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields("deadline: 2s", "pacing: {rateLimitHeaders: true}")...))
+	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields("deadline: 1s", "pacing: {rateLimitHeaders: true}")...))
 	assertOutcome(t, s.get(up.url("/first")), 200, "success", "1")
 	t0 := up.got()[0].at
 
 	answered := 0
 	var notBefore time.Time
-	for time.Since(t0) < 800*time.Millisecond {
+	for time.Since(t0) < time.Second {
 		r := s.get(up.url(fmt.Sprintf("/held-%d", answered)))
 		nb := localHeld(t, r)
 		if r.elapsed > 500*time.Millisecond {
@@ -60,7 +60,7 @@ func TestPacingRateLimitHeadersHoldTheUpstream(t *testing.T) {
 	s.waitMetric(`retry_sidecar_hold_end_seconds{upstream="up"}`, float64(notBefore.Unix()))
 	s.waitMetric(`retry_sidecar_held_requests_total{result="answered",upstream="up"}`, float64(answered))
 
-	time.Sleep(time.Until(t0.Add(1500 * time.Millisecond)))
+	time.Sleep(time.Until(t0.Add(2200 * time.Millisecond)))
 	r := s.get(up.url("/waits"))
 	assertOutcome(t, r, 200, "success", "1")
 	got := up.got()
