@@ -109,31 +109,8 @@ const (
 // the next family is still consulted. It does not allocate.
 func ParseRateLimit(h http.Header, received time.Time) RateLimitHint {
 	hint := RateLimitHint{Remaining: -1}
-	if v := h[hdrRateLimit]; len(v) > 0 {
-		var acc rlAcc
-		reason := ""
-		for _, line := range v {
-			if reason = acc.parseList(line); reason != "" {
-				break
-			}
-		}
-		if reason != "" {
-			hint.Malformed, hint.Reason = hdrRateLimit, reason
-		} else if acc.members > 0 {
-			if acc.pending > 0 {
-				for _, line := range h[hdrRateLimitPolicy] {
-					if r := acc.parsePolicies(line); r != "" {
-						hint.Malformed, hint.Reason = hdrRateLimitPolicy, r
-						break
-					}
-				}
-			}
-			hint.Form, hint.Remaining = RateLimitStructured, acc.remaining
-			if acc.hasReset {
-				hint.Reset, hint.HasReset = secondsSat(uint64(acc.reset)), true
-			}
-			return hint
-		}
+	if v := h[hdrRateLimit]; len(v) > 0 && structured(&hint, v, h) {
+		return hint
 	}
 	if rv, ok := h[hdrRateLimitRemaining]; ok {
 		if split(&hint, RateLimitSplit, hdrRateLimitRemaining, rv, hdrRateLimitReset, h[hdrRateLimitReset], received, h) {
@@ -144,6 +121,34 @@ func ParseRateLimit(h http.Header, received time.Time) RateLimitHint {
 		split(&hint, RateLimitX, hdrXRateLimitRemain, rv, hdrXRateLimitReset, h[hdrXRateLimitReset], received, h)
 	}
 	return hint
+}
+
+// structured reads the RateLimit field lines v (and RateLimit-Policy where
+// relevant) into hint; false if RateLimit is malformed or lists no policy.
+func structured(hint *RateLimitHint, v []string, h http.Header) bool {
+	var acc rlAcc
+	for _, line := range v {
+		if reason := acc.parseList(line); reason != "" {
+			hint.Malformed, hint.Reason = hdrRateLimit, reason
+			return false
+		}
+	}
+	if acc.members == 0 {
+		return false
+	}
+	if acc.pending > 0 {
+		for _, line := range h[hdrRateLimitPolicy] {
+			if r := acc.parsePolicies(line); r != "" {
+				hint.Malformed, hint.Reason = hdrRateLimitPolicy, r
+				break
+			}
+		}
+	}
+	hint.Form, hint.Remaining = RateLimitStructured, acc.remaining
+	if acc.hasReset {
+		hint.Reset, hint.HasReset = secondsSat(uint64(acc.reset)), true
+	}
+	return true
 }
 
 // split reads a Remaining/Reset pair of fields into hint; false if the
