@@ -34,6 +34,8 @@ const (
 	DefaultBurst               int32    = 1
 	DefaultMaxQueued           int32    = 0
 	DefaultQueueTimeout        Duration = "1s"
+	DefaultRateLimitHeaders             = false
+	DefaultHoldOnDeferral               = false
 )
 
 // DefaultStatusCodes and DefaultReplayableMethods are the list defaults.
@@ -78,6 +80,10 @@ func setUpstreamDefaults(u *Upstream) {
 	if u.Concurrency != nil {
 		setIfNil(&u.Concurrency.MaxQueued, DefaultMaxQueued)
 		setIfNil(&u.Concurrency.QueueTimeout, DefaultQueueTimeout)
+	}
+	if u.Pacing != nil {
+		setIfNil(&u.Pacing.RateLimitHeaders, DefaultRateLimitHeaders)
+		setIfNil(&u.Pacing.HoldOnDeferral, DefaultHoldOnDeferral)
 	}
 }
 

@@ -64,6 +64,7 @@ type RetryPolicySpec struct {
 // Upstream is one service the selected pods call, matched by request authority.
 // +kubebuilder:validation:XValidation:rule="!has(self.perTryTimeout) || !has(self.deadline) || duration(self.perTryTimeout) < duration(self.deadline)",messageExpression="'must be < deadline (' + self.deadline + ')'",fieldPath=".perTryTimeout",reason="FieldValueInvalid"
 // +kubebuilder:validation:XValidation:rule="!has(self.connectTimeout) || !has(self.deadline) || duration(self.connectTimeout) <= duration(self.deadline)",messageExpression="'must be <= deadline (' + self.deadline + ')'",fieldPath=".connectTimeout",reason="FieldValueInvalid"
+// +kubebuilder:validation:XValidation:rule="!has(self.pacing) || !has(self.pacing.holdOnDeferral) || !self.pacing.holdOnDeferral || ((!has(self.maxAttempts) || self.maxAttempts > 1) && (!has(self.retryOn) || !has(self.retryOn.statusCodes) || size(self.retryOn.statusCodes) > 0))",message="needs maxAttempts > 1 and at least one retryOn.statusCodes entry: only a response that would be retried can be deferred",fieldPath=".pacing.holdOnDeferral",reason="FieldValueInvalid"
 type Upstream struct {
 	// name identifies the upstream in metrics, logs and the rendered config.
 	// A DNS-1123 label, unique within the policy.
@@ -155,6 +156,12 @@ type Upstream struct {
 	// concurrency bounds attempts in flight per pod, with a bounded queue.
 	// +optional
 	Concurrency *Concurrency `json:"concurrency,omitempty"`
+
+	// pacing holds the upstream, in this pod, while it says it has no capacity:
+	// requests wait in line for it or are answered locally with 429 and
+	// X-Retry-Not-Before. Absent: off. See docs/pacing.md.
+	// +optional
+	Pacing *Pacing `json:"pacing,omitempty"`
 }
 
 // Duration is a Go duration string such as "100ms", "1.5s" or "2m", strictly positive.
@@ -280,6 +287,25 @@ type Concurrency struct {
 	// +optional
 	// +kubebuilder:default="1s"
 	QueueTimeout *Duration `json:"queueTimeout,omitempty"`
+}
+
+// Pacing is quota-aware pacing: nothing is sent to the upstream before the time
+// it said it will have capacity again.
+type Pacing struct {
+	// rateLimitHeaders reads the upstream's rate-limit response headers
+	// (RateLimit and RateLimit-Policy, RateLimit-Remaining/-Reset,
+	// X-RateLimit-Remaining/-Reset); remaining 0 with reset R holds it until R.
+	// +optional
+	// +kubebuilder:default=false
+	RateLimitHeaders *bool `json:"rateLimitHeaders,omitempty"`
+
+	// holdOnDeferral holds the upstream until X-Retry-Not-Before after a response
+	// was deferred (its Retry-After exceeded retryAfter.maxWait or the deadline).
+	// Off by default: a limit may be per user or per key, and one caller's
+	// exhausted quota would then stop every caller of the pod.
+	// +optional
+	// +kubebuilder:default=false
+	HoldOnDeferral *bool `json:"holdOnDeferral,omitempty"`
 }
 
 // RetryPolicyStatus is the observed state of a RetryPolicy.

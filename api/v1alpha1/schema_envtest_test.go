@@ -122,6 +122,17 @@ var invalidCases = map[string]struct {
 		}(),
 		wantField: "spec.upstreams", wantMessage: "must have at most 16 items", goAgrees: true,
 	},
+	"holdOnDeferral with a single attempt is rejected: nothing is ever deferred": {
+		upstream: "maxAttempts: 1\npacing: {holdOnDeferral: true}", wantField: "spec.upstreams[0].pacing.holdOnDeferral",
+		wantMessage: "needs maxAttempts > 1 and at least one retryOn.statusCodes entry", goAgrees: true,
+	},
+	"holdOnDeferral with no retried status is rejected": {
+		upstream: "retryOn: {statusCodes: []}\npacing: {holdOnDeferral: true}", wantField: "spec.upstreams[0].pacing.holdOnDeferral",
+		wantMessage: "only a response that would be retried can be deferred", goAgrees: true,
+	},
+	"rateLimitHeaders given as a string is rejected": {
+		upstream: `pacing: {rateLimitHeaders: "yes"}`, wantField: "spec.upstreams[0].pacing.rateLimitHeaders", wantMessage: "must be of type boolean",
+	},
 	"an unknown field is rejected by strict decoding": {
 		upstream: "retries: 3", wantField: "spec.upstreams[0].retries", wantMessage: "unknown field",
 	},
@@ -172,6 +183,9 @@ func TestAPIServerDefaultsMatchGoDefaults(t *testing.T) {
 		"a minimal policy gets every default": buildPolicy(t, ns, "minimal", "", ""),
 		"a policy with rateLimit and concurrency gets their nested defaults": buildPolicy(t, ns, "admission", "",
 			"rateLimit: {requestsPerMinute: 60}\nconcurrency: {maxInFlight: 2}"),
+		"a policy with an empty pacing gets both pacing defaults": buildPolicy(t, ns, "pacing", "", "pacing: {}"),
+		"a policy with rateLimitHeaders keeps holdOnDeferral off": buildPolicy(t, ns, "pacing-headers", "",
+			"pacing: {rateLimitHeaders: true}"),
 	}
 	samples, err := filepath.Glob(filepath.Join(testenv.ModuleRoot(), "config", "samples", "*-*.yaml"))
 	if err != nil || len(samples) < 3 {

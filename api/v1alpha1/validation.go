@@ -263,6 +263,15 @@ func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
 		_, e := parseDuration(c.QueueTimeout, cp.Child("queueTimeout"))
 		errs = append(errs, e...)
 	}
+
+	if pc := u.Pacing; pc != nil && pc.HoldOnDeferral != nil && *pc.HoldOnDeferral {
+		noRetry := u.MaxAttempts != nil && *u.MaxAttempts <= 1
+		noStatus := u.RetryOn != nil && u.RetryOn.StatusCodes != nil && len(u.RetryOn.StatusCodes) == 0
+		if noRetry || noStatus {
+			errs = append(errs, field.Invalid(p.Child("pacing", "holdOnDeferral"), true,
+				"needs maxAttempts > 1 and at least one retryOn.statusCodes entry: only a response that would be retried can be deferred"))
+		}
+	}
 	return errs
 }
 

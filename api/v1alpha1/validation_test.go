@@ -88,6 +88,24 @@ func TestValidateRulesBeyondCEL(t *testing.T) {
 			},
 			want: `spec.podSelector.matchLabels: Invalid value: "not valid!": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`,
 		},
+		"pacing with rate-limit headers and holdOnDeferral is valid": {
+			mutate: func(p *RetryPolicy) {
+				p.Spec.Upstreams[0].Pacing = &Pacing{RateLimitHeaders: ptr(true), HoldOnDeferral: ptr(true)}
+			},
+		},
+		"rate-limit headers with a single attempt are valid: pacing needs no retry": {
+			mutate: func(p *RetryPolicy) {
+				p.Spec.Upstreams[0].MaxAttempts = ptr[int32](1)
+				p.Spec.Upstreams[0].Pacing = &Pacing{RateLimitHeaders: ptr(true), HoldOnDeferral: ptr(false)}
+			},
+		},
+		"holdOnDeferral without a retried status is rejected: nothing is ever deferred": {
+			mutate: func(p *RetryPolicy) {
+				p.Spec.Upstreams[0].RetryOn.StatusCodes = []StatusCode{}
+				p.Spec.Upstreams[0].Pacing = &Pacing{HoldOnDeferral: ptr(true)}
+			},
+			want: `spec.upstreams[0].pacing.holdOnDeferral: Invalid value: true: needs maxAttempts > 1 and at least one retryOn.statusCodes entry: only a response that would be retried can be deferred`,
+		},
 		"a backoff max below its base names both values": {
 			mutate: func(p *RetryPolicy) {
 				p.Spec.Upstreams[1].Backoff.Base, p.Spec.Upstreams[1].Backoff.Max = ptr(Duration("2s")), ptr(Duration("1s"))

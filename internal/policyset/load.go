@@ -181,6 +181,9 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 		}
 		cfg.RateLimit = &retrypolicy.RateLimitConfig{RequestsPerSecond: perMinute / 60, Burst: int(*r.Burst)}
 	}
+	if pc := d.Pacing; pc != nil {
+		cfg.Pacing = retrypolicy.PacingConfig{RateLimitHeaders: *pc.RateLimitHeaders, HoldOnDeferral: *pc.HoldOnDeferral}
+	}
 	if c := d.Concurrency; c != nil {
 		cfg.Concurrency = &retrypolicy.ConcurrencyConfig{
 			MaxInFlight:  int(c.MaxInFlight),

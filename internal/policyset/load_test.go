@@ -34,6 +34,7 @@ spec:
     budget: {retryPercent: 20, minRetriesPerSecond: 10}
     rateLimit: {requestsPerMinute: 90, burst: 3}
     concurrency: {maxInFlight: 3, maxQueued: 10, queueTimeout: 1s}
+    pacing: {rateLimitHeaders: true}
 ---
 apiVersion: policy.retry.dev/v1alpha1
 kind: RetryPolicy
@@ -73,6 +74,7 @@ func TestFromPolicyYAMLConvertsEveryField(t *testing.T) {
 		Budget:                &retrypolicy.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10},
 		RateLimit:             &retrypolicy.RateLimitConfig{RequestsPerSecond: 1.5, Burst: 3},
 		Concurrency:           &retrypolicy.ConcurrencyConfig{MaxInFlight: 3, MaxQueued: 10, QueueTimeout: time.Second},
+		Pacing:                retrypolicy.PacingConfig{RateLimitHeaders: true},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ToConfig (-want +got):\n%s", diff)
@@ -91,6 +93,10 @@ func TestFromPolicyYAMLRejectsWhatTheAPIRejects(t *testing.T) {
 		"an unknown field is an error, as under strict field validation": {
 			yaml: "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], retries: 3}\n",
 			want: `document 0: error unmarshaling JSON: while decoding JSON: json: unknown field "retries"`,
+		},
+		"holdOnDeferral with a single attempt is refused: nothing is ever deferred": {
+			yaml: "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], maxAttempts: 1, pacing: {holdOnDeferral: true}}\n",
+			want: "RetryPolicy default/p: spec.upstreams[0].pacing.holdOnDeferral: Invalid value: true: needs maxAttempts > 1 and at least one retryOn.statusCodes entry: only a response that would be retried can be deferred",
 		},
 		"another kind is refused": {
 			yaml: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: p}\n",

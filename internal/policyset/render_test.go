@@ -51,6 +51,39 @@ func TestCompileUpstreamAppliesDefaultsWithoutTouchingInput(t *testing.T) {
 	}
 }
 
+// TestPacingIsRenderedWithDefaultsAndReadBack: the sidecar gets both pacing
+// fields spelled out, and they reach the compiled policy.
+func TestPacingIsRenderedWithDefaultsAndReadBack(t *testing.T) {
+	up := CompileUpstream(v1alpha1.Upstream{Name: "partner", Hosts: []string{"api.partner.example"},
+		Pacing: &v1alpha1.Pacing{RateLimitHeaders: ptr.To(true)}}, 1)
+	data, err := Marshal(Document{Policies: []Policy{{Namespace: "shop", Name: "p", Upstreams: []Upstream{up}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `"pacing": {
+            "rateLimitHeaders": true,
+            "holdOnDeferral": false
+          }`
+	if !bytes.Contains(data, []byte(want)) {
+		t.Fatalf("policies.json lacks %s:\n%s", want, data)
+	}
+	doc, err := Unmarshal(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ToConfig(doc.Policies[0].Upstreams[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Pacing.RateLimitHeaders || cfg.Pacing.HoldOnDeferral {
+		t.Fatalf("compiled pacing = %+v, want rateLimitHeaders only", cfg.Pacing)
+	}
+	noPacing, _ := ToConfig(CompileUpstream(v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"}}, 1))
+	if noPacing.Pacing.Enabled() {
+		t.Fatalf("an upstream without pacing compiled to %+v, want off", noPacing.Pacing)
+	}
+}
+
 func TestMarshalIsIndependentOfInputOrder(t *testing.T) {
 	a := Policy{Namespace: "shop", Name: "a", Generation: 1, Upstreams: []Upstream{CompileUpstream(v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"}}, 0)}}
 	b := Policy{Namespace: "shop", Name: "b", Generation: 2,

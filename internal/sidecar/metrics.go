@@ -3,6 +3,7 @@ package sidecar
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,6 +23,9 @@ import (
 //	retry_sidecar_shed_total{upstream}                          requests shed by admission (R7)
 //	retry_sidecar_retry_after_parse_failures_total{upstream,reason}  malformed Retry-After (R1)
 //	retry_sidecar_clock_skew_seconds{upstream}                  last observed local receipt time − Date
+//	retry_sidecar_held_requests_total{upstream,result}          requests that met a pacing hold: waited / answered (docs/pacing.md)
+//	retry_sidecar_hold_end_seconds{upstream}                    end of the hold in force, Unix seconds; 0 = none
+//	retry_sidecar_ratelimit_header_parse_failures_total{upstream,header,reason}  malformed rate-limit headers, ignored
 //	retry_sidecar_passthrough_requests_total{result}            requests to hosts without a policy
 //	retry_sidecar_config_reloads_total                          configurations loaded (the first included)
 //	retry_sidecar_config_reload_errors_total                    configurations refused
@@ -43,6 +47,9 @@ type Metrics struct {
 	shed               *prometheus.CounterVec
 	retryAfterFailures *prometheus.CounterVec
 	skew               *prometheus.GaugeVec
+	held               *prometheus.CounterVec
+	holdEnd            *prometheus.GaugeVec
+	rateLimitFailures  *prometheus.CounterVec
 
 	passthroughOK, passthroughErr prometheus.Counter
 	reloads, reloadErrors         prometheus.Counter
@@ -73,6 +80,9 @@ type upstreamMetrics struct {
 	budget   prometheus.Counter
 	shed     prometheus.Counter
 	skew     prometheus.Gauge
+	waited   prometheus.Counter // held requests that waited in line
+	answered prometheus.Counter // held requests answered locally
+	holdEnd  prometheus.Gauge
 
 	mu       sync.RWMutex
 	statuses map[int]prometheus.Counter // status code, or -ErrorClass
@@ -97,6 +107,12 @@ func NewMetrics() *Metrics {
 		Help: "Malformed Retry-After values, by reason; the decision fell back to local backoff."}, []string{"upstream", "reason"})
 	m.skew = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "clock_skew_seconds",
 		Help: "Last observed local receipt time minus the response Date header, per upstream."}, []string{"upstream"})
+	m.held = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "held_requests_total",
+		Help: "Requests that met a pacing hold of their upstream: waited in line until it ended, or answered locally with 429."}, []string{"upstream", "result"})
+	m.holdEnd = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "hold_end_seconds",
+		Help: "End of the pacing hold in force per upstream, Unix seconds rounded up; 0 when none."}, []string{"upstream"})
+	m.rateLimitFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "ratelimit_header_parse_failures_total",
+		Help: "Malformed rate-limit response headers, by header and reason; they were ignored."}, []string{"upstream", "header", "reason"})
 	pass := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "passthrough_requests_total",
 		Help: "Requests to hosts without a policy, sent once, by result (ok: a response, error: none)."}, []string{"result"})
 	m.passthroughOK, m.passthroughErr = pass.WithLabelValues("ok"), pass.WithLabelValues("error")
@@ -117,7 +133,7 @@ func NewMetrics() *Metrics {
 	m.truncated = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "truncated_responses_total",
 		Help: "Upstream response bodies cut off before their announced end; the response to the app was aborted."})
 	m.Registry.MustRegister(m.requests, m.attempts, m.delay, m.budgetExhausted, m.shed, m.retryAfterFailures,
-		m.skew, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts,
+		m.skew, m.held, m.holdEnd, m.rateLimitFailures, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -169,7 +185,29 @@ func (m *Metrics) Observe(e retrypolicy.Event) {
 		if e.HasSkew {
 			u.skew.Set(e.Skew.Seconds())
 		}
+		if e.RateLimitMalformed != "" {
+			m.rateLimitFailures.WithLabelValues(e.Upstream, e.RateLimitMalformed, e.RateLimitReason).Inc()
+		}
+	case retrypolicy.EventHeld:
+		if e.Outcome == "" {
+			u.waited.Inc()
+		} else {
+			u.answered.Inc()
+		}
+	case retrypolicy.EventHoldStart:
+		u.holdEnd.Set(float64(unixCeil(e.NotBefore)))
+	case retrypolicy.EventHoldEnd:
+		u.holdEnd.Set(0)
 	}
+}
+
+// unixCeil is t in Unix seconds, rounded up.
+func unixCeil(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
 }
 
 func (m *Metrics) upstream(name string) *upstreamMetrics {
@@ -181,6 +219,9 @@ func (m *Metrics) upstream(name string) *upstreamMetrics {
 		budget:   m.budgetExhausted.WithLabelValues(name),
 		shed:     m.shed.WithLabelValues(name),
 		skew:     m.skew.WithLabelValues(name),
+		waited:   m.held.WithLabelValues(name, "waited"),
+		answered: m.held.WithLabelValues(name, "answered"),
+		holdEnd:  m.holdEnd.WithLabelValues(name),
 		statuses: map[int]prometheus.Counter{},
 	}
 	for _, o := range retrypolicy.Outcomes() {

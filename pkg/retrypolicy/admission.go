@@ -196,7 +196,7 @@ func (g *Gate) capacityReturnsLocked() time.Duration {
 }
 
 // Limits is the long-lived runtime state of one upstream: outage budget, start
-// rate limiter and concurrency gate (nil parts are unlimited). A Registry keeps
+// rate limiter, concurrency gate and pacer (nil parts are unlimited). A Registry keeps
 // one per upstream name across config reloads and binds it to each newly compiled
 // Policy, so counts, tokens and in-flight slots are not reset by a reload.
 type Limits struct {
@@ -208,6 +208,7 @@ type limitParts struct {
 	budget  *Budget
 	limiter *rate.Limiter
 	gate    *Gate
+	pacer   *Pacer
 }
 
 func newLimits(c Config) *Limits {
@@ -250,6 +251,12 @@ func (l *Limits) reconfigure(now time.Time, c Config) {
 			next.gate.SetConfig(*c.Concurrency)
 		}
 	}
+	if c.Pacing.Enabled() {
+		next.pacer = cur.pacer // a hold in force outlives the reload
+		if next.pacer == nil {
+			next.pacer = NewPacer()
+		}
+	}
 	l.parts.Store(&next)
 }
 
@@ -258,6 +265,9 @@ func (l *Limits) Budget() *Budget { return l.parts.Load().budget }
 
 // Gate is the upstream's concurrency gate, nil if unlimited.
 func (l *Limits) Gate() *Gate { return l.parts.Load().gate }
+
+// Pacer is the upstream's quota-aware pacer, nil if pacing is off.
+func (l *Limits) Pacer() *Pacer { return l.parts.Load().pacer }
 
 // Limiter is the upstream's start-rate limiter, nil if unlimited.
 func (l *Limits) Limiter() *rate.Limiter { return l.parts.Load().limiter }

@@ -145,3 +145,78 @@ func TestTransportNoRetryAllocs(t *testing.T) {
 		t.Errorf("%v allocs per no-retry request, want ≤ 11", n)
 	}
 }
+
+func BenchmarkParseRateLimitStructured(b *testing.B) {
+	h := http.Header{"Ratelimit": {`"default";r=0;t=30`}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := ParseRateLimit(h, received).Hold(); !ok {
+			b.Fatal("no hold")
+		}
+	}
+}
+
+func BenchmarkParseRateLimitStructuredWithPolicy(b *testing.B) {
+	h := http.Header{"Ratelimit": {`"default";r=0`}, "Ratelimit-Policy": {`"default";q=100;w=60`}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := ParseRateLimit(h, received).Hold(); !ok {
+			b.Fatal("no hold")
+		}
+	}
+}
+
+func BenchmarkParseRateLimitXDelta(b *testing.B) {
+	h := http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"30"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := ParseRateLimit(h, received).Hold(); !ok {
+			b.Fatal("no hold")
+		}
+	}
+}
+
+// BenchmarkParseRateLimitXEpoch includes the Date header, read to take the
+// longer of reset − received and reset − Date.
+func BenchmarkParseRateLimitXEpoch(b *testing.B) {
+	h := http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"1777636830"}, "Date": {"Fri, 01 May 2026 11:59:00 GMT"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		ParseRateLimit(h, received)
+	}
+}
+
+// cannedRateLimit answers 200 with rate-limit headers that leave quota.
+type cannedRateLimit struct{}
+
+func (cannedRateLimit) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Header: http.Header{"Ratelimit": {`"default";r=50;t=30`}}, Body: http.NoBody, Request: req}, nil
+}
+
+// BenchmarkTransportNoRetryPaced reads the rate-limit headers of every response
+// (pacing.rateLimitHeaders) while no hold is in force.
+func BenchmarkTransportNoRetryPaced(b *testing.B) {
+	p := compile(b, func(c *Config) { c.Pacing = PacingConfig{RateLimitHeaders: true, HoldOnDeferral: true} })
+	benchTransportWith(b, &Transport{Inner: cannedRateLimit{}, Route: Static(p)}, "GET", "", "r1")
+}
+
+// TestTransportPacingAddsNoAllocations: with no hold in force, pacing (the hold
+// check before the attempt, the header parse after it) allocates nothing.
+func TestTransportPacingAddsNoAllocations(t *testing.T) {
+	run := func(p *Policy) float64 {
+		tr := &Transport{Inner: cannedRateLimit{}, Route: Static(p), Observer: observerFunc(func(Event) {})}
+		req, _ := http.NewRequestWithContext(context.Background(), "GET", "http://payments.shop.svc/pay", nil)
+		return testing.AllocsPerRun(200, func() {
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		})
+	}
+	plain := run(compile(t, nil))
+	paced := run(compile(t, func(c *Config) { c.Pacing = PacingConfig{RateLimitHeaders: true, HoldOnDeferral: true} }))
+	if paced != plain {
+		t.Fatalf("%v allocs per paced request, %v without pacing; want the same", paced, plain)
+	}
+}

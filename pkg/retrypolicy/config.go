@@ -80,6 +80,9 @@ type Config struct {
 	Budget           *BudgetConfig      // nil = no outage budget
 	RateLimit        *RateLimitConfig   // nil = unlimited
 	Concurrency      *ConcurrencyConfig // nil = unlimited
+	// Pacing holds the upstream when it says it has no capacity (docs/pacing.md);
+	// the zero value is off.
+	Pacing PacingConfig
 }
 
 // BudgetConfig is the outage budget (R6): over a sliding 10 s window, retries may

@@ -14,11 +14,26 @@ const (
 	EventAttempt EventKind = iota + 1
 	// EventOutcome: the logical request ended; exactly one per request.
 	EventOutcome
+	// EventHoldStart: the upstream is held until NotBefore (started or
+	// extended), for HoldReason (docs/pacing.md).
+	EventHoldStart
+	// EventHoldEnd: the hold until NotBefore ended.
+	EventHoldEnd
+	// EventHeld: a request met a hold: it waited Delay in line (Outcome empty) or
+	// was answered locally at once (Outcome deferred, NotBefore the hold's end).
+	EventHeld
 )
 
 func (k EventKind) String() string {
-	if k == EventOutcome {
+	switch k {
+	case EventOutcome:
 		return "outcome"
+	case EventHoldStart:
+		return "hold-start"
+	case EventHoldEnd:
+		return "hold-end"
+	case EventHeld:
+		return "held"
 	}
 	return "attempt"
 }
@@ -62,6 +77,12 @@ type Event struct {
 	// Skew is local receipt time − the response's Date, if HasSkew.
 	Skew    time.Duration
 	HasSkew bool
+	// RateLimitMalformed names a rate-limit header of the response that was
+	// ignored as malformed (pacing.rateLimitHeaders), RateLimitReason why.
+	RateLimitMalformed string
+	RateLimitReason    string
+	// HoldReason is why the upstream is held (hold events).
+	HoldReason HoldReason
 }
 
 // Observer receives one event per attempt decision and one per outcome. It is
@@ -101,6 +122,13 @@ func NewSlogObserver(l *slog.Logger) *SlogObserver {
 
 // Observe implements Observer.
 func (o *SlogObserver) Observe(e Event) {
+	switch e.Kind {
+	case EventHeld:
+		return // the request's outcome line says it; metrics count it
+	case EventHoldStart, EventHoldEnd:
+		o.observeHold(e)
+		return
+	}
 	level, msg := o.AttemptLevel, "retry attempt"
 	if e.Kind == EventOutcome {
 		level, msg = o.OutcomeLevel, "retry outcome"
@@ -147,5 +175,28 @@ func (o *SlogObserver) Observe(e Event) {
 	if e.HasSkew {
 		attrs = append(attrs, slog.Duration("skew", e.Skew))
 	}
+	if e.RateLimitMalformed != "" {
+		attrs = append(attrs, slog.String("ratelimit_malformed", e.RateLimitMalformed),
+			slog.String("ratelimit_reason", e.RateLimitReason))
+	}
 	o.Logger.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// observeHold logs the start and the end of a hold: upstream, until, reason
+// (and the request whose response started it), at the outcome level.
+func (o *SlogObserver) observeHold(e Event) {
+	ctx := context.Background()
+	if !o.Logger.Enabled(ctx, o.OutcomeLevel) {
+		return
+	}
+	msg := "upstream hold ends"
+	if e.Kind == EventHoldStart {
+		msg = "upstream hold starts"
+	}
+	attrs := []slog.Attr{slog.String("upstream", e.Upstream), slog.Time("until", e.NotBefore),
+		slog.String("reason", e.HoldReason.String())}
+	if e.RequestID != "" {
+		attrs = append(attrs, slog.String("request_id", e.RequestID))
+	}
+	o.Logger.LogAttrs(ctx, o.OutcomeLevel, msg, attrs...)
 }

@@ -30,6 +30,14 @@ package retrypolicy
 //	                            test if an earlier response was not drained and closed)
 //	R10 observability           TestTransportLogsNoSecrets, TestTransportErrorTextNeverReachesObservers
 //
+// Pacing (docs/pacing.md)     TestParseRateLimit, TestParseRateLimitRepeatedFieldLines, TestRateLimitHintHold,
+//	                            FuzzRateLimitAgreesWithHTTPSFV, FuzzParseRateLimit,
+//	                            TestPacerHoldStartsAndEndsOnTheClock, TestPacerWaitsOrAnswersByDeadline,
+//	                            TestPacerReleasesInArrivalOrder, TestPacerExtensionRefusesWaitersItMakesLate,
+//	                            TestRegistryKeepsTheHoldAcrossReload, TestTransportRateLimitHeadersHoldTheUpstream,
+//	                            TestTransportHeldRequestWaitsWhenItsDeadlineAllows, TestTransportNotBeforeIsRoundedUp,
+//	                            TestTransportHoldOnDeferral, TestTransportPacingAddsNoAllocations
+//
 // Also: TestCompileRejects (every error names the field and the allowed values),
 // TestSetMatch, TestNewSetRejectsConflicts, TestDecideDoesNotAllocate,
 // TestParseRetryAfterDoesNotAllocate; benchmarks in bench_test.go.

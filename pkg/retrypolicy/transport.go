@@ -232,6 +232,9 @@ func (c *call) run() (*http.Response, error) {
 		if err := ctx.Err(); err != nil {
 			return c.fail(OutcomeCanceled, n-1, err)
 		}
+		if resp, err := c.awaitHold(ctx, n); resp != nil || err != nil {
+			return resp, err // the upstream is held (pacing.go)
+		}
 		now := c.clk.Now()
 		tk, ra, err := limits.Admit(ctx, c.clk, c.sleep, c.deadline.Sub(now)-c.p.reserve)
 		if err != nil {
@@ -307,6 +310,7 @@ func (c *call) run() (*http.Response, error) {
 		if d.Action == Retry && !budget.TryRetryAt(received) {
 			d = Decision{Action: Stop, Outcome: OutcomeBudgetExhausted}
 		}
+		c.startHolds(&ev, resp, received, d) // pacing.go
 		c.observeAttempt(&ev, n, a, d)
 		if d.Action != Retry {
 			if resp == nil {

@@ -1,0 +1,129 @@
+package retrypolicy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// The Transport's side of quota-aware pacing (docs/pacing.md): before each
+// attempt, awaitHold lets the request wait in line for the upstream's hold to
+// end, or answers it locally; after each response, startHolds reads the
+// rate-limit headers and the decision and holds the upstream.
+
+// awaitHold is called before transmission n. It returns (nil, nil) when the
+// attempt may go; otherwise the response or error that ends the request: a
+// local 429 when the hold ends too late for the deadline, or the context's
+// error when the caller gave up in line.
+func (c *call) awaitHold(ctx context.Context, n int) (*http.Response, error) {
+	pc := c.p.limits.Load().parts.Load().pacer
+	if pc == nil || !pc.active.Load() {
+		return nil, nil
+	}
+	start := c.clk.Now()
+	until, queued, err := pc.Wait(ctx, c.clk, c.deadline.Sub(start)-c.p.reserve)
+	switch {
+	case errors.Is(err, ErrHeld):
+		return c.answerHeld(n, until), nil
+	case err != nil:
+		return c.fail(OutcomeCanceled, n-1, err)
+	case queued:
+		if o := c.t.Observer; o != nil {
+			o.Observe(Event{Kind: EventHeld, RequestID: c.id, Upstream: c.p.cfg.Name, Method: c.req.Method,
+				Path: c.req.URL.Path, Attempt: n - 1, Delay: c.clk.Now().Sub(start)})
+		}
+	}
+	return nil, nil
+}
+
+// startHolds holds the upstream after a response received at `received`:
+// until its rate-limit headers' reset when they announce remaining 0
+// (pacing.rateLimitHeaders), or until Not-Before when the decision deferred it
+// (pacing.holdOnDeferral). It notes a malformed rate-limit header in ev.
+func (c *call) startHolds(ev *Event, resp *http.Response, received time.Time, d Decision) {
+	cfg := c.p.cfg.Pacing
+	if !cfg.Enabled() {
+		return
+	}
+	pc := c.p.limits.Load().parts.Load().pacer
+	if pc == nil {
+		return
+	}
+	if cfg.RateLimitHeaders && resp != nil {
+		rl := ParseRateLimit(resp.Header, received)
+		ev.RateLimitMalformed, ev.RateLimitReason = rl.Malformed, rl.Reason
+		if wait, ok := rl.Hold(); ok {
+			c.hold(pc, received, received.Add(wait), HoldRateLimit)
+		}
+	}
+	if cfg.HoldOnDeferral && d.Action == Defer && d.Outcome == OutcomeDeferred {
+		c.hold(pc, received, d.NotBefore, HoldDeferral)
+	}
+}
+
+func (c *call) hold(pc *Pacer, now, until time.Time, reason HoldReason) {
+	var notify HoldNotify
+	if o := c.t.Observer; o != nil {
+		name, id := c.p.cfg.Name, c.id
+		notify = func(start bool, until time.Time, reason HoldReason) {
+			e := Event{Kind: EventHoldEnd, Upstream: name, NotBefore: until, HoldReason: reason}
+			if start {
+				e.Kind, e.RequestID = EventHoldStart, id
+			}
+			o.Observe(e)
+		}
+	}
+	pc.HoldAt(now, c.clk, until, reason, notify)
+}
+
+// answerHeld answers a request the hold does not let through in time, without
+// sending it: 429 with Retry-After (seconds until the hold ends, rounded up),
+// X-Retry-Not-Before (the hold's end rounded up to the whole second),
+// X-Retry-Outcome deferred and X-Retry-Attempts (0 for a first attempt).
+func (c *call) answerHeld(n int, until time.Time) *http.Response {
+	c.closeRequestBody()
+	if n == 1 {
+		c.closeUnsentBody()
+	}
+	now := c.clk.Now()
+	secs := max(ceilSeconds(until.Sub(now)), 1)
+	notBefore := CeilSecond(until)
+	const msg = "retry: upstream quota exhausted; request not sent before X-Retry-Not-Before\n"
+	resp := &http.Response{
+		Status:     "429 Too Many Requests",
+		StatusCode: http.StatusTooManyRequests,
+		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{
+			"Content-Type":  {"text/plain; charset=utf-8"},
+			"Retry-After":   {strconv.FormatInt(secs, 10)},
+			HeaderOutcome:   {string(OutcomeDeferred)},
+			HeaderAttempts:  {attemptString(n - 1)},
+			HeaderNotBefore: {FormatNotBefore(notBefore)},
+		},
+		Body:          io.NopCloser(bytes.NewReader([]byte(msg))),
+		ContentLength: int64(len(msg)),
+		Request:       c.req,
+	}
+	if o := c.t.Observer; o != nil {
+		o.Observe(Event{Kind: EventHeld, RequestID: c.id, Upstream: c.p.cfg.Name, Method: c.req.Method,
+			Path: c.req.URL.Path, Attempt: n - 1, Outcome: OutcomeDeferred, NotBefore: notBefore})
+	}
+	c.observeOutcome(OutcomeDeferred, n-1, resp.StatusCode, notBefore)
+	return resp
+}
+
+// ceilSeconds is d in whole seconds, rounded up; 0 for d <= 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
