@@ -130,6 +130,7 @@ func TestManager(t *testing.T) {
 	t.Run("the rate limit is shared among ready injected pods and recomputed when one is added", h.testRateSharing)
 	t.Run("a pod of an opted-in namespace gets exactly one sidecar although the webhook runs twice", h.testInjectOnce)
 	t.Run("a kube-system pod is never sent to the webhook and stays untouched", h.testKubeSystem)
+	t.Run("tls.caCertificateRefs are resolved, watched and reported InvalidRef when missing", h.testTLS)
 	// Last: it deletes the validating webhook configuration.
 	t.Run("with the webhook gone an invalid update is caught by the reconciler and the last rendering survives", h.testInvalidBypassingWebhook)
 }
