@@ -91,8 +91,16 @@ type Transport struct {
 	// MaxResponseHeaderBytes bounds the response head; 0 = 1 MiB.
 	MaxResponseHeaderBytes int64
 
+	// TLSDialTimeout bounds the TCP connect and the TLS handshake of
+	// RoundTripTLS together; 0 = DefaultTLSDialTimeout.
+	TLSDialTimeout time.Duration
+	// DisableHTTP2 offers only http/1.1 by ALPN to TLS upstreams.
+	DisableHTTP2 bool
+
 	mu        sync.Mutex
 	hosts     map[string]*host
+	h2conns   map[string][]*http.ClientConn // TLS upstreams that chose HTTP/2, by TLSOrigin.Key
+	h2t       *http.Transport
 	idleTotal int
 	janitor   *time.Timer
 	closed    bool
@@ -118,6 +126,9 @@ type conn struct {
 	br     *bufio.Reader
 	idleAt time.Time
 	reused bool
+	// h2: the dial negotiated HTTP/2; the connection lives in the HTTP/2 pool
+	// and this value only carries it to the caller (nc, cr, br are unused).
+	h2 *http.ClientConn
 }
 
 // countingConn counts the bytes of the current exchange, so a failure can tell
@@ -159,20 +170,38 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, err
 	}
+	return t.roundTripPooled(req, hostPort(req.URL), nil)
+}
+
+// roundTripPooled sends req on a pooled connection of key (dialled as o says
+// when o is not nil), resending only what never reached a socket.
+func (t *Transport) roundTripPooled(req *http.Request, key string, o *TLSOrigin) (*http.Response, error) {
 	ctx := req.Context()
-	key := hostPort(req.URL)
 	body := req.Body
 	if body == http.NoBody {
 		body = nil
 	}
 	canResend := body == nil || req.GetBody != nil
 	for try := 0; ; try++ {
-		c, err := t.getConn(ctx, key)
+		c, err := t.getConn(ctx, key, o)
 		if err != nil {
 			if body != nil {
 				body.Close()
 			}
 			return nil, err
+		}
+		if c.h2 != nil {
+			if try > 0 && body != nil {
+				b, gerr := req.GetBody()
+				if gerr != nil {
+					c.h2.Release()
+					return nil, gerr
+				}
+				r := req.WithContext(ctx)
+				r.Body = b
+				req = r
+			}
+			return roundTripH2(c.h2, req)
 		}
 		if try > 0 && body != nil { // a resend: a fresh body
 			b, gerr := req.GetBody()

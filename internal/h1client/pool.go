@@ -3,6 +3,7 @@ package h1client
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"net"
 	"time"
 )
@@ -27,7 +28,7 @@ func (t *Transport) maxIdlePerHost() int {
 // it is handed out: one the server closed while idle (Node and Apache close
 // idle keep-alive connections after 5 s) or that holds unsolicited bytes is
 // discarded, so no request is ever written to it.
-func (t *Transport) getConn(ctx context.Context, key string) (*conn, error) {
+func (t *Transport) getConn(ctx context.Context, key string, o *TLSOrigin) (*conn, error) {
 	for {
 		t.mu.Lock()
 		if t.closed {
@@ -53,7 +54,7 @@ func (t *Transport) getConn(ctx context.Context, key string) (*conn, error) {
 		if t.MaxConnsPerHost <= 0 || h.total < t.MaxConnsPerHost {
 			h.total++
 			t.mu.Unlock()
-			return t.dial(ctx, key)
+			return t.dial(ctx, key, o)
 		}
 		// At the limit: wait for a connection to come back (or a slot to free).
 		ch := make(chan *conn, 1)
@@ -62,7 +63,7 @@ func (t *Transport) getConn(ctx context.Context, key string) (*conn, error) {
 		select {
 		case c := <-ch:
 			if c == nil { // a slot: h.total was kept for us
-				return t.dial(ctx, key)
+				return t.dial(ctx, key, o)
 			}
 			if !c.alive() {
 				t.discard(c)
@@ -110,14 +111,38 @@ func (t *Transport) popIdle(h *host) *conn {
 	return nil
 }
 
-func (t *Transport) dial(ctx context.Context, key string) (*conn, error) {
-	nc, err := t.dialer()(ctx, "tcp", key)
+// dial opens a connection for key: plain TCP to key, or TLS to o. A TLS
+// connection that negotiated HTTP/2 goes to the HTTP/2 pool, frees its slot
+// here, and comes back as a conn with only h2 set (a stream reserved).
+func (t *Transport) dial(ctx context.Context, key string, o *TLSOrigin) (*conn, error) {
+	var nc net.Conn
+	var err error
+	if o != nil {
+		var tc *tls.Conn
+		tc, err = t.dialTLS(ctx, o)
+		if err == nil && tc.ConnectionState().NegotiatedProtocol == "h2" {
+			t.freeSlot(key)
+			cc, herr := t.newH2(ctx, key, o.Addr, tc)
+			if herr != nil {
+				return nil, herr
+			}
+			if rerr := cc.Reserve(); rerr != nil {
+				return nil, rerr
+			}
+			return &conn{t: t, key: key, h2: cc}, nil
+		}
+		if err == nil {
+			nc = tc
+		}
+	} else {
+		nc, err = t.dialer()(ctx, "tcp", key)
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+	}
 	if err != nil {
 		t.freeSlot(key)
 		return nil, err // the dialer's own error: *net.OpError{Op: "dial"} or *net.DNSError
-	}
-	if tc, ok := nc.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
 	}
 	c := &conn{t: t, key: key, nc: nc}
 	c.cr.Conn = nc
@@ -246,6 +271,7 @@ func (t *Transport) CloseIdleConnections() {
 	for _, c := range old {
 		c.nc.Close()
 	}
+	t.closeIdleH2()
 	if ci, ok := t.Fallback.(interface{ CloseIdleConnections() }); ok {
 		ci.CloseIdleConnections()
 	}

@@ -156,6 +156,14 @@ func Select(doc Document, podLabels map[string]string) ([]Policy, error) {
 // upstream name; then both are qualified as "policy/upstream" so their runtime
 // state (budget, limiter, queue) stays apart.
 func Compile(policies []Policy) (*retrypolicy.Set, error) {
+	set, _, err := CompileUpstreams(policies)
+	return set, err
+}
+
+// CompileUpstreams is Compile that also returns the rendered upstream of each
+// compiled policy: what the sidecar needs beyond the retry rules (tls).
+func CompileUpstreams(policies []Policy) (*retrypolicy.Set, map[*retrypolicy.Policy]Upstream, error) {
+	origin := map[*retrypolicy.Policy]Upstream{}
 	count := map[string]int{}
 	for _, p := range policies {
 		for _, u := range p.Upstreams {
@@ -167,23 +175,24 @@ func Compile(policies []Policy) (*retrypolicy.Set, error) {
 		for i, u := range p.Upstreams {
 			cfg, err := ToConfig(u)
 			if err != nil {
-				return nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].%w", p.Namespace, p.Name, i, err)
+				return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].%w", p.Namespace, p.Name, i, err)
 			}
 			if count[u.Name] > 1 {
 				cfg.Name = p.Name + "/" + u.Name
 			}
 			cp, err := retrypolicy.Compile(cfg)
 			if err != nil {
-				return nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].%w", p.Namespace, p.Name, i, err)
+				return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].%w", p.Namespace, p.Name, i, err)
 			}
 			compiled = append(compiled, cp)
+			origin[cp] = u
 		}
 	}
 	set, err := retrypolicy.NewSet(compiled...)
 	if err != nil {
-		return nil, fmt.Errorf("selected policies: %w", err)
+		return nil, nil, fmt.Errorf("selected policies: %w", err)
 	}
-	return set, nil
+	return set, origin, nil
 }
 
 // ToConfig converts a rendered (defaulted) upstream to the plain-Go config of
