@@ -215,6 +215,7 @@ func TestTLSCertificateThatDoesNotVerifyIs502WithOneHandshake(t *testing.T) {
 			if n := len(up.got()); n != 0 {
 				t.Errorf("%d requests reached the upstream, want 0", n)
 			}
+			s.waitMetric(`retry_sidecar_attempts_total{status="untrusted-certificate",upstream="up"}`, 1)
 		})
 	}
 }
