@@ -387,3 +387,73 @@ func serveOneTLS(c net.Conn, cert tls.Certificate, answer func(*http.Request, *b
 		}
 	}
 }
+
+// No bytes cross between exchanges over TLS: bytes an upstream sends beyond a
+// response (in the same TLS record, or later while the connection is idle) are
+// never read as the answer to the next request; that connection is not reused.
+func TestTLSStrayBytesNeverReachAnotherRequest(t *testing.T) {
+	t.Parallel()
+	tests := map[string]func(w *bufio.Writer, tc net.Conn){
+		"extra bytes right after the response": func(w *bufio.Writer, _ net.Conn) {
+			io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
+		},
+		"an unsolicited 408 while the connection is idle": func(w *bufio.Writer, tc net.Conn) {
+			io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				io.WriteString(tc, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 5\r\n\r\nstray")
+			}()
+		},
+	}
+	for name, firstAnswer := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ca := newTestCA(t, "test CA")
+			cert := ca.leaf(t, "upstream.test")
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			var conns atomic.Int64
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					conns.Add(1)
+					go func() {
+						tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+						defer tc.Close()
+						br, bw := bufio.NewReader(tc), bufio.NewWriter(tc)
+						for n := 1; ; n++ {
+							req, err := http.ReadRequest(br)
+							if err != nil {
+								return
+							}
+							io.Copy(io.Discard, req.Body)
+							if n == 1 {
+								firstAnswer(bw, tc)
+							} else {
+								io.WriteString(bw, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nreused")
+							}
+							bw.Flush()
+						}
+					}()
+				}
+			}()
+			s := startSidecar(t, "--policy-file="+tlsPolicy(t, ln.Addr().String(), privateCA, ca))
+			for i := range 2 {
+				r := s.get("http://" + ln.Addr().String() + "/")
+				if r.status != 200 || r.body != "ok" {
+					t.Fatalf("request %d: %d %q, want 200 \"ok\" from a connection of its own", i+1, r.status, r.body)
+				}
+				time.Sleep(150 * time.Millisecond)
+			}
+			if n := conns.Load(); n != 2 {
+				t.Errorf("%d connections, want 2 (the first one was not reusable)", n)
+			}
+		})
+	}
+}
