@@ -4,6 +4,10 @@
 // readLoop per connection and no channel hand-off per request, which is most of
 // what a forward proxy pays for on loopback.
 //
+// RoundTripTLS sends an http:// request of the app to a TLS upstream (TLS
+// origination, docs/tls.md): HTTP/1.1 on this pool, HTTP/2 when the upstream
+// selects it by ALPN; the contract below holds for it too (tls.go).
+//
 // Anything it does not handle itself goes to Fallback (normally an
 // *http.Transport): https, CONNECT, upgrades, Expect: 100-continue, request
 // trailers, URL user info, and request bodies of unknown or large length (those
@@ -14,7 +18,8 @@
 // pkg/retrypolicy, which counts every transmission as an attempt:
 //   - a connect failure is returned as the dialer's error (a *net.OpError with
 //     Op "dial", or a *net.DNSError), so it is distinguishable from a failure
-//     after the request was written;
+//     after the request was written; a failed TLS handshake is one too, except
+//     a certificate that does not verify: retrypolicy.ErrUntrustedCertificate;
 //   - a request is never sent twice. The sole exception: on a reused connection
 //     where not one byte of the request reached the socket, it goes out on
 //     another connection as the same transmission (with its body produced again
