@@ -613,7 +613,9 @@ func (s *suite) policyEditPropagates(t *testing.T) {
 			var cm corev1.ConfigMap
 			if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "retry-policies"}, &cm); err == nil {
 				if doc, err := policyset.Unmarshal([]byte(cm.Data["policies.json"])); err == nil &&
-					len(doc.Policies) == 1 && ptr.Deref(doc.Policies[0].Upstreams[0].MaxAttempts, 0) == 2 {
+					slices.ContainsFunc(doc.Policies, func(p policyset.Policy) bool {
+						return p.Name == policyName && ptr.Deref(p.Upstreams[0].MaxAttempts, 0) == 2
+					}) {
 					cmAt = time.Now()
 					t.Logf("ConfigMap retry-policies has maxAttempts 2 after %s", cmAt.Sub(edited).Round(100*time.Millisecond))
 				}
