@@ -303,22 +303,27 @@ func TestTLSSystemRootsHonourSSLCertFile(t *testing.T) {
 // dead connection would turn into a 502.
 func TestTLSIdleConnectionClosedByUpstreamNeverCauses502(t *testing.T) {
 	t.Parallel()
-	ca := newTestCA(t, "test CA")
-	up := newTLSUpstream(t, ca.leaf(t, "upstream.test"), false, status(200))
-	up.srv.Config.IdleTimeout = 50 * time.Millisecond
-	s := startSidecar(t, "--policy-file="+tlsPolicy(t, up.host(), privateCA, ca))
-	for i := range 5 {
-		req, _ := http.NewRequest(http.MethodPost, up.url("/orders"), strings.NewReader("x"))
-		assertOutcome(t, s.do(req), 200, "success", "1")
-		if i < 4 {
-			time.Sleep(150 * time.Millisecond)
-		}
-	}
-	if n := len(up.got()); n != 5 {
-		t.Fatalf("upstream got %d requests, want 5", n)
-	}
-	if n := up.hellos.Load(); n != 5 {
-		t.Errorf("%d handshakes, want 5 (each idle connection was closed by the upstream)", n)
+	for name, h2only := range map[string]bool{"HTTP/1.1": false, "HTTP/2 (GOAWAY, then close)": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ca := newTestCA(t, "test CA")
+			up := newTLSUpstream(t, ca.leaf(t, "upstream.test"), h2only, status(200))
+			up.srv.Config.IdleTimeout = 50 * time.Millisecond
+			s := startSidecar(t, "--policy-file="+tlsPolicy(t, up.host(), privateCA, ca))
+			for i := range 5 {
+				req, _ := http.NewRequest(http.MethodPost, up.url("/orders"), strings.NewReader("x"))
+				assertOutcome(t, s.do(req), 200, "success", "1")
+				if i < 4 {
+					time.Sleep(150 * time.Millisecond)
+				}
+			}
+			if n := len(up.got()); n != 5 {
+				t.Fatalf("upstream got %d requests, want 5", n)
+			}
+			if n := up.hellos.Load(); n != 5 {
+				t.Errorf("%d handshakes, want 5 (each idle connection was closed by the upstream)", n)
+			}
+		})
 	}
 }
 
@@ -455,5 +460,42 @@ func TestTLSStrayBytesNeverReachAnotherRequest(t *testing.T) {
 				t.Errorf("%d connections, want 2 (the first one was not reusable)", n)
 			}
 		})
+	}
+}
+
+// An upstream that answers (413) before reading the whole request body and
+// closes has its answer relayed over TLS too, not replaced by a 502.
+func TestTLSEarlyAnswerIsRelayed(t *testing.T) {
+	t.Parallel()
+	ca := newTestCA(t, "test CA")
+	cert := ca.leaf(t, "upstream.test")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+				defer tc.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(tc)); err != nil {
+					return
+				}
+				io.WriteString(tc, "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\nContent-Length: 9\r\n\r\ntoo large")
+			}()
+		}
+	}()
+	s := startSidecar(t, "--policy-file="+tlsPolicy(t, ln.Addr().String(), privateCA, ca))
+	body := strings.Repeat("x", 8<<20)
+	req, _ := http.NewRequest(http.MethodPut, "http://"+ln.Addr().String()+"/upload", strings.NewReader(body))
+	r := s.do(req)
+	assertOutcome(t, r, http.StatusRequestEntityTooLarge, "not-retryable", "1")
+	if r.body != "too large" {
+		t.Errorf("body %q, want the upstream's", r.body)
 	}
 }
