@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -497,5 +498,35 @@ func TestTLSEarlyAnswerIsRelayed(t *testing.T) {
 	assertOutcome(t, r, http.StatusRequestEntityTooLarge, "not-retryable", "1")
 	if r.body != "too large" {
 		t.Errorf("body %q, want the upstream's", r.body)
+	}
+}
+
+// A CA rotation reaches the running sidecar with the configuration: the
+// upstream's new certificate verifies as soon as the policy file names the new
+// CA, with no restart.
+func TestTLSCARotationByReload(t *testing.T) {
+	t.Parallel()
+	oldCA, newCA := newTestCA(t, "old CA"), newTestCA(t, "new CA")
+	up := newTLSUpstream(t, newCA.leaf(t, "upstream.test"), false, status(200))
+	file := tlsPolicy(t, up.host(), privateCA, oldCA)
+	s := startSidecar(t, "--policy-file="+file)
+	assertOutcome(t, s.get(up.url("/")), http.StatusBadGateway, "upstream-error", "1")
+
+	rotated, err := os.ReadFile(tlsPolicy(t, up.host(), privateCA, newCA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, file, string(rotated))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := s.get(up.url("/"))
+		if r.status == 200 {
+			assertOutcome(t, r, 200, "success", "1")
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %d %q 10s after the CA was rotated in the policy file", r.status, r.body)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
