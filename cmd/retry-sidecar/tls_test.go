@@ -530,3 +530,43 @@ func TestTLSCARotationByReload(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A handshake the upstream never answers is bounded by --dial-timeout (the
+// connect phase) and is a connect failure: retried, never waited out to the
+// deadline.
+func TestTLSStalledHandshakeIsBoundedByTheDialTimeout(t *testing.T) {
+	t.Parallel()
+	ca := newTestCA(t, "test CA")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var accepted atomic.Int64
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			held = append(held, c) // read nothing, answer nothing
+		}
+	}()
+	s := startSidecar(t, "--dial-timeout=300ms", "--policy-file="+tlsPolicy(t, ln.Addr().String(), privateCA, ca, "maxAttempts: 2", "deadline: 10s"))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/orders", strings.NewReader("x"))
+	r := s.do(req)
+	assertOutcome(t, r, http.StatusBadGateway, "exhausted", "2")
+	if r.elapsed > 3*time.Second {
+		t.Errorf("took %v; two handshakes bounded by 300ms and one short backoff should take well under 3s", r.elapsed)
+	}
+	if n := accepted.Load(); n != 2 {
+		t.Errorf("%d connections, want 2", n)
+	}
+}
