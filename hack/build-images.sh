@@ -56,10 +56,17 @@ for row in "${TABLE[@]}"; do
     skipped+=("$name")
     continue
   fi
+  extra=()
+  if [[ "$name" == retry-sidecar ]]; then
+    # The sidecar originates TLS (docs/tls.md): it ships the system CA bundle.
+    ca="${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
+    [[ -r "$ca" ]] || { log "no CA bundle at $ca (install Debian's ca-certificates, or set CA_BUNDLE)"; exit 1; }
+    extra=(-ca-bundle "$ca")
+  fi
   log "building $name ($pkg, linux/$GOARCH, static)"
   (cd "$ROOT" && CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" -o "$OUT/.build/$name" "$pkg")
   "$OUT/.build/images" \
-    -binary "$OUT/.build/$name" -name "$name" -image "$ref" -output "$OUT/$name.tar" \
+    -binary "$OUT/.build/$name" -name "$name" -image "$ref" -output "$OUT/$name.tar" "${extra[@]}" \
     -label "org.opencontainers.image.title=$name" \
     -label "org.opencontainers.image.source=https://github.com/retrydev/retry-operator" \
     -label "org.opencontainers.image.version=${ref##*:}" \

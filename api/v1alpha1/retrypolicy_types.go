@@ -162,6 +162,64 @@ type Upstream struct {
 	// X-Retry-Not-Before. Absent: off. See docs/pacing.md.
 	// +optional
 	Pacing *Pacing `json:"pacing,omitempty"`
+	// tls, when present, makes the sidecar originate TLS to this upstream: the app
+	// calls http://host/… and the sidecar speaks HTTPS (TLS 1.2 or later, HTTP/2 when
+	// the upstream offers it), verifying the certificate chain and the hostname.
+	// `tls: {}` verifies against the system roots with the request host as the name.
+	// Verification cannot be turned off.
+	// +optional
+	TLS *UpstreamTLS `json:"tls,omitempty"`
+}
+
+// UpstreamTLS is TLS origination for one upstream. The field names follow Gateway
+// API's BackendTLSPolicy.
+// +kubebuilder:validation:XValidation:rule="!(has(self.caCertificateRefs) && size(self.caCertificateRefs) > 0 && has(self.wellKnownCACertificates))",message="caCertificateRefs and wellKnownCACertificates are mutually exclusive: name the ConfigMaps of a private CA, or use System",fieldPath=".wellKnownCACertificates",reason="FieldValueForbidden"
+type UpstreamTLS struct {
+	// hostname is sent as SNI and is the name the certificate must be valid for.
+	// Default: the request's host. A DNS name, lower-case, no wildcard.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Hostname *string `json:"hostname,omitempty"`
+
+	// port is the TCP port dialled. Default: the request's explicit port, else 443.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port *int32 `json:"port,omitempty"`
+
+	// caCertificateRefs name ConfigMaps in the policy's namespace whose key ca.crt
+	// holds PEM CA certificates; the upstream's chain must verify against them
+	// (and only them). Mutually exclusive with wellKnownCACertificates.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	CACertificateRefs []CACertificateRef `json:"caCertificateRefs,omitempty"`
+
+	// wellKnownCACertificates: System verifies against the system roots (the
+	// sidecar image's CA bundle, or SSL_CERT_FILE / SSL_CERT_DIR). The default
+	// when there are no caCertificateRefs.
+	// +optional
+	WellKnownCACertificates *WellKnownCACertificates `json:"wellKnownCACertificates,omitempty"`
+}
+
+// WellKnownCACertificates names a well-known set of CA certificates.
+// +kubebuilder:validation:Enum=System
+type WellKnownCACertificates string
+
+// WellKnownCACertificatesSystem is the system's root CA set.
+const WellKnownCACertificatesSystem WellKnownCACertificates = "System"
+
+// CACertificateRef names a ConfigMap in the policy's namespace; its key ca.crt
+// holds one or more PEM CA certificates.
+type CACertificateRef struct {
+	// name of the ConfigMap.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
 }
 
 // Duration is a Go duration string such as "100ms", "1.5s" or "2m", strictly positive.
@@ -314,7 +372,7 @@ type RetryPolicyStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Accepted (reasons Valid, Invalid, Conflict) and Programmed
+	// conditions: Accepted (reasons Valid, Invalid, InvalidRef, Conflict) and Programmed
 	// (reason Rendered: the policy is in the namespace's retry-policies ConfigMap).
 	// +optional
 	// +listType=map

@@ -133,6 +133,28 @@ var invalidCases = map[string]struct {
 	"rateLimitHeaders given as a string is rejected": {
 		upstream: `pacing: {rateLimitHeaders: "yes"}`, wantField: "spec.upstreams[0].pacing.rateLimitHeaders", wantMessage: "must be of type boolean",
 	},
+	"a tls hostname in upper case is rejected": {
+		upstream: "tls: {hostname: API.partner.example}", wantField: "spec.upstreams[0].tls.hostname", wantMessage: "should match", goAgrees: true,
+	},
+	"a tls port of zero is rejected": {
+		upstream: "tls: {port: 0}", wantField: "spec.upstreams[0].tls.port", wantMessage: "should be greater than or equal to 1", goAgrees: true,
+	},
+	"a tls port above 65535 is rejected": {
+		upstream: "tls: {port: 70000}", wantField: "spec.upstreams[0].tls.port", wantMessage: "should be less than or equal to 65535", goAgrees: true,
+	},
+	"caCertificateRefs together with wellKnownCACertificates are rejected": {
+		upstream:  "tls: {caCertificateRefs: [{name: partner-ca}], wellKnownCACertificates: System}",
+		wantField: "spec.upstreams[0].tls.wellKnownCACertificates", wantMessage: "mutually exclusive", goAgrees: true,
+	},
+	"a wellKnownCACertificates other than System is rejected": {
+		upstream: "tls: {wellKnownCACertificates: Mozilla}", wantField: "spec.upstreams[0].tls.wellKnownCACertificates", wantMessage: `supported values: "System"`, goAgrees: true,
+	},
+	"a caCertificateRef with an invalid ConfigMap name is rejected": {
+		upstream: "tls: {caCertificateRefs: [{name: Partner_CA}]}", wantField: "spec.upstreams[0].tls.caCertificateRefs[0].name", wantMessage: "should match", goAgrees: true,
+	},
+	"a tls field that skips verification does not exist": {
+		upstream: "tls: {insecureSkipVerify: true}", wantField: "spec.upstreams[0].tls.insecureSkipVerify", wantMessage: "unknown field",
+	},
 	"an unknown field is rejected by strict decoding": {
 		upstream: "retries: 3", wantField: "spec.upstreams[0].retries", wantMessage: "unknown field",
 	},
@@ -186,6 +208,9 @@ func TestAPIServerDefaultsMatchGoDefaults(t *testing.T) {
 		"a policy with an empty pacing gets both pacing defaults": buildPolicy(t, ns, "pacing", "", "pacing: {}"),
 		"a policy with rateLimitHeaders keeps holdOnDeferral off": buildPolicy(t, ns, "pacing-headers", "",
 			"pacing: {rateLimitHeaders: true}"),
+		"a policy with tls: {} is accepted as written (System roots, request host and port)": buildPolicy(t, ns, "tls-empty", "", "tls: {}"),
+		"a policy with every tls field is accepted": buildPolicy(t, ns, "tls-full", "",
+			"tls: {hostname: api.partner.example, port: 8443, caCertificateRefs: [{name: partner-ca}, {name: partner-ca-next}]}"),
 	}
 	samples, err := filepath.Glob(filepath.Join(testenv.ModuleRoot(), "config", "samples", "*-*.yaml"))
 	if err != nil || len(samples) < 3 {

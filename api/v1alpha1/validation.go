@@ -272,6 +272,55 @@ func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
 				"needs maxAttempts > 1 and at least one retryOn.statusCodes entry: only a response that would be retried can be deferred"))
 		}
 	}
+	if t := u.TLS; t != nil {
+		errs = append(errs, validateTLS(t, p.Child("tls"))...)
+	}
+	return errs
+}
+
+// MaxCACertificateRefs bounds tls.caCertificateRefs (the schema's MaxItems).
+const MaxCACertificateRefs = 8
+
+// CACertificateKey is the ConfigMap key a tls.caCertificateRefs entry is read from.
+const CACertificateKey = "ca.crt"
+
+func validateTLS(t *UpstreamTLS, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if h := t.Hostname; h != nil {
+		switch {
+		case *h == "":
+			errs = append(errs, field.Invalid(p.Child("hostname"), *h, "must be a DNS name such as api.partner.example"))
+		case *h != strings.ToLower(*h):
+			errs = append(errs, field.Invalid(p.Child("hostname"), *h, "must be lower-case ("+strings.ToLower(*h)+")"))
+		default:
+			if msgs := validation.IsDNS1123Subdomain(*h); len(msgs) > 0 {
+				errs = append(errs, field.Invalid(p.Child("hostname"), *h, "must be a DNS name such as api.partner.example: "+strings.Join(msgs, "; ")))
+			}
+		}
+	}
+	if v := t.Port; v != nil && (*v < 1 || *v > 65535) {
+		errs = append(errs, field.Invalid(p.Child("port"), *v, "must be between 1 and 65535"))
+	}
+	rp := p.Child("caCertificateRefs")
+	if len(t.CACertificateRefs) > MaxCACertificateRefs {
+		errs = append(errs, field.TooMany(rp, len(t.CACertificateRefs), MaxCACertificateRefs))
+	}
+	for i, r := range t.CACertificateRefs {
+		if r.Name == "" {
+			errs = append(errs, field.Required(rp.Index(i).Child("name"), "the name of a ConfigMap in the policy's namespace with key "+CACertificateKey))
+		} else if msgs := validation.IsDNS1123Subdomain(r.Name); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(rp.Index(i).Child("name"), r.Name, "must be a ConfigMap name: "+strings.Join(msgs, "; ")))
+		}
+	}
+	if w := t.WellKnownCACertificates; w != nil {
+		switch {
+		case *w != WellKnownCACertificatesSystem:
+			errs = append(errs, field.NotSupported(p.Child("wellKnownCACertificates"), *w, []WellKnownCACertificates{WellKnownCACertificatesSystem}))
+		case len(t.CACertificateRefs) > 0:
+			errs = append(errs, field.Forbidden(p.Child("wellKnownCACertificates"),
+				"caCertificateRefs and wellKnownCACertificates are mutually exclusive: name the ConfigMaps of a private CA, or use System"))
+		}
+	}
 	return errs
 }
 

@@ -75,12 +75,21 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // startSidecar runs the binary on ephemeral ports and waits for its ready file.
 func startSidecar(t *testing.T, args ...string) *sidecar {
 	t.Helper()
+	return startSidecarEnv(t, nil, args...)
+}
+
+// startSidecarEnv is startSidecar with extra environment variables (KEY=value).
+func startSidecarEnv(t *testing.T, env []string, args ...string) *sidecar {
+	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready.json")
 	all := append([]string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--ready-file=" + ready,
 		"--reload-debounce=20ms", "--drain-timeout=5s"}, args...)
 	s := &sidecar{t: t, logs: &syncBuffer{}, exited: make(chan struct{})}
 	s.cmd = exec.Command(sidecarBin, all...)
 	s.cmd.Stderr = s.logs
+	if env != nil {
+		s.cmd.Env = append(os.Environ(), env...)
+	}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

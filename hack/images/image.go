@@ -52,7 +52,15 @@ type Options struct {
 	User    string            // "uid:gid"
 	Labels  map[string]string // OCI labels
 	Created time.Time         // layer mtimes and config "created"
+	// CABundle, when set, is written to /etc/ssl/certs/ca-certificates.crt,
+	// where Go's crypto/x509 looks for the system roots on Linux (the sidecar
+	// originates TLS; docs/tls.md). SSL_CERT_FILE / SSL_CERT_DIR still override it.
+	CABundle []byte
 }
+
+// CABundlePath is where the CA bundle goes in the image (Debian's path, the
+// first one Go's crypto/x509 tries on Linux).
+const CABundlePath = "etc/ssl/certs/ca-certificates.crt"
 
 // Result is what Write produced.
 type Result struct {
@@ -112,7 +120,7 @@ func Build(opts Options, bin []byte, arch string) (v1.Image, error) {
 	if strings.Contains(opts.Name, "/") || opts.Name == "" || opts.Name == "." || opts.Name == ".." {
 		return nil, fmt.Errorf("name %q: want a plain file name", opts.Name)
 	}
-	layerTar, err := rootfs(opts.Name, bin, opts.Created)
+	layerTar, err := rootfs(opts.Name, bin, opts.CABundle, opts.Created)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +161,7 @@ func Build(opts Options, bin []byte, arch string) (v1.Image, error) {
 
 // rootfs returns the uncompressed layer: the distroless-style nonroot files
 // and the binary at /<binName>, every entry stamped with mtime.
-func rootfs(binName string, bin []byte, mtime time.Time) ([]byte, error) {
+func rootfs(binName string, bin, caBundle []byte, mtime time.Time) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dir := func(p string, mode int64, uid int) error {
@@ -174,6 +182,13 @@ func rootfs(binName string, bin []byte, mtime time.Time) ([]byte, error) {
 		func() error { return dir("home/nonroot", 0o700, nonrootUID) },
 		func() error { return dir("tmp", 0o1777, 0) },
 		func() error { return file(path.Clean(binName), 0o755, bin) },
+	}
+	if caBundle != nil {
+		steps = append(steps,
+			func() error { return dir("etc/ssl", 0o755, 0) },
+			func() error { return dir("etc/ssl/certs", 0o755, 0) },
+			func() error { return file(CABundlePath, 0o644, caBundle) },
+		)
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {

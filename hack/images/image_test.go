@@ -122,3 +122,30 @@ func TestStaticELFArchRejectsNonELF(t *testing.T) {
 		t.Error("a shell script was accepted as a static binary")
 	}
 }
+
+func TestCABundleLandsWhereGoLooksForSystemRoots(t *testing.T) {
+	img, err := Build(Options{Name: "retry-sidecar", User: "65532:65532", CABundle: []byte("PEM")}, []byte("binary"), "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := img.Layers()
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("no %s in the layer (%v)", CABundlePath, err)
+		}
+		if h.Name == CABundlePath {
+			b, _ := io.ReadAll(tr)
+			if string(b) != "PEM" || h.Mode != 0o644 {
+				t.Fatalf("%s: %q mode %o, want \"PEM\" 644", h.Name, b, h.Mode)
+			}
+			return
+		}
+	}
+}

@@ -68,6 +68,7 @@ func main() {
 	flag.StringVar(&opts.Name, "name", "", "file name of the binary inside the image; the entrypoint is /<name> (default: the binary's base name)")
 	flag.StringVar(&opts.User, "user", "65532:65532", "user:group the image runs as")
 	flag.Var(labels, "label", "image label key=value (repeatable)")
+	caBundle := flag.String("ca-bundle", "", "PEM file written to /"+CABundlePath+" in the image (the system roots of a Go program)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s -binary FILE -image REF -output TAR [-name NAME] [-label k=v]...\n", filepath.Base(os.Args[0]))
 		flag.PrintDefaults()
@@ -78,6 +79,13 @@ func main() {
 		os.Exit(2)
 	}
 	opts.Labels = labels
+	if *caBundle != "" {
+		b, err := os.ReadFile(*caBundle)
+		if err != nil {
+			fatal(fmt.Errorf("-ca-bundle: %w", err))
+		}
+		opts.CABundle = b
+	}
 
 	created, err := sourceDateEpoch(os.Getenv("SOURCE_DATE_EPOCH"))
 	if err != nil {

@@ -24,6 +24,9 @@ type Input struct {
 	// source of the last accepted rendering of a policy whose newest generation
 	// is invalid.
 	Previous policyset.Document
+	// ConfigMaps are the data of the namespace's ConfigMaps that policies name in
+	// tls.caCertificateRefs, by name; a name absent from the map does not exist.
+	ConfigMaps map[string]map[string]string
 }
 
 // PodInfo is what rate sharing needs to know about a pod.
@@ -60,8 +63,10 @@ type PolicyStatus struct {
 type candidate struct {
 	policy   *v1alpha1.RetryPolicy
 	selector *metav1.LabelSelector
-	// upstreams as rendered: defaults applied (not yet the pod share).
+	// upstreams as rendered: defaults applied (not yet the pod share), and the
+	// resolved CA bundle of each (policyset.ResolveCABundles).
 	upstreams  []v1alpha1.Upstream
+	bundles    []string
 	generation int64
 	valid      bool
 }
@@ -78,6 +83,10 @@ type candidate struct {
 //	invalid            yes                          no                          False Invalid     True  Rendered (earlier generation)
 //	invalid            yes                          yes                         False Invalid     False NotRendered
 //	invalid            no                           -                           False Invalid     False NotRendered
+//
+// A policy whose tls.caCertificateRefs do not resolve (a ConfigMap or its key
+// ca.crt missing, no PEM certificate in it) is treated as an invalid one, with
+// reason InvalidRef: its last accepted rendering stays in force.
 func Compute(in Input) (Output, error) {
 	previous := make(map[string]policyset.Policy, len(in.Previous.Policies))
 	for _, p := range in.Previous.Policies {
@@ -93,20 +102,32 @@ func Compute(in Input) (Output, error) {
 		if p.DeletionTimestamp != nil {
 			continue // on its way out: neither rendered nor given a status
 		}
-		if errs := v1alpha1.Validate(p); len(errs) > 0 {
+		errs, reason := v1alpha1.Validate(p), ReasonInvalid
+		var bundles []string
+		if len(errs) == 0 {
+			bundles, errs = policyset.ResolveCABundles(p, func(name string) (string, bool, bool) {
+				data, ok := in.ConfigMaps[name]
+				v, hasKey := data[v1alpha1.CACertificateKey]
+				return v, ok, hasKey
+			})
+			reason = ReasonInvalidRef
+		}
+		if len(errs) > 0 {
 			msg := errs.ToAggregate().Error()
 			if prev, ok := previous[p.Name]; ok {
 				msg = fmt.Sprintf("%s; generation %d, the last accepted, stays in force", msg, prev.Generation)
 				ups := make([]v1alpha1.Upstream, len(prev.Upstreams))
+				prevBundles := make([]string, len(prev.Upstreams))
 				for j := range prev.Upstreams {
 					ups[j] = prev.Upstreams[j].Upstream
+					prevBundles[j] = prev.Upstreams[j].CABundle
 				}
-				cands = append(cands, candidate{policy: p, selector: prev.PodSelector, upstreams: ups, generation: prev.Generation})
+				cands = append(cands, candidate{policy: p, selector: prev.PodSelector, upstreams: ups, bundles: prevBundles, generation: prev.Generation})
 			}
-			accepted[p.Name] = condition(ConditionAccepted, metav1.ConditionFalse, ReasonInvalid, msg)
+			accepted[p.Name] = condition(ConditionAccepted, metav1.ConditionFalse, reason, msg)
 			continue
 		}
-		cands = append(cands, candidate{policy: p, selector: p.Spec.PodSelector, upstreams: p.Spec.Upstreams, generation: p.Generation, valid: true})
+		cands = append(cands, candidate{policy: p, selector: p.Spec.PodSelector, upstreams: p.Spec.Upstreams, bundles: bundles, generation: p.Generation, valid: true})
 	}
 
 	// The older policy wins a conflict: creationTimestamp, then name, is an order
@@ -145,8 +166,12 @@ func Compute(in Input) (Output, error) {
 	for _, w := range winners {
 		pods := countReady(in.Pods, w.selector)
 		rp := policyset.Policy{Namespace: w.policy.Namespace, Name: w.policy.Name, Generation: w.generation, PodSelector: w.selector.DeepCopy()}
-		for _, u := range w.upstreams {
-			rp.Upstreams = append(rp.Upstreams, policyset.CompileUpstream(u, pods))
+		for j, u := range w.upstreams {
+			cu := policyset.CompileUpstream(u, pods)
+			if j < len(w.bundles) {
+				cu.CABundle = w.bundles[j]
+			}
+			rp.Upstreams = append(rp.Upstreams, cu)
 		}
 		out.Document.Policies = append(out.Document.Policies, rp)
 		out.UIDs[w.policy.Name] = w.policy.UID

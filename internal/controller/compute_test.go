@@ -207,3 +207,48 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+func TestComputeResolvesCACertificateRefs(t *testing.T) {
+	ca := testCA(t, "partner")
+	withRef := pol("p", 0, 2, nil, "api.partner.example")
+	withRef.Spec.Upstreams[0].TLS = &v1alpha1.UpstreamTLS{CACertificateRefs: []v1alpha1.CACertificateRef{{Name: "partner-ca"}}}
+	prev := policyset.CompileUpstream(withRef.Spec.Upstreams[0], 0)
+	prev.CABundle = "previous bundle"
+	previous := policyset.Document{Version: 1, Policies: []policyset.Policy{{Namespace: "ns", Name: "p", Generation: 1, Upstreams: []policyset.Upstream{prev}}}}
+	tests := map[string]struct {
+		configMaps map[string]map[string]string
+		wantReason string
+		wantBundle string
+		wantMsg    string
+	}{
+		"the ConfigMap's ca.crt is rendered as the upstream's caBundle": {
+			configMaps: map[string]map[string]string{"partner-ca": {"ca.crt": ca}},
+			wantReason: ReasonValid, wantBundle: ca, wantMsg: "1 upstream(s) accepted",
+		},
+		"a missing ConfigMap is InvalidRef and the previous bundle stays rendered": {
+			configMaps: nil,
+			wantReason: ReasonInvalidRef, wantBundle: "previous bundle",
+			wantMsg: `spec.upstreams[0].tls.caCertificateRefs[0].name: Not found: "partner-ca": ConfigMap ns/partner-ca does not exist; generation 1, the last accepted, stays in force`,
+		},
+		"a ConfigMap without ca.crt is InvalidRef": {
+			configMaps: map[string]map[string]string{"partner-ca": {"ca.pem": ca}},
+			wantReason: ReasonInvalidRef, wantBundle: "previous bundle",
+			wantMsg: `spec.upstreams[0].tls.caCertificateRefs[0].name: Invalid value: "partner-ca": ConfigMap ns/partner-ca has no key ca.crt; generation 1, the last accepted, stays in force`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, err := Compute(Input{Policies: []v1alpha1.RetryPolicy{withRef}, Previous: previous, ConfigMaps: tc.configMaps})
+			if err != nil {
+				t.Fatal(err)
+			}
+			acc := out.Status["p"].Accepted
+			if acc.Reason != tc.wantReason || acc.Message != tc.wantMsg {
+				t.Errorf("Accepted = %s %q\nwant %s %q", acc.Reason, acc.Message, tc.wantReason, tc.wantMsg)
+			}
+			if got := out.Document.Policies[0].Upstreams[0].CABundle; got != tc.wantBundle {
+				t.Errorf("caBundle = %q, want %q", got, tc.wantBundle)
+			}
+		})
+	}
+}

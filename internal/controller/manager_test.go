@@ -133,6 +133,7 @@ func TestManager(t *testing.T) {
 	t.Run("a pod of a namespace asking for transparent interception gets the redirect init container with only NET_ADMIN and NET_RAW, and no proxy environment", h.testTransparent)
 	t.Run("a pod asking for transparent interception of invalid ports is admitted with the proxy environment and a warning event", h.testTransparentBadPorts)
 	t.Run("transparent interception in a namespace enforcing restricted Pod Security falls back to the proxy environment with a warning event", h.testTransparentRestricted)
+	t.Run("tls.caCertificateRefs are resolved, watched and reported InvalidRef when missing", h.testTLS)
 	// Last: it deletes the validating webhook configuration.
 	t.Run("with the webhook gone an invalid update is caught by the reconciler and the last rendering survives", h.testInvalidBypassingWebhook)
 }

@@ -28,6 +28,12 @@ const (
 	// host of this policy for pods both selectors may select. The message names
 	// the winner and the host. Accepted=False.
 	ReasonConflict = "Conflict"
+	// ReasonInvalidRef: a tls.caCertificateRefs entry does not resolve: the
+	// ConfigMap does not exist in the policy's namespace, has no key ca.crt, or
+	// that key holds no PEM certificate. The message names the ref's field path;
+	// the last accepted generation stays in force, as for ReasonInvalid.
+	// Accepted=False.
+	ReasonInvalidRef = "InvalidRef"
 	// ReasonRendered: the policy is in the ConfigMap; the message carries the
 	// rendered generation and the content hash of policies.json. Programmed=True.
 	ReasonRendered = "Rendered"

@@ -93,7 +93,18 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	} else if err != nil {
 		return ctrl.Result{}, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
 	}
-	in := Input{Policies: policies.Items, Pods: podInfos(pods.Items)}
+	in := Input{Policies: policies.Items, Pods: podInfos(pods.Items), ConfigMaps: map[string]map[string]string{}}
+	for _, name := range caRefNames(policies.Items) {
+		var ca corev1.ConfigMap
+		err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &ca)
+		if apierrors.IsNotFound(err) {
+			continue // Compute reports it: Accepted=False, InvalidRef
+		}
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, name, err)
+		}
+		in.ConfigMaps[name] = ca.Data
+	}
 	if cmExists {
 		if doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey])); err != nil {
 			// Someone edited it by hand: rebuild from the policies alone. Only the
@@ -280,16 +291,66 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // CacheOptions narrows the manager's cache to what the controller reads: only
-// the ConfigMaps it renders and only injected pods, not every ConfigMap and
-// pod of the cluster; managed fields are dropped from every cached object.
+// injected pods, not every pod of the cluster; managed fields are dropped from
+// every cached object. ConfigMaps are cached in every namespace because
+// tls.caCertificateRefs may name any of them, but slimmed (slimConfigMap): of
+// one the controller does not render only its name and the key ca.crt are kept.
 func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})},
+			&corev1.ConfigMap{}: {Transform: slimConfigMap},
 			&corev1.Pod{}:       {Label: labels.SelectorFromSet(labels.Set{podinject.LabelSidecar: podinject.LabelSidecarInjected})},
 		},
 	}
+}
+
+// slimConfigMap is the cache transform of ConfigMaps: a rendered one is kept
+// whole (managed fields dropped), any other is cut down to what CA resolution
+// reads, so caching every ConfigMap of the cluster costs little memory.
+func slimConfigMap(o any) (any, error) {
+	cm, ok := o.(*corev1.ConfigMap)
+	if !ok {
+		return o, nil
+	}
+	if cm.Labels[ManagedByLabel] == ManagedByValue {
+		cm.ManagedFields = nil
+		return cm, nil
+	}
+	slim := &corev1.ConfigMap{TypeMeta: cm.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: cm.Name, Namespace: cm.Namespace, UID: cm.UID, ResourceVersion: cm.ResourceVersion,
+		Generation: cm.Generation, DeletionTimestamp: cm.DeletionTimestamp,
+	}}
+	if v, ok := cm.Data[v1alpha1.CACertificateKey]; ok {
+		slim.Data = map[string]string{v1alpha1.CACertificateKey: v}
+	}
+	return slim, nil
+}
+
+// caRefIndex indexes RetryPolicies by the ConfigMaps their tls.caCertificateRefs name.
+const caRefIndex = "spec.upstreams.tls.caCertificateRefs.name"
+
+// caRefNames are the ConfigMap names the policies reference, sorted, once each.
+func caRefNames(policies []v1alpha1.RetryPolicy) []string {
+	var names []string
+	for i := range policies {
+		names = append(names, policyCARefs(&policies[i])...)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+func policyCARefs(p *v1alpha1.RetryPolicy) []string {
+	var names []string
+	for _, u := range p.Spec.Upstreams {
+		if u.TLS == nil {
+			continue
+		}
+		for _, r := range u.TLS.CACertificateRefs {
+			names = append(names, r.Name)
+		}
+	}
+	return names
 }
 
 // SetupWithManager registers the controller. Events of all three kinds map to
@@ -303,16 +364,52 @@ func CacheOptions() cache.Options {
 // The ConfigMap is watched with Watches rather than Owns because it has one
 // owner reference per rendered policy and none is a controller reference;
 // what must be reconciled when it changes is its namespace, not an owner.
+//
+// A ConfigMap named in some policy's tls.caCertificateRefs (found through the
+// caRefIndex field index) maps to its namespace too: a CA rotation re-renders,
+// and a ConfigMap created after the policy that names it makes it Accepted.
 func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.RetryPolicy{}, caRefIndex, func(o client.Object) []string {
+		p, ok := o.(*v1alpha1.RetryPolicy)
+		if !ok {
+			return nil
+		}
+		return policyCARefs(p)
+	}); err != nil {
+		return fmt.Errorf("indexing RetryPolicies by CA ConfigMap: %w", err)
+	}
 	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: policyset.ConfigMapName}}}
 	})
+	referencedCA := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		var refs v1alpha1.RetryPolicyList
+		if err := r.List(ctx, &refs, client.InNamespace(o.GetNamespace()), client.MatchingFields{caRefIndex: o.GetName()}); err != nil || len(refs.Items) == 0 {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: policyset.ConfigMapName}}}
+	})
 	isRendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == policyset.ConfigMapName })
+	caChanged := predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.ConfigMap)
+			n, ok2 := e.ObjectNew.(*corev1.ConfigMap)
+			if !ok1 || !ok2 {
+				return true
+			}
+			ov, oHas := o.Data[v1alpha1.CACertificateKey]
+			nv, nHas := n.Data[v1alpha1.CACertificateKey]
+			return ov != nv || oHas != nHas
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("retrypolicy").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Watches(&v1alpha1.RetryPolicy{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(isRendered)).
+		Watches(&corev1.ConfigMap{}, referencedCA, builder.WithPredicates(caChanged, predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetName() != policyset.ConfigMapName
+		}))).
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
 		Complete(r)
 }

@@ -1,6 +1,8 @@
 package h1client
 
 import (
+	"crypto/tls"
+	"net"
 	"syscall"
 )
 
@@ -11,7 +13,20 @@ func (c *conn) alive() bool {
 	if c.br.Buffered() > 0 {
 		return false
 	}
-	sc, ok := c.nc.(syscall.Conn)
+	nc := c.nc
+	tc, isTLS := nc.(*tls.Conn)
+	if isTLS {
+		nc = tc.NetConn() // the socket first: bytes the server sent since (a close_notify, a FIN)
+	}
+	if !peekQuiet(nc) {
+		return false
+	}
+	return !isTLS || tlsQuiet(tc) // then what the TLS layer already holds
+}
+
+// peekQuiet: one non-blocking MSG_PEEK on the socket; nothing is consumed.
+func peekQuiet(nc net.Conn) bool {
+	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return true
 	}

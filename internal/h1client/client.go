@@ -4,6 +4,10 @@
 // readLoop per connection and no channel hand-off per request, which is most of
 // what a forward proxy pays for on loopback.
 //
+// RoundTripTLS sends an http:// request of the app to a TLS upstream (TLS
+// origination, docs/tls.md): HTTP/1.1 on this pool, HTTP/2 when the upstream
+// selects it by ALPN; the contract below holds for it too (tls.go).
+//
 // Anything it does not handle itself goes to Fallback (normally an
 // *http.Transport): https, CONNECT, upgrades, Expect: 100-continue, request
 // trailers, URL user info, and request bodies of unknown or large length (those
@@ -14,7 +18,8 @@
 // pkg/retrypolicy, which counts every transmission as an attempt:
 //   - a connect failure is returned as the dialer's error (a *net.OpError with
 //     Op "dial", or a *net.DNSError), so it is distinguishable from a failure
-//     after the request was written;
+//     after the request was written; a failed TLS handshake is one too, except
+//     a certificate that does not verify: retrypolicy.ErrUntrustedCertificate;
 //   - a request is never sent twice. The sole exception: on a reused connection
 //     where not one byte of the request reached the socket, it goes out on
 //     another connection as the same transmission (with its body produced again
@@ -91,8 +96,16 @@ type Transport struct {
 	// MaxResponseHeaderBytes bounds the response head; 0 = 1 MiB.
 	MaxResponseHeaderBytes int64
 
+	// TLSDialTimeout bounds the TCP connect and the TLS handshake of
+	// RoundTripTLS together; 0 = DefaultTLSDialTimeout.
+	TLSDialTimeout time.Duration
+	// DisableHTTP2 offers only http/1.1 by ALPN to TLS upstreams.
+	DisableHTTP2 bool
+
 	mu        sync.Mutex
 	hosts     map[string]*host
+	h2conns   map[string][]*http.ClientConn // TLS upstreams that chose HTTP/2, by TLSOrigin.Key
+	h2t       *http.Transport
 	idleTotal int
 	janitor   *time.Timer
 	closed    bool
@@ -118,6 +131,9 @@ type conn struct {
 	br     *bufio.Reader
 	idleAt time.Time
 	reused bool
+	// h2: the dial negotiated HTTP/2; the connection lives in the HTTP/2 pool
+	// and this value only carries it to the caller (nc, cr, br are unused).
+	h2 *http.ClientConn
 }
 
 // countingConn counts the bytes of the current exchange, so a failure can tell
@@ -159,20 +175,38 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, err
 	}
+	return t.roundTripPooled(req, hostPort(req.URL), nil)
+}
+
+// roundTripPooled sends req on a pooled connection of key (dialled as o says
+// when o is not nil), resending only what never reached a socket.
+func (t *Transport) roundTripPooled(req *http.Request, key string, o *TLSOrigin) (*http.Response, error) {
 	ctx := req.Context()
-	key := hostPort(req.URL)
 	body := req.Body
 	if body == http.NoBody {
 		body = nil
 	}
 	canResend := body == nil || req.GetBody != nil
 	for try := 0; ; try++ {
-		c, err := t.getConn(ctx, key)
+		c, err := t.getConn(ctx, key, o)
 		if err != nil {
 			if body != nil {
 				body.Close()
 			}
 			return nil, err
+		}
+		if c.h2 != nil {
+			if try > 0 && body != nil {
+				b, gerr := req.GetBody()
+				if gerr != nil {
+					c.h2.Release()
+					return nil, gerr
+				}
+				r := req.WithContext(ctx)
+				r.Body = b
+				req = r
+			}
+			return roundTripH2(c.h2, req)
 		}
 		if try > 0 && body != nil { // a resend: a fresh body
 			b, gerr := req.GetBody()

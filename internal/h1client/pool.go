@@ -3,6 +3,8 @@ package h1client
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"errors"
 	"net"
 	"time"
 
@@ -29,7 +31,7 @@ func (t *Transport) maxIdlePerHost() int {
 // it is handed out: one the server closed while idle (Node and Apache close
 // idle keep-alive connections after 5 s) or that holds unsolicited bytes is
 // discarded, so no request is ever written to it.
-func (t *Transport) getConn(ctx context.Context, key string) (*conn, error) {
+func (t *Transport) getConn(ctx context.Context, key string, o *TLSOrigin) (*conn, error) {
 	for {
 		t.mu.Lock()
 		if t.closed {
@@ -55,7 +57,7 @@ func (t *Transport) getConn(ctx context.Context, key string) (*conn, error) {
 		if t.MaxConnsPerHost <= 0 || h.total < t.MaxConnsPerHost {
 			h.total++
 			t.mu.Unlock()
-			return t.dial(ctx, key)
+			return t.dial(ctx, key, o)
 		}
 		// At the limit: wait for a connection to come back (or a slot to free).
 		ch := make(chan *conn, 1)
@@ -64,7 +66,7 @@ func (t *Transport) getConn(ctx context.Context, key string) (*conn, error) {
 		select {
 		case c := <-ch:
 			if c == nil { // a slot: h.total was kept for us
-				return t.dial(ctx, key)
+				return t.dial(ctx, key, o)
 			}
 			if !c.alive() {
 				t.discard(c)
@@ -112,21 +114,50 @@ func (t *Transport) popIdle(h *host) *conn {
 	return nil
 }
 
-// dial opens a connection to key, bounded by the attempt's connect timeout
-// (retrypolicy.ConnectTimeout) when the request carries one. Its errors are
-// tagged with the connect phase and stay the dialer's own underneath
-// (*net.OpError{Op: "dial"} or *net.DNSError).
-func (t *Transport) dial(ctx context.Context, key string) (*conn, error) {
+// dial opens a connection for key: plain TCP to key, or TLS to o. A TLS
+// connection that negotiated HTTP/2 goes to the HTTP/2 pool, frees its slot
+// here, and comes back as a conn with only h2 set (a stream reserved).
+//
+// The dial and the TLS handshake are bounded by the attempt's connect timeout
+// (retrypolicy.ConnectTimeout) when the request carries one. Errors are tagged
+// with their phase (connect, or tls for the handshake) and stay the dialer's
+// own underneath (*net.OpError{Op: "dial"} or *net.DNSError).
+func (t *Transport) dial(ctx context.Context, key string, o *TLSOrigin) (*conn, error) {
 	dctx := ctx
 	if d, ok := retrypolicy.ConnectTimeout(ctx); ok && d > 0 {
 		var cancel context.CancelFunc
 		dctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	nc, err := t.dialer()(dctx, "tcp", key)
+	var nc net.Conn
+	var err error
+	if o != nil {
+		var tc *tls.Conn
+		tc, err = t.dialTLS(dctx, o)
+		if err == nil && tc.ConnectionState().NegotiatedProtocol == "h2" {
+			t.freeSlot(key)
+			cc, herr := t.newH2(ctx, key, o.Addr, tc)
+			if herr != nil {
+				return nil, herr
+			}
+			if rerr := cc.Reserve(); rerr != nil {
+				return nil, rerr
+			}
+			return &conn{t: t, key: key, h2: cc}, nil
+		}
+		if err == nil {
+			nc = tc
+		}
+	} else {
+		nc, err = t.dialer()(dctx, "tcp", key)
+	}
 	if err != nil {
 		t.freeSlot(key)
-		return nil, &retrypolicy.PhaseError{Phase: retrypolicy.PhaseConnect, Err: err}
+		var pe *retrypolicy.PhaseError
+		if !errors.As(err, &pe) {
+			err = &retrypolicy.PhaseError{Phase: retrypolicy.PhaseConnect, Err: err}
+		}
+		return nil, err
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
@@ -258,6 +289,7 @@ func (t *Transport) CloseIdleConnections() {
 	for _, c := range old {
 		c.nc.Close()
 	}
+	t.closeIdleH2()
 	if ci, ok := t.Fallback.(interface{ CloseIdleConnections() }); ok {
 		ci.CloseIdleConnections()
 	}

@@ -52,4 +52,8 @@ type Upstream struct {
 	// pods): what one sidecar may start so the fleet stays in one account quota.
 	// Zero when rateLimit is not set.
 	PodRequestsPerMinute float64 `json:"podRequestsPerMinute,omitempty"`
+	// CABundle is the PEM of the ConfigMaps named by tls.caCertificateRefs, resolved
+	// by the manager (ResolveCABundles), so the sidecar reads one document; empty
+	// when the upstream has no refs (the system roots apply).
+	CABundle string `json:"caBundle,omitempty"`
 }

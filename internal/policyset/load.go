@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -26,39 +27,90 @@ const DefaultNamespace = "default"
 // validates each with v1alpha1.Validate, and returns them as a Document, as the
 // manager would have rendered them for a single pod. Unknown fields are errors,
 // as they are for the API server under strict field validation.
+//
+// ConfigMap documents (apiVersion v1) may stand beside the policies: they are
+// what tls.caCertificateRefs resolve against in standalone mode, as the manager
+// resolves them against the cluster (docs/tls.md). Other kinds are errors.
 func FromPolicyYAML(data []byte) (Document, error) {
+	return FromPolicyFiles(data)
+}
+
+// FromPolicyFiles is FromPolicyYAML over several files read as one input: a
+// policy in one file may name a CA ConfigMap in another.
+func FromPolicyFiles(files ...[]byte) (Document, error) {
 	doc := Document{Version: DocumentVersion}
-	reader := utilyaml.NewYAMLReader(bufioReader(data))
-	for i := 0; ; i++ {
-		raw, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			break
+	var policies []*v1alpha1.RetryPolicy
+	configMaps := map[string]map[string]string{} // namespace/name -> data
+	for f, data := range files {
+		where := func(i int) string {
+			if len(files) > 1 {
+				return fmt.Sprintf("file %d, document %d", f, i)
+			}
+			return fmt.Sprintf("document %d", i)
 		}
-		if err != nil {
-			return Document{}, fmt.Errorf("document %d: %w", i, err)
+		reader := utilyaml.NewYAMLReader(bufioReader(data))
+		for i := 0; ; i++ {
+			raw, err := reader.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return Document{}, fmt.Errorf("%s: %w", where(i), err)
+			}
+			if len(bytes.TrimSpace(raw)) == 0 || isOnlyComments(raw) {
+				continue
+			}
+			var tm metav1.TypeMeta
+			if err := yaml.Unmarshal(raw, &tm); err != nil {
+				return Document{}, fmt.Errorf("%s: %w", where(i), err)
+			}
+			if tm.APIVersion == "v1" && tm.Kind == "ConfigMap" {
+				var cm corev1.ConfigMap
+				if err := yaml.UnmarshalStrict(raw, &cm); err != nil {
+					return Document{}, fmt.Errorf("%s: %w", where(i), err)
+				}
+				if cm.Namespace == "" {
+					cm.Namespace = DefaultNamespace
+				}
+				configMaps[cm.Namespace+"/"+cm.Name] = cm.Data
+				continue
+			}
+			var p v1alpha1.RetryPolicy
+			if err := yaml.UnmarshalStrict(raw, &p); err != nil {
+				return Document{}, fmt.Errorf("%s: %w", where(i), err)
+			}
+			if p.APIVersion != v1alpha1.GroupVersion.String() || p.Kind != "RetryPolicy" {
+				return Document{}, fmt.Errorf("%s: apiVersion/kind is %q/%q; want %s/RetryPolicy (or v1/ConfigMap for a CA)",
+					where(i), p.APIVersion, p.Kind, v1alpha1.GroupVersion.String())
+			}
+			if p.Name == "" {
+				return Document{}, fmt.Errorf("%s: metadata.name: Required value", where(i))
+			}
+			if p.Namespace == "" {
+				p.Namespace = DefaultNamespace
+			}
+			v1alpha1.SetDefaults(&p)
+			if errs := v1alpha1.Validate(&p); len(errs) > 0 {
+				return Document{}, fmt.Errorf("RetryPolicy %s/%s: %w", p.Namespace, p.Name, errs.ToAggregate())
+			}
+			policies = append(policies, &p)
 		}
-		if len(bytes.TrimSpace(raw)) == 0 || isOnlyComments(raw) {
-			continue
+	}
+	for _, p := range policies {
+		bundles, errs := ResolveCABundles(p, func(name string) (string, bool, bool) {
+			data, ok := configMaps[p.Namespace+"/"+name]
+			v, hasKey := data[v1alpha1.CACertificateKey]
+			return v, ok, hasKey
+		})
+		if len(errs) > 0 {
+			return Document{}, fmt.Errorf("RetryPolicy %s/%s: %w (give the CA ConfigMap as a document of a --policy-file, or use the system roots: wellKnownCACertificates: System with SSL_CERT_FILE)",
+				p.Namespace, p.Name, errs.ToAggregate())
 		}
-		var p v1alpha1.RetryPolicy
-		if err := yaml.UnmarshalStrict(raw, &p); err != nil {
-			return Document{}, fmt.Errorf("document %d: %w", i, err)
+		rp := FromRetryPolicy(p, 1)
+		for i := range rp.Upstreams {
+			rp.Upstreams[i].CABundle = bundles[i]
 		}
-		if p.APIVersion != v1alpha1.GroupVersion.String() || p.Kind != "RetryPolicy" {
-			return Document{}, fmt.Errorf("document %d: apiVersion/kind is %q/%q; want %s/RetryPolicy",
-				i, p.APIVersion, p.Kind, v1alpha1.GroupVersion.String())
-		}
-		if p.Name == "" {
-			return Document{}, fmt.Errorf("document %d: metadata.name: Required value", i)
-		}
-		if p.Namespace == "" {
-			p.Namespace = DefaultNamespace
-		}
-		v1alpha1.SetDefaults(&p)
-		if errs := v1alpha1.Validate(&p); len(errs) > 0 {
-			return Document{}, fmt.Errorf("RetryPolicy %s/%s: %w", p.Namespace, p.Name, errs.ToAggregate())
-		}
-		doc.Policies = append(doc.Policies, FromRetryPolicy(&p, 1))
+		doc.Policies = append(doc.Policies, rp)
 	}
 	if len(doc.Policies) == 0 {
 		return Document{}, errors.New("no RetryPolicy documents found")
@@ -104,6 +156,14 @@ func Select(doc Document, podLabels map[string]string) ([]Policy, error) {
 // upstream name; then both are qualified as "policy/upstream" so their runtime
 // state (budget, limiter, queue) stays apart.
 func Compile(policies []Policy) (*retrypolicy.Set, error) {
+	set, _, err := CompileUpstreams(policies)
+	return set, err
+}
+
+// CompileUpstreams is Compile that also returns the rendered upstream of each
+// compiled policy: what the sidecar needs beyond the retry rules (tls).
+func CompileUpstreams(policies []Policy) (*retrypolicy.Set, map[*retrypolicy.Policy]Upstream, error) {
+	origin := map[*retrypolicy.Policy]Upstream{}
 	count := map[string]int{}
 	for _, p := range policies {
 		for _, u := range p.Upstreams {
@@ -115,23 +175,24 @@ func Compile(policies []Policy) (*retrypolicy.Set, error) {
 		for i, u := range p.Upstreams {
 			cfg, err := ToConfig(u)
 			if err != nil {
-				return nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].%w", p.Namespace, p.Name, i, err)
+				return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].%w", p.Namespace, p.Name, i, err)
 			}
 			if count[u.Name] > 1 {
 				cfg.Name = p.Name + "/" + u.Name
 			}
 			cp, err := retrypolicy.Compile(cfg)
 			if err != nil {
-				return nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].%w", p.Namespace, p.Name, i, err)
+				return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].%w", p.Namespace, p.Name, i, err)
 			}
 			compiled = append(compiled, cp)
+			origin[cp] = u
 		}
 	}
 	set, err := retrypolicy.NewSet(compiled...)
 	if err != nil {
-		return nil, fmt.Errorf("selected policies: %w", err)
+		return nil, nil, fmt.Errorf("selected policies: %w", err)
 	}
-	return set, nil
+	return set, origin, nil
 }
 
 // ToConfig converts a rendered (defaulted) upstream to the plain-Go config of

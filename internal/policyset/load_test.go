@@ -1,6 +1,13 @@
 package policyset
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,8 +106,20 @@ func TestFromPolicyYAMLRejectsWhatTheAPIRejects(t *testing.T) {
 			want: "RetryPolicy default/p: spec.upstreams[0].pacing.holdOnDeferral: Invalid value: true: needs maxAttempts > 1 and at least one retryOn.statusCodes entry: only a response that would be retried can be deferred",
 		},
 		"another kind is refused": {
-			yaml: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: p}\n",
-			want: `document 0: apiVersion/kind is "v1"/"ConfigMap"; want policy.retry.dev/v1alpha1/RetryPolicy`,
+			yaml: "apiVersion: v1\nkind: Secret\nmetadata: {name: p}\n",
+			want: `document 0: apiVersion/kind is "v1"/"Secret"; want policy.retry.dev/v1alpha1/RetryPolicy (or v1/ConfigMap for a CA)`,
+		},
+		"a caCertificateRef without its ConfigMap names the ref and the way out": {
+			yaml: "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], tls: {caCertificateRefs: [{name: partner-ca}]}}\n",
+			want: `RetryPolicy default/p: spec.upstreams[0].tls.caCertificateRefs[0].name: Not found: "partner-ca": ConfigMap default/partner-ca does not exist (give the CA ConfigMap as a document of a --policy-file, or use the system roots: wellKnownCACertificates: System with SSL_CERT_FILE)`,
+		},
+		"a CA ConfigMap without ca.crt is refused": {
+			yaml: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: partner-ca}\ndata: {tls.crt: x}\n---\napiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], tls: {caCertificateRefs: [{name: partner-ca}]}}\n",
+			want: `RetryPolicy default/p: spec.upstreams[0].tls.caCertificateRefs[0].name: Invalid value: "partner-ca": ConfigMap default/partner-ca has no key ca.crt (give the CA ConfigMap as a document of a --policy-file, or use the system roots: wellKnownCACertificates: System with SSL_CERT_FILE)`,
+		},
+		"a ca.crt without a certificate is refused": {
+			yaml: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: partner-ca}\ndata: {ca.crt: not a certificate}\n---\napiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], tls: {caCertificateRefs: [{name: partner-ca}]}}\n",
+			want: `RetryPolicy default/p: spec.upstreams[0].tls.caCertificateRefs[0].name: Invalid value: "partner-ca": key ca.crt of ConfigMap default/partner-ca holds no PEM CERTIFICATE that parses (give the CA ConfigMap as a document of a --policy-file, or use the system roots: wellKnownCACertificates: System with SSL_CERT_FILE)`,
 		},
 		"a file without policies is refused": {
 			yaml: "# nothing here\n",
@@ -238,5 +257,55 @@ func checkHostPatternAgreement(t *testing.T, h string) {
 	})
 	if coreOK := err == nil; apiOK != coreOK {
 		t.Errorf("host %q: API accepts=%v, retrypolicy.Compile accepts=%v (%v)", h, apiOK, coreOK, err)
+	}
+}
+
+// testCAPEM is a self-signed CA certificate generated for the test.
+func testCAPEM(t *testing.T, cn string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+func TestPolicyFilesResolveCACertificateRefsFromConfigMapDocuments(t *testing.T) {
+	ca1, ca2 := testCAPEM(t, "one"), testCAPEM(t, "two")
+	indent := func(s string) string { return "    " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n    ") }
+	policy := `apiVersion: policy.retry.dev/v1alpha1
+kind: RetryPolicy
+metadata: {name: partner, namespace: shop}
+spec:
+  upstreams:
+  - name: partner
+    hosts: [api.partner.example]
+    tls: {hostname: api.partner.example, port: 8443, caCertificateRefs: [{name: ca-one}, {name: ca-two}]}
+  - name: public
+    hosts: [api.public.example]
+    tls: {}
+`
+	cms := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ca-one, namespace: shop}\ndata:\n  ca.crt: |\n" + indent("# a comment is dropped\n"+ca1) +
+		"\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: ca-two, namespace: shop}\ndata:\n  ca.crt: |\n" + indent(ca2) + "\n"
+	doc, err := FromPolicyFiles([]byte(policy), []byte(cms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ups := doc.Policies[0].Upstreams
+	if got, want := ups[0].CABundle, ca1+ca2; got != want {
+		t.Errorf("caBundle of partner:\n%s\nwant the two CAs in ref order:\n%s", got, want)
+	}
+	if ups[1].CABundle != "" || ups[1].TLS == nil || ups[1].TLS.WellKnownCACertificates != nil {
+		t.Errorf("public: want tls {} kept as written and no bundle, got tls %+v bundle %q", ups[1].TLS, ups[1].CABundle)
+	}
+	if _, err := FromPolicyFiles([]byte(policy)); err == nil || !strings.Contains(err.Error(), "ConfigMap shop/ca-one does not exist") {
+		t.Errorf("without the ConfigMap file: got %v", err)
 	}
 }

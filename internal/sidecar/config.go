@@ -40,6 +40,8 @@ type Config struct {
 	Hash string
 	// Upstreams are the names of the upstreams selected for this pod.
 	Upstreams []string
+	// tls holds the TLS origination of the policies that have one.
+	tls map[*retrypolicy.Policy]*tlsUpstream
 	// key identifies every input byte, labels included: equal keys, equal config.
 	key string
 }
@@ -128,10 +130,11 @@ func (r raw) compile(s Sources) (*Config, error) {
 		}
 		doc.Policies = append(doc.Policies, d.Policies...)
 	}
-	for i, b := range r.files {
-		d, err := policyset.FromPolicyYAML(b)
+	if len(r.files) > 0 {
+		// One input: a policy may name a CA ConfigMap given in another file.
+		d, err := policyset.FromPolicyFiles(r.files...)
 		if err != nil {
-			return nil, fmt.Errorf("--policy-file %s: %w", s.PolicyFiles[i], err)
+			return nil, fmt.Errorf("--policy-file %s: %w", strings.Join(s.PolicyFiles, ","), err)
 		}
 		doc.Policies = append(doc.Policies, d.Policies...)
 	}
@@ -147,11 +150,15 @@ func (r raw) compile(s Sources) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	set, err := policyset.Compile(selected)
+	set, upstreams, err := policyset.CompileUpstreams(selected)
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{Set: set, Hash: policyset.Hash(r.policyBytes()), key: r.key()}
+	origins, err := tlsUpstreams(upstreams)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{Set: set, Hash: policyset.Hash(r.policyBytes()), key: r.key(), tls: origins}
 	for _, p := range set.Policies() {
 		c.Upstreams = append(c.Upstreams, p.Name())
 	}

@@ -256,6 +256,9 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, retrypolicy.ErrMalformedResponse) {
 		msg = "retry-sidecar: upstream-error: the upstream's response could not be relayed\n"
 	}
+	if errors.Is(err, retrypolicy.ErrUntrustedCertificate) {
+		msg = "retry-sidecar: upstream-error: the upstream's TLS certificate did not verify: " + untrustedReason(err) + "\n"
+	}
 	plainError(w, status, msg)
 }
 

@@ -47,6 +47,20 @@ func (r *Reloader) Route(req *http.Request) *retrypolicy.Policy {
 	return c.Set.MatchRequest(req)
 }
 
+// tlsUpstream is the TLS origination of the request's upstream in the
+// configuration in force, or nil (one load: policy and origination agree).
+func (r *Reloader) tlsUpstream(req *http.Request) *tlsUpstream {
+	c := r.current.Load()
+	if c == nil || len(c.tls) == 0 {
+		return nil
+	}
+	p := c.Set.MatchRequest(req)
+	if p == nil {
+		return nil
+	}
+	return c.tls[p]
+}
+
 // Ready reports whether a configuration has been loaded.
 func (r *Reloader) Ready() bool { return r.current.Load() != nil }
 

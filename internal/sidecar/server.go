@@ -105,7 +105,9 @@ func UpstreamTransport(o Options) *http.Transport {
 // UpstreamClient is what every attempt is sent with: h1client for plain http://
 // upstreams (request written and response read on the handler's goroutine, over
 // the same keep-alive pool limits), falling back to UpstreamTransport for https,
-// upgrades, Expect: 100-continue and streamed or large request bodies.
+// upgrades, Expect: 100-continue and streamed or large request bodies. Upstreams
+// whose policy has tls are reached through its RoundTripTLS (docs/tls.md),
+// the dial and handshake bounded by DialTimeout.
 //
 // A dial that lands on one of the sidecar's own listeners fails with errLoop.
 func UpstreamClient(o Options, listeners ...net.Addr) *h1client.Transport {
@@ -125,6 +127,7 @@ func UpstreamClient(o Options, listeners ...net.Addr) *h1client.Transport {
 		IdleConnTimeout:     o.IdleConnTimeout,
 		ReadBufferSize:      16 << 10,
 		WriteBufferSize:     16 << 10,
+		TLSDialTimeout:      o.DialTimeout,
 	}
 }
 
@@ -180,7 +183,7 @@ func Run(ctx context.Context, o Options) error {
 		replayMemory = DefaultMaxReplayMemory()
 	}
 	rt := &retrypolicy.Transport{
-		Inner:        upstream,
+		Inner:        originator{h1: upstream, reloader: reloader},
 		Route:        reloader.Route,
 		Observer:     retrypolicy.Observers{metrics, NewLogObserver(log)},
 		ReplayMemory: retrypolicy.NewReplayMemory(replayMemory),

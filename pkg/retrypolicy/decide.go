@@ -22,6 +22,11 @@ const (
 	// Never retried: the app gets 502 with outcome upstream-error
 	// (docs/retry-semantics.md#unrelayable-responses).
 	Malformed
+	// Untrusted: the upstream's TLS certificate did not verify (unknown
+	// authority, wrong name, expired): ErrUntrustedCertificate. Nothing was sent,
+	// but another attempt would meet the same certificate, so it is never
+	// retried: outcome upstream-error (docs/tls.md).
+	Untrusted
 )
 
 func (c ErrorClass) String() string {
@@ -34,6 +39,8 @@ func (c ErrorClass) String() string {
 		return "canceled"
 	case Malformed:
 		return "malformed-response"
+	case Untrusted:
+		return "untrusted-certificate"
 	}
 	return "none"
 }
@@ -107,6 +114,7 @@ func (p *Policy) Decide(a Attempt) Decision { return p.DecideAt(time.Now(), a) }
 //	last attempt                                   decision
 //	Err Canceled                                   Stop canceled
 //	Err Malformed                                  Stop upstream-error
+//	Err Untrusted (certificate did not verify)     Stop upstream-error
 //	status not in retryOn, < 400                   Stop success
 //	status not in retryOn, >= 400                  Stop not-retryable
 //	retryable status, not Replayable               Stop not-replayable   (429/503/hints never make it replayable)
@@ -137,7 +145,7 @@ func (p *Policy) DecideAt(now time.Time, a Attempt) Decision {
 	switch a.Err {
 	case Canceled:
 		return Decision{Action: Stop, Outcome: OutcomeCanceled}
-	case Malformed:
+	case Malformed, Untrusted:
 		return Decision{Action: Stop, Outcome: OutcomeUpstreamError}
 	case NoError:
 		if !p.RetriesStatus(a.Status) {

@@ -124,6 +124,9 @@ func TestDecideRules(t *testing.T) {
 		"a malformed response is never retried, even of a replayable GET": {
 			a: with(get, func(a *Attempt) { a.Err = Malformed }), want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
 		},
+		"an upstream certificate that did not verify is never retried, even of a replayable GET": {
+			a: with(get, func(a *Attempt) { a.Err = Untrusted }), want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
+		},
 		"a canceled caller stops even if everything else would retry": {
 			a: with(get, func(a *Attempt) { a.Err = Canceled; a.Status = 503 }), want: Decision{Action: Stop, Outcome: OutcomeCanceled},
 		},

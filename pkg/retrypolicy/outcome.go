@@ -62,6 +62,14 @@ func Outcomes() []Outcome {
 // with OutcomeUpstreamError.
 var ErrMalformedResponse = errors.New("malformed upstream response")
 
+// ErrUntrustedCertificate marks a TLS handshake that failed because the
+// upstream's certificate did not verify (unknown authority, a name it is not
+// valid for, expired). An upstream client wraps it together with the
+// verification error (errors.Is); the Transport never retries it and ends the
+// request with OutcomeUpstreamError. Other handshake failures are connect
+// failures: nothing was sent.
+var ErrUntrustedCertificate = errors.New("upstream certificate did not verify")
+
 // Error is what the Transport returns when a logical request ends without a
 // response to give back: canceled, deadline-exceeded, or a transport failure that
 // was not (or no longer) retried. Attempts is the number of transmissions made.

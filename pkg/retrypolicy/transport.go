@@ -566,6 +566,9 @@ func (c *call) classify(ctx context.Context, err error) ErrorClass {
 	if errors.Is(err, ErrMalformedResponse) {
 		return Malformed
 	}
+	if errors.Is(err, ErrUntrustedCertificate) {
+		return Untrusted
+	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
 		return ConnectFailure

@@ -21,10 +21,16 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -91,6 +97,7 @@ func TestEndToEnd(t *testing.T) {
 	s.run(t, "the policy is Accepted and Programmed and the ConfigMap holds it", s.configMapHoldsPolicy)
 	s.run(t, "429 with Retry-After: 2 is retried no earlier than 2 s later, measured at the upstream, and succeeds", s.retryAfterHonoured)
 	s.run(t, "503 then 200 is retried after a local backoff and succeeds", s.flakyRetried)
+	s.run(t, "over TLS with a CA from a ConfigMap: the app calls http://, gets 429, waits Retry-After: 2, then 200", s.tlsRetryAfterHonoured)
 	s.run(t, "429 with Retry-After: 120 comes back at once as deferred with X-Retry-Not-Before", s.longRetryAfterDeferred)
 	s.run(t, "a POST without an Idempotency-Key is not replayed", s.postNotReplayed)
 	s.run(t, "a POST with an Idempotency-Key is replayed with the same key up to maxAttempts", s.postWithKeyReplayed)
@@ -296,6 +303,7 @@ func (s *suite) deployWorkloads(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	start := time.Now()
+	s.createTLSMaterial(t)
 	s.applyTemplate(t, "upstream.yaml", nil)
 	var svc corev1.Service
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "flaky-upstream"}, &svc); err != nil {
@@ -303,6 +311,7 @@ func (s *suite) deployWorkloads(t *testing.T) {
 	}
 	s.applyTemplate(t, "app.yaml", map[string]string{"UPSTREAM_IP": svc.Spec.ClusterIP})
 	s.applyTemplate(t, "policy.yaml", nil)
+	s.applyTemplate(t, "policy-tls.yaml", nil)
 
 	for _, name := range []string{"flaky-upstream", "demo-app"} {
 		s.eventually(t, 2*time.Minute, "Deployment "+name+" to be available", func() (bool, string) {
@@ -604,7 +613,9 @@ func (s *suite) policyEditPropagates(t *testing.T) {
 			var cm corev1.ConfigMap
 			if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "retry-policies"}, &cm); err == nil {
 				if doc, err := policyset.Unmarshal([]byte(cm.Data["policies.json"])); err == nil &&
-					len(doc.Policies) == 1 && ptr.Deref(doc.Policies[0].Upstreams[0].MaxAttempts, 0) == 2 {
+					slices.ContainsFunc(doc.Policies, func(p policyset.Policy) bool {
+						return p.Name == policyName && ptr.Deref(p.Upstreams[0].MaxAttempts, 0) == 2
+					}) {
 					cmAt = time.Now()
 					t.Logf("ConfigMap retry-policies has maxAttempts 2 after %s", cmAt.Sub(edited).Round(100*time.Millisecond))
 				}
@@ -826,7 +837,13 @@ func (r report) timeline() string {
 // call makes the demo app call the flaky upstream's path through its sidecar.
 func (s *suite) call(t *testing.T, method, path, key string) report {
 	t.Helper()
-	params := map[string]string{"url": "http://" + s.upstream + path, "method": method}
+	return s.callHost(t, s.upstream, method, path, key)
+}
+
+// callHost is call with another authority of the flaky upstream.
+func (s *suite) callHost(t *testing.T, host, method, path, key string) report {
+	t.Helper()
+	params := map[string]string{"url": "http://" + host + path, "method": method}
 	if key != "" {
 		params["key"] = key
 	}
@@ -961,4 +978,91 @@ func (s *suite) dumpDiagnostics(t *testing.T) {
 	section("events", "-n", s.ns, "get", "events", "--sort-by=.lastTimestamp")
 	section("RetryPolicies", "-n", s.ns, "get", "retrypolicies", "-o", "yaml")
 	section("ConfigMap retry-policies", "-n", s.ns, "get", "configmap", "retry-policies", "-o", "yaml")
+}
+
+// ---------------------------------------------------------------------------
+// TLS origination (docs/tls.md)
+
+// tlsHost is the name the app calls for the flaky upstream's TLS listener.
+func (s *suite) tlsHost() string { return "flaky-upstream-tls." + s.ns + ".svc" }
+
+// createTLSMaterial makes a CA for the test, the upstream's certificate for
+// tlsHost (Secret flaky-upstream-tls, mounted by the upstream) and the CA's
+// ConfigMap flaky-upstream-ca (key ca.crt) that the TLS policy names.
+func (s *suite) createTLSMaterial(t *testing.T) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e partner CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: s.tlsHost()}, DNSNames: []string{s.tlsHost()},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "flaky-upstream-tls"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{
+			"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER}),
+			"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+		}}
+	if err := s.c.Create(ctx, secret); err != nil {
+		t.Fatalf("creating Secret flaky-upstream-tls: %v", err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "flaky-upstream-ca"},
+		Data: map[string]string{"ca.crt": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}))}}
+	if err := s.c.Create(ctx, cm); err != nil {
+		t.Fatalf("creating ConfigMap flaky-upstream-ca: %v", err)
+	}
+}
+
+func (s *suite) tlsRetryAfterHonoured(t *testing.T) {
+	ctx := context.Background()
+	s.eventually(t, time.Minute, "RetryPolicy flaky-upstream-tls Accepted and its CA rendered", func() (bool, string) {
+		var rp v1alpha1.RetryPolicy
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "flaky-upstream-tls"}, &rp); err != nil {
+			return false, err.Error()
+		}
+		acc := meta.FindStatusCondition(rp.Status.Conditions, "Accepted")
+		return acc != nil && acc.Status == metav1.ConditionTrue && rp.Status.ObservedGeneration == rp.Generation, fmt.Sprintf("conditions %v", rp.Status.Conditions)
+	})
+	up := findUpstream(t, s.renderedPolicies(t), s.ns, "flaky-upstream-tls")
+	if !strings.Contains(up.CABundle, "BEGIN CERTIFICATE") {
+		t.Fatalf("rendered caBundle %q, want the CA of ConfigMap flaky-upstream-ca", up.CABundle)
+	}
+	var r report
+	s.eventually(t, 2*time.Minute, "the sidecar to load the TLS policy (the kubelet refreshes the mounted ConfigMap)", func() (bool, string) {
+		r = s.callHost(t, s.tlsHost(), "GET", "/retry-after/2", "")
+		return r.outcome() != "", fmt.Sprintf("status %d, headers %v", r.Status, r.Headers)
+	})
+	r.want(t, http.StatusOK, "success", 2)
+	for i, a := range r.Arrivals {
+		if !a.TLS || a.SNI != s.tlsHost() {
+			t.Errorf("arrival %d: TLS %v, SNI %q; want TLS with SNI %s", i+1, a.TLS, a.SNI, s.tlsHost())
+		}
+	}
+	gap := r.Arrivals[1].At.Sub(r.Arrivals[0].At)
+	t.Logf("over TLS: 429 Retry-After: 2 → retried %s later (at the upstream), outcome %s in %d ms\n%s", gap.Round(time.Millisecond), r.outcome(), r.ElapsedMillis, r.timeline())
+	if gap < 2*time.Second || gap > 5*time.Second {
+		t.Errorf("the retry arrived %s after the 429; want 2-2.5 s (Retry-After 2, spread 500ms)", gap)
+	}
 }

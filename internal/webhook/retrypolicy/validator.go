@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -82,6 +83,7 @@ func check(p *v1alpha1.RetryPolicy) (admission.Warnings, error) {
 //	maxAttempts 6..10                               retries multiply an outage's load
 //	PUT or DELETE replayable, no idempotencyKey     a retried write may be applied twice
 //	429 retried, maxWait < 60s, deadline > maxWait  a typical 429 hint is deferred although the deadline could wait
+//	a host on port 443, no tls                      the app's https:// calls are tunnels without retries
 func Warnings(p *v1alpha1.RetryPolicy) admission.Warnings {
 	var w admission.Warnings
 	for i := range p.Spec.Upstreams {
@@ -105,6 +107,14 @@ func Warnings(p *v1alpha1.RetryPolicy) admission.Warnings {
 			if err1 == nil && err2 == nil && maxWait < TypicalRetryAfter && deadline > maxWait {
 				w = append(w, fmt.Sprintf("%s.retryAfter.maxWait: %s is shorter than a typical 429 Retry-After of %s although deadline (%s) could wait longer; such responses are returned to the caller as deferred",
 					path, maxWait, TypicalRetryAfter, deadline))
+			}
+		}
+		if u.TLS == nil {
+			for j, h := range u.Hosts {
+				if strings.HasSuffix(h, ":443") {
+					w = append(w, fmt.Sprintf("%s.hosts[%d]: %s is an HTTPS port; an app calling https:// through the sidecar gets a CONNECT tunnel that cannot be retried: set tls and have the app call http:// (docs/tls.md)",
+						path, j, h))
+				}
 			}
 		}
 	}

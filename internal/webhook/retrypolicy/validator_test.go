@@ -48,6 +48,16 @@ func TestWarnings(t *testing.T) {
 			mod:  func(u *v1alpha1.Upstream) { u.Deadline = ptr.To[v1alpha1.Duration]("2m") },
 			want: []string{"spec.upstreams[0].retryAfter.maxWait: 30s is shorter than a typical 429 Retry-After of 1m0s although deadline (2m0s) could wait longer; such responses are returned to the caller as deferred"},
 		},
+		"a host on port 443 without tls": {
+			mod:  func(u *v1alpha1.Upstream) { u.Hosts = append(u.Hosts, "api.partner.example:443") },
+			want: []string{"spec.upstreams[0].hosts[1]: api.partner.example:443 is an HTTPS port; an app calling https:// through the sidecar gets a CONNECT tunnel that cannot be retried: set tls and have the app call http:// (docs/tls.md)"},
+		},
+		"a host on port 443 with tls is fine": {
+			mod: func(u *v1alpha1.Upstream) {
+				u.Hosts = append(u.Hosts, "api.partner.example:443")
+				u.TLS = &v1alpha1.UpstreamTLS{}
+			},
+		},
 		"a long deadline is fine when 429 is not retried": {
 			mod: func(u *v1alpha1.Upstream) {
 				u.Deadline = ptr.To[v1alpha1.Duration]("2m")

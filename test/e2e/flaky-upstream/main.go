@@ -13,6 +13,10 @@
 //	POST /write             503 every time (a write that must not be replayed without a key)
 //	GET  /arrivals?id=X     the recorded arrivals of request id X, as JSON
 //	GET  /healthz           200
+//
+// With --tls-cert-dir holding tls.crt and tls.key (a mounted kubernetes.io/tls
+// Secret), the same paths are also served over TLS on --tls-listen, sharing the
+// recorded arrivals: the upstream of the TLS origination case (docs/tls.md).
 package main
 
 import (
@@ -23,6 +27,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +56,8 @@ func (r *recorder) get(id string) []wire.Arrival {
 
 func main() {
 	listen := flag.String("listen", ":8080", "address to serve on")
+	tlsListen := flag.String("tls-listen", ":8443", "address to serve TLS on, when --tls-cert-dir has a certificate")
+	tlsDir := flag.String("tls-cert-dir", "", "directory with tls.crt and tls.key; empty or absent: no TLS listener")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	rec := &recorder{log: map[string][]wire.Arrival{}}
@@ -66,10 +73,26 @@ func main() {
 		id := r.Header.Get("X-Request-Id")
 		a := wire.Arrival{Path: r.URL.Path, Method: r.Method, At: time.Now().UTC(), Attempt: r.Header.Get("X-Retry-Attempt"),
 			IdempotencyKey: r.Header.Get("Idempotency-Key"), BodyBytes: int(n)}
+		if r.TLS != nil {
+			a.TLS, a.SNI = true, r.TLS.ServerName
+		}
 		a.Status = respond(w, r, rec, id, a)
 		log.Info("arrival", "path", a.Path, "method", a.Method, "requestId", id, "attempt", a.Attempt, "status", a.Status)
 	})
 	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if *tlsDir != "" {
+		crt, key := filepath.Join(*tlsDir, "tls.crt"), filepath.Join(*tlsDir, "tls.key")
+		if _, err := os.Stat(crt); err == nil {
+			tsrv := &http.Server{Addr: *tlsListen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			go func() {
+				log.Info("flaky-upstream listening (TLS)", "addr", *tlsListen)
+				if err := tsrv.ListenAndServeTLS(crt, key); err != nil {
+					log.Error("serve TLS", "err", err)
+					os.Exit(1)
+				}
+			}()
+		}
+	}
 	log.Info("flaky-upstream listening", "addr", *listen)
 	if err := srv.ListenAndServe(); err != nil {
 		log.Error("serve", "err", err)

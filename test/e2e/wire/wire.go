@@ -16,6 +16,10 @@ type Arrival struct {
 	BodyBytes      int       `json:"bodyBytes"`
 	Status         int       `json:"status"`
 	RetryAfter     string    `json:"retryAfter,omitempty"` // the Retry-After it answered with
+	// TLS: the attempt arrived on the upstream's TLS listener (the sidecar
+	// originated TLS, docs/tls.md) and the SNI it carried.
+	TLS bool   `json:"tls,omitempty"`
+	SNI string `json:"sni,omitempty"`
 }
 
 // Report is the demo app's answer to GET /call: the caller's view of one logical

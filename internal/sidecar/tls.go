@@ -1,0 +1,137 @@
+package sidecar
+
+import (
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/retrydev/retry-operator/internal/h1client"
+	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+)
+
+// tlsUpstream is the TLS origination of one upstream (docs/tls.md): the app
+// calls http://host/… and the sidecar dials host:port over TLS, verifying the
+// certificate for hostname against roots.
+type tlsUpstream struct {
+	hostname string         // SNI and verified name; "" = the request's host
+	port     string         // "" = the request's explicit port, else 443
+	roots    *x509.CertPool // nil = the system roots (SSL_CERT_FILE, SSL_CERT_DIR honoured)
+	id       string         // names hostname, port and roots, for the pool key
+
+	mu      sync.Mutex
+	origins map[string]*h1client.TLSOrigin // by request authority
+}
+
+// maxOriginsPerUpstream bounds the per-authority cache of an upstream (a
+// "*.suffix" upstream may see many names); past it origins are built per request.
+const maxOriginsPerUpstream = 256
+
+func newTLSUpstream(u policyset.Upstream) (*tlsUpstream, error) {
+	t := u.TLS
+	roots, err := policyset.CertPool(u.CABundle)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.CACertificateRefs) > 0 && roots == nil {
+		return nil, errors.New("tls.caCertificateRefs: the rendered caBundle is empty (resolved by the manager, or by a ConfigMap document next to a --policy-file)")
+	}
+	o := &tlsUpstream{roots: roots, origins: map[string]*h1client.TLSOrigin{}}
+	if t.Hostname != nil {
+		o.hostname = *t.Hostname
+	}
+	if t.Port != nil {
+		o.port = strconv.Itoa(int(*t.Port))
+	}
+	sum := sha256.Sum256([]byte(o.hostname + "\x00" + o.port + "\x00" + u.CABundle))
+	o.id = hex.EncodeToString(sum[:8])
+	return o, nil
+}
+
+// origin is where and how a request for authority is sent.
+func (u *tlsUpstream) origin(authority string) *h1client.TLSOrigin {
+	u.mu.Lock()
+	o := u.origins[authority]
+	u.mu.Unlock()
+	if o != nil {
+		return o
+	}
+	host, port, err := net.SplitHostPort(authority)
+	if err != nil {
+		host, port = strings.Trim(authority, "[]"), ""
+	}
+	if u.port != "" {
+		port = u.port
+	} else if port == "" {
+		port = "443"
+	}
+	sni := u.hostname
+	if sni == "" {
+		sni = strings.TrimSuffix(strings.ToLower(host), ".")
+	}
+	addr := net.JoinHostPort(host, port)
+	o = &h1client.TLSOrigin{
+		Addr:   addr,
+		Config: &tls.Config{ServerName: sni, RootCAs: u.roots, MinVersion: tls.VersionTLS12},
+		Key:    "tls:" + addr + "|" + sni + "|" + u.id,
+	}
+	u.mu.Lock()
+	if len(u.origins) < maxOriginsPerUpstream {
+		u.origins[authority] = o
+	}
+	u.mu.Unlock()
+	return o
+}
+
+// originator is the Inner of the retrypolicy.Transport: every attempt of an
+// http:// request whose upstream has tls goes out over TLS (RoundTripTLS),
+// everything else as before.
+type originator struct {
+	h1       *h1client.Transport
+	reloader *Reloader
+}
+
+func (o originator) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "http" {
+		if u := o.reloader.tlsUpstream(req); u != nil {
+			return o.h1.RoundTripTLS(req, u.origin(req.URL.Host))
+		}
+	}
+	return o.h1.RoundTrip(req)
+}
+
+func (o originator) CloseIdleConnections() { o.h1.CloseIdleConnections() }
+
+// untrustedReason is the body line of a 502 for a certificate that did not
+// verify: Go's verification message (the names the certificate is valid for,
+// an unknown authority, an expiry), which holds nothing secret.
+func untrustedReason(err error) string {
+	var cv *tls.CertificateVerificationError
+	if errors.As(err, &cv) && cv.Err != nil {
+		return cv.Err.Error()
+	}
+	return retrypolicy.ErrUntrustedCertificate.Error()
+}
+
+func tlsUpstreams(origin map[*retrypolicy.Policy]policyset.Upstream) (map[*retrypolicy.Policy]*tlsUpstream, error) {
+	out := map[*retrypolicy.Policy]*tlsUpstream{}
+	for p, u := range origin {
+		if u.TLS == nil {
+			continue
+		}
+		t, err := newTLSUpstream(u)
+		if err != nil {
+			return nil, fmt.Errorf("upstream %s: %w", p.Name(), err)
+		}
+		out[p] = t
+	}
+	return out, nil
+}
