@@ -376,15 +376,24 @@ func rawRequest(t *testing.T, proxy, request string) *http.Response {
 }
 
 // freePort returns a 127.0.0.1 address nothing listens on.
+// freePort returns a loopback address that refuses connections for the rest of
+// the test: a socket bound to it that never listens holds the port, so no
+// listener started meanwhile (a sidecar on port 0, say) can take it.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
 
 func withCancel(d time.Duration) (context.Context, context.CancelFunc) {
