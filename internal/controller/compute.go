@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,8 +24,11 @@ type Input struct {
 	Pods []PodInfo
 	// Previous is the document currently in the ConfigMap (zero if none): the
 	// source of the last accepted rendering of a policy whose newest generation
-	// is invalid.
+	// is invalid, and of the revision the next rendering must exceed.
 	Previous policyset.Document
+	// Now is the reconcile's clock reading: a changed rendering gets revision
+	// policyset.NextRevision(previous, Now).
+	Now time.Time
 }
 
 // PodInfo is what rate sharing needs to know about a pod.
@@ -156,7 +161,7 @@ func Compute(in Input) (Output, error) {
 	}
 	out.Document.Version = policyset.DocumentVersion
 	if len(out.Document.Policies) > 0 {
-		data, err := policyset.Marshal(out.Document)
+		data, err := renderDocument(&out.Document, in)
 		if err != nil {
 			return Output{}, err
 		}
@@ -179,6 +184,28 @@ func Compute(in Input) (Output, error) {
 		out.Status[name] = st
 	}
 	return out, nil
+}
+
+// renderDocument encodes doc with the revision of the previous rendering when the
+// content is the same (no write follows), else with the next revision.
+func renderDocument(doc *policyset.Document, in Input) ([]byte, error) {
+	prev := in.Previous.Revision
+	doc.Revision = prev
+	data, err := policyset.Marshal(*doc)
+	if err != nil {
+		return nil, err
+	}
+	if len(in.Previous.Policies) > 0 {
+		old, err := policyset.Marshal(in.Previous)
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Equal(old, data) {
+			return data, nil
+		}
+	}
+	doc.Revision = policyset.NextRevision(prev, in.Now)
+	return policyset.Marshal(*doc)
 }
 
 func condition(typ string, status metav1.ConditionStatus, reason, msg string) metav1.Condition {

@@ -16,6 +16,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,6 +61,8 @@ type RetryPolicyReconciler struct {
 	Recorder recorder.EventRecorder
 	// MaxConcurrentReconciles bounds how many namespaces are reconciled at once.
 	MaxConcurrentReconciles int
+	// Now is the clock of revisions (policyset.NextRevision); nil is time.Now.
+	Now func() time.Time
 }
 
 // +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies,verbs=get;list;watch
@@ -93,7 +96,7 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	} else if err != nil {
 		return ctrl.Result{}, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
 	}
-	in := Input{Policies: policies.Items, Pods: podInfos(pods.Items)}
+	in := Input{Policies: policies.Items, Pods: podInfos(pods.Items), Now: r.now()}
 	if cmExists {
 		if doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey])); err != nil {
 			// Someone edited it by hand: rebuild from the policies alone. Only the
@@ -238,6 +241,13 @@ func (r *RetryPolicyReconciler) applyStatus(ctx context.Context, p *v1alpha1.Ret
 		r.event(p, corev1.EventTypeNormal, ReasonRendered, "Render", prog.Message)
 	}
 	return accChanged && acc.Reason == ReasonInvalid, nil
+}
+
+func (r *RetryPolicyReconciler) now() time.Time {
+	if r.Now == nil {
+		return time.Now()
+	}
+	return r.Now()
 }
 
 func (r *RetryPolicyReconciler) event(p *v1alpha1.RetryPolicy, typ, reason, action, note string) {
