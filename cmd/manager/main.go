@@ -67,6 +67,7 @@ type options struct {
 	sidecarMemoryRequest    string
 	sidecarMemoryLimit      string
 	maxConcurrentReconciles int
+	sidecarClusterRole      string
 }
 
 func main() {
@@ -120,6 +121,8 @@ func main() {
 	flag.StringVar(&o.sidecarMemoryLimit, "sidecar-memory-limit", quantity(def.Limits, corev1.ResourceMemory),
 		"Default memory limit of the sidecar (pod annotation retry.dev/sidecar-memory-limit overrides); empty: none.")
 	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Namespaces reconciled in parallel.")
+	flag.StringVar(&o.sidecarClusterRole, "sidecar-cluster-role", controller.DefaultSidecarClusterRole,
+		"ClusterRole bound in every namespace with injected pods so their sidecars can watch retry-policies (docs/fleet.md).")
 
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -186,6 +189,7 @@ func run(o options) error {
 		Client:                  mgr.GetClient(),
 		Recorder:                mgr.GetEventRecorder("retrypolicy-controller"),
 		MaxConcurrentReconciles: o.maxConcurrentReconciles,
+		SidecarClusterRole:      o.sidecarClusterRole,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RetryPolicy controller: %w", err)
 	}

@@ -22,19 +22,25 @@ type Input struct {
 	Policies []v1alpha1.RetryPolicy
 	// Pods are the injected pods of the namespace (the label the injector sets).
 	Pods []PodInfo
-	// Previous is the document currently in the ConfigMap (zero if none): the
-	// source of the last accepted rendering of a policy whose newest generation
-	// is invalid, and of the revision the next rendering must exceed.
+	// Previous is the document currently in the ConfigMap (zero if none or
+	// unreadable): what an unchanged rendering is compared with, and a revision
+	// the next one must exceed. A policy's own status.lastAccepted is the source
+	// of its last accepted rendering; Previous stands in only for a policy
+	// without one (status written by an older manager).
 	Previous policyset.Document
 	// Now is the reconcile's clock reading: a changed rendering gets revision
 	// policyset.NextRevision(previous, Now).
 	Now time.Time
 }
 
-// PodInfo is what rate sharing needs to know about a pod.
+// PodInfo is what rate sharing and status.programmedPods need to know about a
+// pod.
 type PodInfo struct {
 	Labels map[string]string
 	Ready  bool
+	// Revision is the policies.json revision its sidecar reports in force, 0
+	// when unknown.
+	Revision int64
 }
 
 // Output is the desired state of the namespace.
@@ -56,8 +62,13 @@ type PolicyStatus struct {
 	Programmed metav1.Condition
 	// SelectedPods counts the ready injected pods the policy selects.
 	SelectedPods int32
+	// ProgrammedPods counts those whose sidecar runs the rendered generation:
+	// it reports a revision at or after LastAccepted.Revision.
+	ProgrammedPods int32
 	// RenderedGeneration is the generation in the ConfigMap, 0 when not rendered.
 	RenderedGeneration int64
+	// LastAccepted is the desired status.lastAccepted (nil: none yet).
+	LastAccepted *v1alpha1.AcceptedRendering
 }
 
 // candidate is a policy competing for its hosts: either its current generation
@@ -69,6 +80,8 @@ type candidate struct {
 	upstreams  []v1alpha1.Upstream
 	generation int64
 	valid      bool
+	// revision of the kept rendering (invalid candidates), 0 for a new one.
+	revision int64
 }
 
 // Compute is the pure heart of the reconciler: validate, resolve conflicts,
@@ -100,13 +113,9 @@ func Compute(in Input) (Output, error) {
 		}
 		if errs := v1alpha1.Validate(p); len(errs) > 0 {
 			msg := errs.ToAggregate().Error()
-			if prev, ok := previous[p.Name]; ok {
-				msg = fmt.Sprintf("%s; generation %d, the last accepted, stays in force", msg, prev.Generation)
-				ups := make([]v1alpha1.Upstream, len(prev.Upstreams))
-				for j := range prev.Upstreams {
-					ups[j] = prev.Upstreams[j].Upstream
-				}
-				cands = append(cands, candidate{policy: p, selector: prev.PodSelector, upstreams: ups, generation: prev.Generation})
+			if kept, ok := lastAccepted(p, previous); ok {
+				msg = fmt.Sprintf("%s; generation %d, the last accepted, stays in force", msg, kept.generation)
+				cands = append(cands, kept)
 			}
 			accepted[p.Name] = condition(ConditionAccepted, metav1.ConditionFalse, ReasonInvalid, msg)
 			continue
@@ -168,15 +177,39 @@ func Compute(in Input) (Output, error) {
 		out.Data, out.Hash = data, policyset.Hash(data)
 	}
 
-	rendered := map[string]int64{}
-	for _, p := range out.Document.Policies {
-		rendered[p.Name] = p.Generation
+	// What each policy's status.lastAccepted must say: a rendered valid
+	// generation replaces it (keeping its revision while the generation is the
+	// same), a kept rendering keeps it, anything else leaves it as it is.
+	lastAcc := map[string]*v1alpha1.AcceptedRendering{}
+	for i := range in.Policies {
+		p := &in.Policies[i]
+		if p.Status.LastAccepted != nil {
+			lastAcc[p.Name] = p.Status.LastAccepted.DeepCopy()
+		}
+	}
+	rendered := map[string]candidate{}
+	for _, w := range winners {
+		rendered[w.policy.Name] = w
+		rev := out.Document.Revision
+		if la := w.policy.Status.LastAccepted; la != nil && la.Generation == w.generation && la.Revision > 0 && la.Revision <= rev {
+			rev = la.Revision
+		} else if !w.valid && w.revision > 0 {
+			rev = w.revision
+		}
+		la := &v1alpha1.AcceptedRendering{Generation: w.generation, Revision: rev, PodSelector: w.selector.DeepCopy()}
+		for _, u := range w.upstreams {
+			la.Upstreams = append(la.Upstreams, policyset.CompileUpstream(u, 0).Upstream)
+		}
+		lastAcc[w.policy.Name] = la
 	}
 	for name, acc := range accepted {
-		st := PolicyStatus{Accepted: acc, SelectedPods: selected[name], RenderedGeneration: rendered[name]}
-		if gen, ok := rendered[name]; ok {
+		st := PolicyStatus{Accepted: acc, SelectedPods: selected[name], LastAccepted: lastAcc[name]}
+		if w, ok := rendered[name]; ok {
+			st.RenderedGeneration = w.generation
+			st.ProgrammedPods = countProgrammed(in.Pods, w.selector, lastAcc[name].Revision)
 			st.Programmed = condition(ConditionProgrammed, metav1.ConditionTrue, ReasonRendered,
-				fmt.Sprintf("generation %d is rendered into ConfigMap %s (%s %s)", gen, policyset.ConfigMapName, policyset.ConfigMapKey, out.Hash))
+				fmt.Sprintf("%d/%d pods run generation %d (ConfigMap %s revision %d, %s)", st.ProgrammedPods, st.SelectedPods,
+					w.generation, policyset.ConfigMapName, out.Document.Revision, out.Hash))
 		} else {
 			st.Programmed = condition(ConditionProgrammed, metav1.ConditionFalse, ReasonNotRendered,
 				fmt.Sprintf("not in ConfigMap %s: Accepted is False (%s)", policyset.ConfigMapName, acc.Reason))
@@ -186,11 +219,37 @@ func Compute(in Input) (Output, error) {
 	return out, nil
 }
 
+// lastAccepted is the kept rendering of an invalid policy: its
+// status.lastAccepted, or for a policy without one (status written by an older
+// manager) its entry in the ConfigMap.
+func lastAccepted(p *v1alpha1.RetryPolicy, previous map[string]policyset.Policy) (candidate, bool) {
+	if la := p.Status.LastAccepted; la != nil {
+		return candidate{policy: p, selector: la.PodSelector, upstreams: la.Upstreams, generation: la.Generation, revision: la.Revision}, true
+	}
+	prev, ok := previous[p.Name]
+	if !ok {
+		return candidate{}, false
+	}
+	ups := make([]v1alpha1.Upstream, len(prev.Upstreams))
+	for j := range prev.Upstreams {
+		ups[j] = prev.Upstreams[j].Upstream
+	}
+	return candidate{policy: p, selector: prev.PodSelector, upstreams: ups, generation: prev.Generation}, true
+}
+
 // renderDocument encodes doc with the revision of the previous rendering when the
 // content is the same (no write follows), else with the next revision.
+//
+// The revision to exceed is the highest one known: the ConfigMap's, or, when
+// the ConfigMap is lost, the highest a policy's status.lastAccepted recorded.
 func renderDocument(doc *policyset.Document, in Input) ([]byte, error) {
 	prev := in.Previous.Revision
-	doc.Revision = prev
+	for i := range in.Policies {
+		if la := in.Policies[i].Status.LastAccepted; la != nil {
+			prev = max(prev, la.Revision)
+		}
+	}
+	doc.Revision = in.Previous.Revision
 	data, err := policyset.Marshal(*doc)
 	if err != nil {
 		return nil, err
@@ -258,6 +317,25 @@ func countReady(pods []PodInfo, sel *metav1.LabelSelector) int32 {
 	var n int32
 	for _, p := range pods {
 		if p.Ready && s.Matches(labels.Set(p.Labels)) {
+			n++
+		}
+	}
+	return n
+}
+
+// countProgrammed counts ready selected pods whose sidecar reports revision
+// rev or later.
+func countProgrammed(pods []PodInfo, sel *metav1.LabelSelector, rev int64) int32 {
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil || rev <= 0 {
+		return 0
+	}
+	if sel == nil {
+		s = labels.Everything()
+	}
+	var n int32
+	for _, p := range pods {
+		if p.Ready && p.Revision >= rev && s.Matches(labels.Set(p.Labels)) {
 			n++
 		}
 	}

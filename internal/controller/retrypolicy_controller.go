@@ -19,6 +19,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,6 +65,16 @@ type RetryPolicyReconciler struct {
 	MaxConcurrentReconciles int
 	// Now is the clock of revisions (policyset.NextRevision); nil is time.Now.
 	Now func() time.Time
+	// SidecarClusterRole is bound in every namespace with injected pods so
+	// their sidecars can watch retry-policies (sidecarrbac.go); empty is
+	// DefaultSidecarClusterRole.
+	SidecarClusterRole string
+	// SidecarConfigURL is where a pod's sidecar answers GET /config; nil is
+	// DefaultSidecarConfigURL (the pod IP, port 15090). Tests point it elsewhere.
+	SidecarConfigURL func(*corev1.Pod) string
+
+	prober    *sidecarProber
+	revisions revisionTracker
 }
 
 // +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies,verbs=get;list;watch
@@ -96,16 +108,24 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	} else if err != nil {
 		return ctrl.Result{}, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
 	}
-	in := Input{Policies: policies.Items, Pods: podInfos(pods.Items), Now: r.now()}
+	var nsObj corev1.Namespace
+	if err := r.Get(ctx, types.NamespacedName{Name: ns}, &nsObj); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, fmt.Errorf("reading Namespace %s: %w", ns, err)
+	}
+	in := Input{Policies: policies.Items, Now: r.now()}
 	if cmExists {
 		if doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey])); err != nil {
-			// Someone edited it by hand: rebuild from the policies alone. Only the
-			// last rendering of an invalid generation is lost, and the log says so.
+			// Someone edited it by hand: rebuild from the policies and their
+			// status.lastAccepted, with a revision past every one they remember.
 			log.Info("ignoring unreadable ConfigMap content; rendering from the policies", "configMap", policyset.ConfigMapName, "error", err.Error())
 		} else {
 			in.Previous = doc
 		}
 	}
+	// Which revision each ready sidecar runs: asked only of those not known to
+	// run the ConfigMap's revision already.
+	r.refreshRevisions(ctx, ns, pods.Items, in.Previous.Revision)
+	in.Pods = r.podInfos(ns, pods.Items)
 
 	// Compute.
 	out, err := Compute(in)
@@ -113,8 +133,13 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 
-	// Apply: the ConfigMap first, so a status never claims a rendering that is
-	// not there yet.
+	// Apply: the sidecars' read access, then the ConfigMap, so a status never
+	// claims a rendering that is not there yet.
+	if nsObj.DeletionTimestamp == nil && nsObj.Name != "" {
+		if err := r.applySidecarBinding(ctx, ns, wantSidecarBinding(&nsObj, len(pods.Items))); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if err := r.applyConfigMap(ctx, ns, &cm, cmExists, out); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -138,7 +163,8 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		// reconcile. TerminalError records it without a requeue.
 		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("invalid RetryPolicy %s", strings.Join(invalid, "; ")))
 	}
-	return ctrl.Result{}, nil
+	// Come back until every ready sidecar runs the new revision (bounded).
+	return ctrl.Result{RequeueAfter: r.convergeAfter(ns, pods.Items, out.Document.Revision)}, nil
 }
 
 // applyConfigMap makes the ConfigMap hold out.Data, owned by the rendered
@@ -212,12 +238,15 @@ func (r *RetryPolicyReconciler) applyStatus(ctx context.Context, p *v1alpha1.Ret
 	accChanged := meta.SetStatusCondition(&p.Status.Conditions, acc)
 	progChanged := meta.SetStatusCondition(&p.Status.Conditions, prog)
 	changed := accChanged || progChanged ||
-		p.Status.ObservedGeneration != p.Generation || p.Status.SelectedPods != st.SelectedPods
+		p.Status.ObservedGeneration != p.Generation || p.Status.SelectedPods != st.SelectedPods ||
+		p.Status.ProgrammedPods != st.ProgrammedPods || !equality.Semantic.DeepEqual(p.Status.LastAccepted, st.LastAccepted)
 	if !changed {
 		return false, nil
 	}
 	p.Status.ObservedGeneration = p.Generation
 	p.Status.SelectedPods = st.SelectedPods
+	p.Status.ProgrammedPods = st.ProgrammedPods
+	p.Status.LastAccepted = st.LastAccepted.DeepCopy()
 	// The optimistic lock makes a status computed from a stale cache fail (and
 	// be retried from fresh data) instead of overwriting a newer one.
 	if err := r.Status().Patch(ctx, p, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -234,10 +263,10 @@ func (r *RetryPolicyReconciler) applyStatus(ctx context.Context, p *v1alpha1.Ret
 		}
 		r.event(p, typ, acc.Reason, "Validate", acc.Message)
 	}
-	// A Rendered event when a generation first reaches the sidecars, not each
-	// time a pod count changes the hash.
+	// A Rendered event when a generation is first rendered, not each time a pod
+	// count changes the hash.
 	if prog.Status == metav1.ConditionTrue && (prevProg == nil || prevProg.Status != metav1.ConditionTrue ||
-		renderedGeneration(prevProg.Message) != st.RenderedGeneration) {
+		orig.Status.LastAccepted == nil || orig.Status.LastAccepted.Generation != st.RenderedGeneration) {
 		r.event(p, corev1.EventTypeNormal, ReasonRendered, "Render", prog.Message)
 	}
 	return accChanged && acc.Reason == ReasonInvalid, nil
@@ -257,20 +286,10 @@ func (r *RetryPolicyReconciler) event(p *v1alpha1.RetryPolicy, typ, reason, acti
 	r.Recorder.Eventf(p, nil, typ, reason, action, "%s", note)
 }
 
-// renderedGeneration reads the generation back from a Programmed message
-// ("generation 3 is rendered into …"); 0 when it has none.
-func renderedGeneration(msg string) int64 {
-	var g int64
-	if _, err := fmt.Sscanf(msg, "generation %d is rendered", &g); err != nil {
-		return 0
-	}
-	return g
-}
-
-func podInfos(pods []corev1.Pod) []PodInfo {
+func (r *RetryPolicyReconciler) podInfos(ns string, pods []corev1.Pod) []PodInfo {
 	out := make([]PodInfo, 0, len(pods))
 	for i := range pods {
-		out = append(out, PodInfo{Labels: pods[i].Labels, Ready: podReady(&pods[i])})
+		out = append(out, PodInfo{Labels: pods[i].Labels, Ready: podReady(&pods[i]), Revision: r.revisions.known(ns, pods[i].UID)})
 	}
 	return out
 }
@@ -296,8 +315,9 @@ func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})},
-			&corev1.Pod{}:       {Label: labels.SelectorFromSet(labels.Set{podinject.LabelSidecar: podinject.LabelSidecarInjected})},
+			&corev1.ConfigMap{}:   {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})},
+			&corev1.Pod{}:         {Label: labels.SelectorFromSet(labels.Set{podinject.LabelSidecar: podinject.LabelSidecarInjected})},
+			&rbacv1.RoleBinding{}: {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})},
 		},
 	}
 }
@@ -308,7 +328,9 @@ func CacheOptions() cache.Options {
 //     controller's own status writes do not wake it;
 //   - ConfigMap retry-policies: an edit or delete by someone else is undone;
 //   - injected Pods: on create, delete, readiness or label change, for rate
-//     sharing and status.selectedPods.
+//     sharing, status.selectedPods and the sidecars' RoleBinding;
+//   - the sidecars' RoleBinding: a deleted or edited one is restored;
+//   - Namespaces: when the retry.dev/sidecar-api-access annotation changes.
 //
 // The ConfigMap is watched with Watches rather than Owns because it has one
 // owner reference per rendered policy and none is a controller reference;
@@ -318,12 +340,27 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: policyset.ConfigMapName}}}
 	})
 	isRendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == policyset.ConfigMapName })
+	isBinding := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == SidecarRoleBindingName })
+	namespaceToItself := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetName(), Name: policyset.ConfigMapName}}}
+	})
+	apiAccessChanged := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetAnnotations()[AnnotationSidecarAPIAccess] != e.ObjectNew.GetAnnotations()[AnnotationSidecarAPIAccess]
+		},
+	}
+	r.prober = newSidecarProber(r.SidecarConfigURL)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("retrypolicy").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Watches(&v1alpha1.RetryPolicy{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(isRendered)).
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
+		Watches(&rbacv1.RoleBinding{}, toNamespace, builder.WithPredicates(isBinding)).
+		Watches(&corev1.Namespace{}, namespaceToItself, builder.WithPredicates(apiAccessChanged)).
 		Complete(r)
 }
 

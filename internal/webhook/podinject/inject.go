@@ -46,6 +46,9 @@ const (
 	// with an HTTP probe, so the probes exec the sidecar binary's probe mode, which
 	// GETs the endpoint from inside the pod's network namespace.
 	AdminPort = 15020
+	// StatsPort serves /metrics and /config on the pod IP (--stats-listen): the
+	// manager reads each sidecar's configuration revision there.
+	StatsPort = 15090
 	// SidecarBinary is the sidecar's path in its image (hack/images and the
 	// Dockerfile both put it there).
 	SidecarBinary = "/retry-sidecar"
