@@ -21,7 +21,12 @@ import (
 type Options struct {
 	Listen      string // forward proxy, loopback only
 	AdminListen string // /healthz, /readyz, /metrics
+	// StatsListen serves /metrics and /config on the pod IP; empty: not served.
+	StatsListen string
 	Sources     Sources
+	// API, when API.Dir is set, watches retry-policies through the API server
+	// besides the mounted file (docs/fleet.md).
+	API APICredentials
 
 	DrainTimeout time.Duration
 	LogLevel     slog.Level
@@ -51,6 +56,7 @@ func DefaultOptions() Options {
 	return Options{
 		Listen:              "127.0.0.1:15001",
 		AdminListen:         "127.0.0.1:15020",
+		StatsListen:         ":15090",
 		DrainTimeout:        20 * time.Second,
 		LogLevel:            slog.LevelInfo,
 		MaxIdleConns:        1024,
@@ -136,6 +142,14 @@ func Run(ctx context.Context, o Options) error {
 		ln.Close()
 		return fmt.Errorf("--admin-listen: %w", err)
 	}
+	var sln net.Listener
+	if o.StatsListen != "" {
+		if sln, err = net.Listen("tcp", o.StatsListen); err != nil {
+			ln.Close()
+			aln.Close()
+			return fmt.Errorf("--stats-listen: %w", err)
+		}
+	}
 	proxy := &Proxy{Transport: rt, Dial: dialer.Dial, Metrics: metrics, Log: log,
 		Route: reloader.Route, Self: ln.Addr().String()}
 	admin := &Admin{Reloader: reloader, Metrics: metrics, Pprof: o.EnablePprof}
@@ -143,9 +157,16 @@ func Run(ctx context.Context, o Options) error {
 	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
 	asrv := &http.Server{Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 
-	serveErr := make(chan error, 2)
+	serveErr := make(chan error, 3)
 	go func() { serveErr <- srv.Serve(ln) }()
 	go func() { serveErr <- asrv.Serve(aln) }()
+	statsAddr := ""
+	var ssrv *http.Server
+	if sln != nil {
+		statsAddr = sln.Addr().String()
+		ssrv = &http.Server{Handler: StatsHandler(reloader, metrics), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+		go func() { serveErr <- ssrv.Serve(sln) }()
+	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	go func() {
@@ -153,10 +174,19 @@ func Run(ctx context.Context, o Options) error {
 			log.Warn("file watching unavailable; relying on periodic resync", "error", err.Error())
 		}
 	}()
+	if o.API.Dir != "" {
+		aw, err := NewAPIWatch(o.API, reloader, log, metrics)
+		if err != nil {
+			metrics.apiFallbacks.WithLabelValues("error").Inc()
+			log.Warn("cannot watch retry-policies through the API server; following the mounted file", "reason", "error", "error", err.Error())
+		} else {
+			go aw.Run(watchCtx)
+		}
+	}
 
-	log.Info("retry-sidecar listening", "listen", ln.Addr().String(), "admin", aln.Addr().String())
+	log.Info("retry-sidecar listening", "listen", ln.Addr().String(), "admin", aln.Addr().String(), "stats", statsAddr)
 	if o.ReadyFile != "" {
-		if err := writeReadyFile(o.ReadyFile, ln.Addr().String(), aln.Addr().String()); err != nil {
+		if err := writeReadyFile(o.ReadyFile, ln.Addr().String(), aln.Addr().String(), statsAddr); err != nil {
 			log.Error("cannot write --ready-file", "error", err.Error())
 		}
 	}
@@ -183,6 +213,9 @@ func Run(ctx context.Context, o Options) error {
 	actx, acancel := context.WithTimeout(context.Background(), time.Second)
 	defer acancel()
 	_ = asrv.Shutdown(actx)
+	if ssrv != nil {
+		_ = ssrv.Shutdown(actx)
+	}
 	log.Info("stopped", "clean", clean)
 	return nil
 }
@@ -203,8 +236,8 @@ func checkLoopback(addr string) error {
 	return fmt.Errorf("--listen %q: must be a loopback address such as 127.0.0.1:15001 or [::1]:15001", addr)
 }
 
-func writeReadyFile(path, listen, admin string) error {
-	b, err := json.Marshal(map[string]any{"listen": listen, "admin": admin, "pid": os.Getpid()})
+func writeReadyFile(path, listen, admin, stats string) error {
+	b, err := json.Marshal(map[string]any{"listen": listen, "admin": admin, "stats": stats, "pid": os.Getpid()})
 	if err != nil {
 		return err
 	}
