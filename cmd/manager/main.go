@@ -63,6 +63,7 @@ type options struct {
 	sidecarImage            string
 	sidecarPullPolicy       string
 	sidecarNoProxy          string
+	sidecarTokenAudience    string
 	sidecarCPURequest       string
 	sidecarMemoryRequest    string
 	sidecarMemoryLimit      string
@@ -111,6 +112,8 @@ func main() {
 	flag.StringVar(&o.sidecarImage, "sidecar-image", podinject.DefaultImage, "Image of the injected retry-sidecar container.")
 	flag.StringVar(&o.sidecarPullPolicy, "sidecar-image-pull-policy", "",
 		"imagePullPolicy of the retry-sidecar: Always, IfNotPresent or Never; empty: the API server's default.")
+	flag.StringVar(&o.sidecarTokenAudience, "sidecar-token-audience", "",
+		"Audience of the sidecar's projected service-account token; empty: the API server's own (docs/fleet.md).")
 	flag.StringVar(&o.sidecarNoProxy, "sidecar-no-proxy", podinject.DefaultNoProxy,
 		"NO_PROXY/no_proxy given to app containers: destinations that bypass the sidecar.")
 	def := podinject.DefaultResources()
@@ -226,6 +229,7 @@ func (o options) injectConfig() (podinject.Config, error) {
 		Image:              o.sidecarImage,
 		ImagePullPolicy:    corev1.PullPolicy(o.sidecarPullPolicy),
 		NoProxy:            o.sidecarNoProxy,
+		TokenAudience:      o.sidecarTokenAudience,
 		ExcludedNamespaces: []string{"kube-system", o.operatorNamespace},
 		Resources:          corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}},
 	}

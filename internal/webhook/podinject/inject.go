@@ -53,11 +53,19 @@ const (
 	// Dockerfile both put it there).
 	SidecarBinary = "/retry-sidecar"
 
-	PoliciesVolume  = "retry-sidecar-policies"
-	PodInfoVolume   = "retry-sidecar-podinfo"
-	PoliciesDir     = "/etc/retry-sidecar/policies"
-	PodInfoDir      = "/etc/retry-sidecar/podinfo"
-	PodLabelsFile   = PodInfoDir + "/labels"
+	PoliciesVolume = "retry-sidecar-policies"
+	PodInfoVolume  = "retry-sidecar-podinfo"
+	PoliciesDir    = "/etc/retry-sidecar/policies"
+	PodInfoDir     = "/etc/retry-sidecar/podinfo"
+	PodLabelsFile  = PodInfoDir + "/labels"
+	// APIVolume is the sidecar's own API credentials (docs/fleet.md): a
+	// projected service-account token (audience-bound, expiring, rotated by the
+	// kubelet), the cluster CA and the pod's namespace, mounted into the
+	// retry-sidecar container only. The app containers get nothing from it.
+	APIVolume       = "retry-sidecar-api"
+	APIDir          = "/var/run/secrets/retry.dev/serviceaccount"
+	apiTokenSeconds = 3600
+	rootCAConfigMap = "kube-root-ca.crt"
 	sidecarUID      = 65532
 	DefaultNoProxy  = "localhost,127.0.0.1,::1,kubernetes.default.svc"
 	DefaultImage    = "retry.dev/retry-sidecar:dev"
@@ -105,6 +113,10 @@ type Config struct {
 	Resources corev1.ResourceRequirements
 	// ExcludedNamespaces are never injected (kube-system and the operator's namespace).
 	ExcludedNamespaces []string
+	// TokenAudience is the audience of the sidecar's projected token; empty
+	// binds it to the API server's own audience (its --api-audiences), the only
+	// one the API server accepts unless configured otherwise.
+	TokenAudience string
 }
 
 // DefaultResources: sized for the SPEC §8 targets (≤ 50 MiB at 2,000 req/s)
@@ -163,6 +175,8 @@ func OptedIn(ns *corev1.Namespace, pod *corev1.Pod) bool {
 //     container and all app containers, and stops after them;
 //   - the retry-policies ConfigMap (optional: the pod starts before any policy
 //     exists) and the pod's labels (downward API) mounted read-only;
+//   - the sidecar's own API credentials (APIVolume), in the sidecar only, so
+//     it watches retry-policies through the API server (docs/fleet.md);
 //   - HTTP_PROXY/http_proxy and NO_PROXY/no_proxy on every app container that
 //     sets neither spelling itself;
 //   - the label retry.dev/sidecar=injected.
@@ -178,8 +192,10 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 		Args: []string{
 			fmt.Sprintf("--listen=127.0.0.1:%d", ProxyPort),
 			fmt.Sprintf("--admin-listen=127.0.0.1:%d", AdminPort),
+			fmt.Sprintf("--stats-listen=:%d", StatsPort),
 			"--config-dir=" + PoliciesDir,
 			"--pod-labels=" + PodLabelsFile,
+			"--api-credentials-dir=" + APIDir,
 		},
 		Env: []corev1.EnvVar{{
 			// Let the Go runtime collect before the kubelet kills at the limit.
@@ -207,6 +223,7 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: PoliciesVolume, MountPath: PoliciesDir, ReadOnly: true},
 			{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
+			{Name: APIVolume, MountPath: APIDir, ReadOnly: true},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
@@ -221,6 +238,19 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 		DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{
 			Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"},
 		}}}}})
+	addVolume(&out.Spec, corev1.Volume{Name: APIVolume, VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{
+			DefaultMode: ptr.To[int32](0o444),
+			Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+					Path: "token", Audience: c.TokenAudience, ExpirationSeconds: ptr.To[int64](apiTokenSeconds)}},
+				{ConfigMap: &corev1.ConfigMapProjection{
+					LocalObjectReference: corev1.LocalObjectReference{Name: rootCAConfigMap},
+					Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
+					Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+			},
+		}}})
 
 	for i := range out.Spec.Containers {
 		ctr := &out.Spec.Containers[i]
