@@ -37,21 +37,15 @@ func renderedDoc(t *testing.T, host string, maxAttempts int, rev int64) string {
 	return string(b)
 }
 
-type configStatus struct {
-	Revision int64  `json:"revision"`
-	Hash     string `json:"hash"`
-	Source   string `json:"source"`
-}
-
 // config reads GET /config from the stats port (the pod-IP one).
-func (s *sidecar) config() (int, configStatus) {
+func (s *sidecar) config() (int, policyset.ConfigStatus) {
 	s.t.Helper()
 	resp, err := http.Get("http://" + s.stats + "/config")
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var c configStatus
+	var c policyset.ConfigStatus
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode == 200 {
 		if err := json.Unmarshal(b, &c); err != nil {
@@ -62,7 +56,7 @@ func (s *sidecar) config() (int, configStatus) {
 }
 
 // waitConfig waits until /config reports revision rev from source.
-func (s *sidecar) waitConfig(rev int64, source string, within time.Duration) configStatus {
+func (s *sidecar) waitConfig(rev int64, source string, within time.Duration) policyset.ConfigStatus {
 	s.t.Helper()
 	deadline := time.Now().Add(within)
 	for {

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
 
@@ -51,14 +52,6 @@ func ConvergeDelay(attempt int) time.Duration {
 		}
 	}
 	return d
-}
-
-// SidecarConfig is what a sidecar's GET /config answers (internal/sidecar
-// configz.go).
-type SidecarConfig struct {
-	Revision int64  `json:"revision"`
-	Hash     string `json:"hash"`
-	Source   string `json:"source"`
 }
 
 // revisionTracker remembers, per pod, the last revision its sidecar reported,
@@ -189,7 +182,7 @@ func (s *sidecarProber) revision(ctx context.Context, p *corev1.Pod) (int64, err
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		return 0, fmt.Errorf("GET %s: %s", u, resp.Status)
 	}
-	var c SidecarConfig
+	var c policyset.ConfigStatus
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&c); err != nil {
 		return 0, fmt.Errorf("GET %s: %w", u, err)
 	}

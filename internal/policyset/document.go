@@ -83,3 +83,19 @@ type Upstream struct {
 	// 1 (PodBurst). Zero when rateLimit is not set.
 	PodBurst int32 `json:"podBurst,omitempty"`
 }
+
+// ConfigStatus is a sidecar's answer to GET /config on its stats port (:15090):
+// which policies.json it runs. The manager counts a pod as running a policy
+// generation once Revision reaches the revision that first held it
+// (docs/fleet.md).
+//
+//	{"revision":1796083201,"hash":"sha256:3f2a…","source":"api"}
+type ConfigStatus struct {
+	// Revision of the policies.json in force; 0 with policy files only.
+	Revision int64 `json:"revision"`
+	// Hash is the content hash of the policies in force (Hash).
+	Hash string `json:"hash"`
+	// Source is where they came from: "api" (the API server watch), "file"
+	// (the mounted ConfigMap) or "policy-file" (RetryPolicy YAML files).
+	Source string `json:"source"`
+}

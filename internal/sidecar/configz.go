@@ -5,23 +5,11 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/retrydev/retry-operator/internal/policyset"
 )
 
-// ConfigStatus is the body of GET /config: which policies.json this sidecar
-// runs. The manager counts a pod as programmed for a policy generation once
-// Revision reaches the revision that first held it (docs/fleet.md).
-//
-//	{"revision":1796083201,"hash":"sha256:3f2a…","source":"api"}
-type ConfigStatus struct {
-	// Revision of the policies.json in force; 0 with policy files only.
-	Revision int64 `json:"revision"`
-	// Hash is the content hash of the policies in force (policyset.Hash).
-	Hash string `json:"hash"`
-	// Source: "api", "file" or "policy-file".
-	Source string `json:"source"`
-}
-
-// ConfigHandler serves GET /config: 200 with a ConfigStatus, or 503 before a
+// ConfigHandler serves GET /config: 200 with a policyset.ConfigStatus, or 503 before a
 // configuration is loaded.
 func ConfigHandler(r *Reloader) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -36,7 +24,7 @@ func ConfigHandler(r *Reloader) http.Handler {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(ConfigStatus{Revision: c.Revision, Hash: c.Hash, Source: c.Source})
+		_ = json.NewEncoder(w).Encode(policyset.ConfigStatus{Revision: c.Revision, Hash: c.Hash, Source: c.Source})
 	})
 }
 
