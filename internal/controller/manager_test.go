@@ -223,7 +223,7 @@ func (h *harness) testUpdateAndNoOp(t *testing.T) {
 	// A restarted manager knows nothing but what the API server holds: a fresh
 	// reconciler renders the same revision for the same content, and a higher
 	// one for the next edit.
-	fresh := &RetryPolicyReconciler{Client: h.c, SidecarConfigURL: h.sidecars.url, prober: newSidecarProber(h.sidecars.url),
+	fresh := &RetryPolicyReconciler{Client: h.c, SidecarConfigURL: h.sidecars.url,
 		Now: func() time.Time { return time.Unix(rev2-3600, 0) }} // a clock an hour behind
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}}
 	if _, err := fresh.Reconcile(context.Background(), req); err != nil {

@@ -189,7 +189,16 @@ func (s *sidecarProber) revision(ctx context.Context, p *corev1.Pod) (int64, err
 	return c.Revision, nil
 }
 
-// refresh asks the ready pods of ns whose known revision is below target,
+func (r *RetryPolicyReconciler) sidecarProber() *sidecarProber {
+	r.proberOnce.Do(func() {
+		if r.prober == nil {
+			r.prober = newSidecarProber(r.SidecarConfigURL)
+		}
+	})
+	return r.prober
+}
+
+// refreshRevisions asks the ready pods of ns whose known revision is below target,
 // probeParallel at a time, and records the answers. A pod that does not
 // answer keeps its last known revision.
 func (r *RetryPolicyReconciler) refreshRevisions(ctx context.Context, ns string, pods []corev1.Pod, target int64) {
@@ -206,7 +215,7 @@ func (r *RetryPolicyReconciler) refreshRevisions(ctx context.Context, ns string,
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if rev, err := r.prober.revision(ctx, p); err == nil {
+			if rev, err := r.sidecarProber().revision(ctx, p); err == nil {
 				r.revisions.set(ns, p.UID, rev)
 			}
 		}()

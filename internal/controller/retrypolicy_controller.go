@@ -16,6 +16,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,8 +74,9 @@ type RetryPolicyReconciler struct {
 	// DefaultSidecarConfigURL (the pod IP, port 15090). Tests point it elsewhere.
 	SidecarConfigURL func(*corev1.Pod) string
 
-	prober    *sidecarProber
-	revisions revisionTracker
+	proberOnce sync.Once
+	prober     *sidecarProber
+	revisions  revisionTracker
 }
 
 // +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies,verbs=get;list;watch
@@ -352,7 +354,6 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return e.ObjectOld.GetAnnotations()[AnnotationSidecarAPIAccess] != e.ObjectNew.GetAnnotations()[AnnotationSidecarAPIAccess]
 		},
 	}
-	r.prober = newSidecarProber(r.SidecarConfigURL)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("retrypolicy").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
