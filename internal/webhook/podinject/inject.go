@@ -228,6 +228,16 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 	out.Spec.InitContainers = append([]corev1.Container{sidecar}, out.Spec.InitContainers...)
+	// A projected service-account token needs the pod's service account named.
+	// The API server's ServiceAccount admission plugin names "default" before
+	// any webhook runs; a pod that reaches us without one (the plugin disabled)
+	// gets the same here.
+	if out.Spec.ServiceAccountName == "" {
+		out.Spec.ServiceAccountName = out.Spec.DeprecatedServiceAccount
+		if out.Spec.ServiceAccountName == "" {
+			out.Spec.ServiceAccountName = "default"
+		}
+	}
 
 	addVolume(&out.Spec, corev1.Volume{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{
