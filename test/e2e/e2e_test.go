@@ -393,6 +393,11 @@ func (s *suite) sidecarInjected(t *testing.T) {
 		t.Errorf("label retry.dev/sidecar = %q, want injected", got)
 	}
 	app := p.Spec.Containers[0]
+	for _, m := range app.VolumeMounts {
+		if m.Name == "retry-sidecar-api" {
+			t.Errorf("the app container mounts the sidecar's API credentials at %s; only the sidecar may", m.MountPath)
+		}
+	}
 	env := map[string]string{}
 	for _, e := range app.Env {
 		env[e.Name] = e.Value
