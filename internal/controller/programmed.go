@@ -198,10 +198,14 @@ func (r *RetryPolicyReconciler) sidecarProber() *sidecarProber {
 	return r.prober
 }
 
-// refreshRevisions asks the ready pods of ns whose known revision is below target,
-// probeParallel at a time, and records the answers. A pod that does not
+// refreshRevisions asks the ready pods of ns whose known revision is below
+// target, probeParallel at a time, and records the answers. A pod that does not
 // answer keeps its last known revision.
 func (r *RetryPolicyReconciler) refreshRevisions(ctx context.Context, ns string, pods []corev1.Pod, target int64) {
+	// One pass takes at most about two probe timeouts, however many sidecars
+	// do not answer.
+	ctx, cancel := context.WithTimeout(ctx, 2*probeTimeout)
+	defer cancel()
 	keep := make(map[types.UID]bool, len(pods))
 	sem := make(chan struct{}, probeParallel)
 	var wg sync.WaitGroup

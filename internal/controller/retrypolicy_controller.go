@@ -124,9 +124,6 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			in.Previous = doc
 		}
 	}
-	// Which revision each ready sidecar runs: asked only of those not known to
-	// run the ConfigMap's revision already.
-	r.refreshRevisions(ctx, ns, pods.Items, in.Previous.Revision)
 	in.Pods = r.podInfos(ns, pods.Items)
 
 	// Compute.
@@ -142,8 +139,22 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			return ctrl.Result{}, err
 		}
 	}
-	if err := r.applyConfigMap(ctx, ns, &cm, cmExists, out); err != nil {
+	written, err := r.applyConfigMap(ctx, ns, &cm, cmExists, out)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	// Which revision each ready sidecar runs: asked only of those not known to
+	// run it already, after the ConfigMap is written (so asking never delays a
+	// rendering), and not in the pass that just wrote a new revision (no
+	// sidecar can have it yet; the requeue below asks). The counts feed the
+	// statuses of this pass: Compute again, with the document just rendered as
+	// the previous one, changes nothing but them.
+	if !written && out.Document.Revision > 0 {
+		r.refreshRevisions(ctx, ns, pods.Items, out.Document.Revision)
+		in.Pods, in.Previous = r.podInfos(ns, pods.Items), out.Document
+		if out, err = Compute(in); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	var invalid []string
 	for i := range policies.Items {
@@ -172,25 +183,25 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // applyConfigMap makes the ConfigMap hold out.Data, owned by the rendered
 // policies, or deletes it when nothing is rendered. It does not write when the
 // content, owners and label already match.
-func (r *RetryPolicyReconciler) applyConfigMap(ctx context.Context, ns string, cm *corev1.ConfigMap, exists bool, out Output) error {
+func (r *RetryPolicyReconciler) applyConfigMap(ctx context.Context, ns string, cm *corev1.ConfigMap, exists bool, out Output) (written bool, err error) {
 	log := logf.FromContext(ctx)
 	if out.Data == nil {
 		if !exists {
-			return nil
+			return false, nil
 		}
 		// Owner references would let the garbage collector do this once the last
 		// policy is gone, but not when policies remain that are all rejected.
 		if err := r.Delete(ctx, cm, client.Preconditions{UID: &cm.UID}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
+			return false, fmt.Errorf("deleting ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
 		}
 		log.Info("deleted ConfigMap: no policy is rendered", "configMap", policyset.ConfigMapName)
-		return nil
+		return true, nil
 	}
 
 	owners := r.ownerRefs(ns, out)
 	if exists && cm.Data[policyset.ConfigMapKey] == string(out.Data) && len(cm.Data) == 1 &&
 		cm.Labels[ManagedByLabel] == ManagedByValue && sameOwners(cm.OwnerReferences, owners) {
-		return nil
+		return false, nil
 	}
 	apply := corev1ac.ConfigMap(policyset.ConfigMapName, ns).
 		WithLabels(map[string]string{ManagedByLabel: ManagedByValue}).
@@ -201,10 +212,10 @@ func (r *RetryPolicyReconciler) applyConfigMap(ctx context.Context, ns string, c
 			WithName(o.Name).WithUID(o.UID))
 	}
 	if err := r.Apply(ctx, apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
+		return false, fmt.Errorf("applying ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
 	}
-	log.Info("rendered ConfigMap", "configMap", policyset.ConfigMapName, "hash", out.Hash, "policies", len(out.Document.Policies))
-	return nil
+	log.Info("rendered ConfigMap", "configMap", policyset.ConfigMapName, "hash", out.Hash, "revision", out.Document.Revision, "policies", len(out.Document.Policies))
+	return true, nil
 }
 
 // ownerRefs are the rendered policies, sorted by name so the list is stable.
