@@ -384,6 +384,43 @@ type RetryPolicyStatus struct {
 	// selectedPods is the number of ready injected pods the policy selects.
 	// +optional
 	SelectedPods int32 `json:"selectedPods,omitempty"`
+
+	// programmedPods is the number of those pods whose sidecar reports (on its
+	// /config endpoint) a policies.json revision at or after lastAccepted.revision:
+	// the pods that run lastAccepted.generation.
+	// +optional
+	ProgrammedPods int32 `json:"programmedPods,omitempty"`
+
+	// lastAccepted is the last accepted generation of the spec as rendered for
+	// the sidecars. It is what stays in force while a newer generation is
+	// invalid, and what the manager renders again when the retry-policies
+	// ConfigMap is lost or edited by hand.
+	// +optional
+	LastAccepted *AcceptedRendering `json:"lastAccepted,omitempty"`
+}
+
+// AcceptedRendering is one accepted generation of a RetryPolicy spec, with
+// every default applied.
+type AcceptedRendering struct {
+	// generation of the spec this rendering was made from.
+	// +required
+	Generation int64 `json:"generation"`
+
+	// revision is the first policies.json revision of the namespace that holds
+	// this generation; a sidecar at this revision or later runs it.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+
+	// podSelector as accepted.
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+
+	// upstreams as accepted, every default applied.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Upstreams []Upstream `json:"upstreams"`
 }
 
 // +kubebuilder:object:root=true
@@ -393,6 +430,7 @@ type RetryPolicyStatus struct {
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Upstreams",type=string,JSONPath=`.spec.upstreams[*].name`
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.selectedPods`
+// +kubebuilder:printcolumn:name="Programmed-Pods",type=integer,JSONPath=`.status.programmedPods`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // RetryPolicy says how the outbound HTTP calls of selected pods to named upstreams

@@ -63,10 +63,12 @@ type options struct {
 	sidecarImage            string
 	sidecarPullPolicy       string
 	sidecarNoProxy          string
+	sidecarTokenAudience    string
 	sidecarCPURequest       string
 	sidecarMemoryRequest    string
 	sidecarMemoryLimit      string
 	maxConcurrentReconciles int
+	sidecarClusterRole      string
 }
 
 func main() {
@@ -110,6 +112,8 @@ func main() {
 	flag.StringVar(&o.sidecarImage, "sidecar-image", podinject.DefaultImage, "Image of the injected retry-sidecar container.")
 	flag.StringVar(&o.sidecarPullPolicy, "sidecar-image-pull-policy", "",
 		"imagePullPolicy of the retry-sidecar: Always, IfNotPresent or Never; empty: the API server's default.")
+	flag.StringVar(&o.sidecarTokenAudience, "sidecar-token-audience", "",
+		"Audience of the sidecar's projected service-account token; empty: the API server's own (docs/fleet.md).")
 	flag.StringVar(&o.sidecarNoProxy, "sidecar-no-proxy", podinject.DefaultNoProxy,
 		"NO_PROXY/no_proxy given to app containers: destinations that bypass the sidecar.")
 	def := podinject.DefaultResources()
@@ -120,6 +124,8 @@ func main() {
 	flag.StringVar(&o.sidecarMemoryLimit, "sidecar-memory-limit", quantity(def.Limits, corev1.ResourceMemory),
 		"Default memory limit of the sidecar (pod annotation retry.dev/sidecar-memory-limit overrides); empty: none.")
 	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Namespaces reconciled in parallel.")
+	flag.StringVar(&o.sidecarClusterRole, "sidecar-cluster-role", controller.DefaultSidecarClusterRole,
+		"ClusterRole bound in every namespace with injected pods so their sidecars can watch retry-policies (docs/fleet.md).")
 
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -186,6 +192,7 @@ func run(o options) error {
 		Client:                  mgr.GetClient(),
 		Recorder:                mgr.GetEventRecorder("retrypolicy-controller"),
 		MaxConcurrentReconciles: o.maxConcurrentReconciles,
+		SidecarClusterRole:      o.sidecarClusterRole,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RetryPolicy controller: %w", err)
 	}
@@ -222,6 +229,7 @@ func (o options) injectConfig() (podinject.Config, error) {
 		Image:              o.sidecarImage,
 		ImagePullPolicy:    corev1.PullPolicy(o.sidecarPullPolicy),
 		NoProxy:            o.sidecarNoProxy,
+		TokenAudience:      o.sidecarTokenAudience,
 		ExcludedNamespaces: []string{"kube-system", o.operatorNamespace},
 		Resources:          corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}},
 	}

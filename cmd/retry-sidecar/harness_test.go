@@ -55,6 +55,7 @@ type sidecar struct {
 	cmd    *exec.Cmd
 	proxy  string // host:port
 	admin  string
+	stats  string
 	logs   *syncBuffer
 	exited chan struct{}
 	err    error
@@ -82,7 +83,7 @@ func startSidecar(t *testing.T, args ...string) *sidecar {
 func startSidecarEnv(t *testing.T, env []string, args ...string) *sidecar {
 	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready.json")
-	all := append([]string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--ready-file=" + ready,
+	all := append([]string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--stats-listen=127.0.0.1:0", "--ready-file=" + ready,
 		"--reload-debounce=20ms", "--drain-timeout=5s"}, args...)
 	s := &sidecar{t: t, logs: &syncBuffer{}, exited: make(chan struct{})}
 	s.cmd = exec.Command(sidecarBin, all...)
@@ -105,11 +106,11 @@ func startSidecarEnv(t *testing.T, env []string, args ...string) *sidecar {
 	for {
 		b, err := os.ReadFile(ready)
 		if err == nil {
-			var r struct{ Listen, Admin string }
+			var r struct{ Listen, Admin, Stats string }
 			if err := json.Unmarshal(b, &r); err != nil {
 				t.Fatal(err)
 			}
-			s.proxy, s.admin = r.Listen, r.Admin
+			s.proxy, s.admin, s.stats = r.Listen, r.Admin, r.Stats
 			return s
 		}
 		select {

@@ -3,7 +3,8 @@
 // HTTP_PROXY=http://127.0.0.1:15001; see the README, "The sidecar".
 //
 //	retry-sidecar --policy-file my-policy.yaml
-//	retry-sidecar --config-dir /etc/retry-sidecar/policies --pod-labels /etc/retry-sidecar/podinfo/labels
+//	retry-sidecar --config-dir /etc/retry-sidecar/policies --pod-labels /etc/retry-sidecar/podinfo/labels \
+//	              --api-credentials-dir /var/run/secrets/retry.dev/serviceaccount
 //	retry-sidecar probe http://127.0.0.1:15020/readyz   (the kubelet's exec probe)
 //	retry-sidecar redirect --ports 80,8080 --to 15006 --exclude-uid 65532   (transparent interception's init container)
 package main
@@ -48,7 +49,10 @@ func main() {
 	logLevel := "info"
 	fs.StringVar(&o.Listen, "listen", o.Listen, "forward proxy address (loopback only)")
 	fs.StringVar(&o.TransparentListen, "transparent-listen", "", "serve connections redirected by retry-sidecar redirect here (loopback only, e.g. 127.0.0.1:15006); off when empty")
-	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "address of /healthz, /readyz and /metrics")
+	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "address of /healthz, /readyz, /metrics and /config")
+	fs.StringVar(&o.StatsListen, "stats-listen", o.StatsListen, "pod-IP address of /metrics and /config (read-only); empty: not served")
+	fs.StringVar(&o.API.Dir, "api-credentials-dir", "", "projected service-account token, ca.crt and namespace: watch retry-policies through the API server (docs/fleet.md)")
+	fs.StringVar(&o.API.Server, "api-server", "", "API server URL for --api-credentials-dir; empty: from KUBERNETES_SERVICE_HOST/PORT")
 	fs.StringVar(&o.Sources.ConfigDir, "config-dir", "", "mounted retry-policies ConfigMap directory (reads policies.json; watched)")
 	fs.Var(&files, "policy-file", "RetryPolicy YAML file (repeatable or comma-separated; watched)")
 	fs.StringVar(&o.Sources.PodLabels, "pod-labels", "", "downward API labels file selecting the policies that apply (watched); without it every policy applies")

@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,19 +22,28 @@ type Input struct {
 	Policies []v1alpha1.RetryPolicy
 	// Pods are the injected pods of the namespace (the label the injector sets).
 	Pods []PodInfo
-	// Previous is the document currently in the ConfigMap (zero if none): the
-	// source of the last accepted rendering of a policy whose newest generation
-	// is invalid.
+	// Previous is the document currently in the ConfigMap (zero if none or
+	// unreadable): what an unchanged rendering is compared with, and a revision
+	// the next one must exceed. A policy's own status.lastAccepted is the source
+	// of its last accepted rendering; Previous stands in only for a policy
+	// without one (status written by an older manager).
 	Previous policyset.Document
 	// ConfigMaps are the data of the namespace's ConfigMaps that policies name in
 	// tls.caCertificateRefs, by name; a name absent from the map does not exist.
 	ConfigMaps map[string]map[string]string
+	// Now is the reconcile's clock reading: a changed rendering gets revision
+	// policyset.NextRevision(previous, Now).
+	Now time.Time
 }
 
-// PodInfo is what rate sharing needs to know about a pod.
+// PodInfo is what rate sharing and status.programmedPods need to know about a
+// pod.
 type PodInfo struct {
 	Labels map[string]string
 	Ready  bool
+	// Revision is the policies.json revision its sidecar reports in force, 0
+	// when unknown.
+	Revision int64
 }
 
 // Output is the desired state of the namespace.
@@ -54,8 +65,13 @@ type PolicyStatus struct {
 	Programmed metav1.Condition
 	// SelectedPods counts the ready injected pods the policy selects.
 	SelectedPods int32
+	// ProgrammedPods counts those whose sidecar runs the rendered generation:
+	// it reports a revision at or after LastAccepted.Revision.
+	ProgrammedPods int32
 	// RenderedGeneration is the generation in the ConfigMap, 0 when not rendered.
 	RenderedGeneration int64
+	// LastAccepted is the desired status.lastAccepted (nil: none yet).
+	LastAccepted *v1alpha1.AcceptedRendering
 }
 
 // candidate is a policy competing for its hosts: either its current generation
@@ -69,6 +85,8 @@ type candidate struct {
 	bundles    []string
 	generation int64
 	valid      bool
+	// revision of the kept rendering (invalid candidates), 0 for a new one.
+	revision int64
 }
 
 // Compute is the pure heart of the reconciler: validate, resolve conflicts,
@@ -114,15 +132,9 @@ func Compute(in Input) (Output, error) {
 		}
 		if len(errs) > 0 {
 			msg := errs.ToAggregate().Error()
-			if prev, ok := previous[p.Name]; ok {
-				msg = fmt.Sprintf("%s; generation %d, the last accepted, stays in force", msg, prev.Generation)
-				ups := make([]v1alpha1.Upstream, len(prev.Upstreams))
-				prevBundles := make([]string, len(prev.Upstreams))
-				for j := range prev.Upstreams {
-					ups[j] = prev.Upstreams[j].Upstream
-					prevBundles[j] = prev.Upstreams[j].CABundle
-				}
-				cands = append(cands, candidate{policy: p, selector: prev.PodSelector, upstreams: ups, bundles: prevBundles, generation: prev.Generation})
+			if kept, ok := lastAccepted(p, previous); ok {
+				msg = fmt.Sprintf("%s; generation %d, the last accepted, stays in force", msg, kept.generation)
+				cands = append(cands, kept)
 			}
 			accepted[p.Name] = condition(ConditionAccepted, metav1.ConditionFalse, reason, msg)
 			continue
@@ -181,22 +193,46 @@ func Compute(in Input) (Output, error) {
 	}
 	out.Document.Version = policyset.DocumentVersion
 	if len(out.Document.Policies) > 0 {
-		data, err := policyset.Marshal(out.Document)
+		data, err := renderDocument(&out.Document, in)
 		if err != nil {
 			return Output{}, err
 		}
 		out.Data, out.Hash = data, policyset.Hash(data)
 	}
 
-	rendered := map[string]int64{}
-	for _, p := range out.Document.Policies {
-		rendered[p.Name] = p.Generation
+	// What each policy's status.lastAccepted must say: a rendered valid
+	// generation replaces it (keeping its revision while the generation is the
+	// same), a kept rendering keeps it, anything else leaves it as it is.
+	lastAcc := map[string]*v1alpha1.AcceptedRendering{}
+	for i := range in.Policies {
+		p := &in.Policies[i]
+		if p.Status.LastAccepted != nil {
+			lastAcc[p.Name] = p.Status.LastAccepted.DeepCopy()
+		}
+	}
+	rendered := map[string]candidate{}
+	for _, w := range winners {
+		rendered[w.policy.Name] = w
+		rev := out.Document.Revision
+		if la := w.policy.Status.LastAccepted; la != nil && la.Generation == w.generation && la.Revision > 0 && la.Revision <= rev {
+			rev = la.Revision
+		} else if !w.valid && w.revision > 0 {
+			rev = w.revision
+		}
+		la := &v1alpha1.AcceptedRendering{Generation: w.generation, Revision: rev, PodSelector: w.selector.DeepCopy()}
+		for _, u := range w.upstreams {
+			la.Upstreams = append(la.Upstreams, policyset.CompileUpstream(u, 0).Upstream)
+		}
+		lastAcc[w.policy.Name] = la
 	}
 	for name, acc := range accepted {
-		st := PolicyStatus{Accepted: acc, SelectedPods: selected[name], RenderedGeneration: rendered[name]}
-		if gen, ok := rendered[name]; ok {
+		st := PolicyStatus{Accepted: acc, SelectedPods: selected[name], LastAccepted: lastAcc[name]}
+		if w, ok := rendered[name]; ok {
+			st.RenderedGeneration = w.generation
+			st.ProgrammedPods = countProgrammed(in.Pods, w.selector, lastAcc[name].Revision)
 			st.Programmed = condition(ConditionProgrammed, metav1.ConditionTrue, ReasonRendered,
-				fmt.Sprintf("generation %d is rendered into ConfigMap %s (%s %s)", gen, policyset.ConfigMapName, policyset.ConfigMapKey, out.Hash))
+				fmt.Sprintf("%d/%d pods run generation %d (ConfigMap %s revision %d, %s)", st.ProgrammedPods, st.SelectedPods,
+					w.generation, policyset.ConfigMapName, out.Document.Revision, out.Hash))
 		} else {
 			st.Programmed = condition(ConditionProgrammed, metav1.ConditionFalse, ReasonNotRendered,
 				fmt.Sprintf("not in ConfigMap %s: Accepted is False (%s)", policyset.ConfigMapName, acc.Reason))
@@ -204,6 +240,70 @@ func Compute(in Input) (Output, error) {
 		out.Status[name] = st
 	}
 	return out, nil
+}
+
+// lastAccepted is the kept rendering of an invalid policy: its
+// status.lastAccepted, or for a policy without one (status written by an older
+// manager) its entry in the ConfigMap.
+//
+// The CA bundles of a kept rendering (tls.caCertificateRefs) come from the
+// ConfigMap's entry of that generation: the referenced ConfigMaps may be the
+// very thing that went missing.
+func lastAccepted(p *v1alpha1.RetryPolicy, previous map[string]policyset.Policy) (candidate, bool) {
+	prev, hasPrev := previous[p.Name]
+	if la := p.Status.LastAccepted; la != nil {
+		c := candidate{policy: p, selector: la.PodSelector, upstreams: la.Upstreams, generation: la.Generation, revision: la.Revision}
+		if hasPrev && prev.Generation == la.Generation {
+			c.bundles = previousBundles(prev)
+		}
+		return c, true
+	}
+	if !hasPrev {
+		return candidate{}, false
+	}
+	ups := make([]v1alpha1.Upstream, len(prev.Upstreams))
+	for j := range prev.Upstreams {
+		ups[j] = prev.Upstreams[j].Upstream
+	}
+	return candidate{policy: p, selector: prev.PodSelector, upstreams: ups, bundles: previousBundles(prev), generation: prev.Generation}, true
+}
+
+func previousBundles(prev policyset.Policy) []string {
+	bundles := make([]string, len(prev.Upstreams))
+	for j := range prev.Upstreams {
+		bundles[j] = prev.Upstreams[j].CABundle
+	}
+	return bundles
+}
+
+// renderDocument encodes doc with the revision of the previous rendering when the
+// content is the same (no write follows), else with the next revision.
+//
+// The revision to exceed is the highest one known: the ConfigMap's, or, when
+// the ConfigMap is lost, the highest a policy's status.lastAccepted recorded.
+func renderDocument(doc *policyset.Document, in Input) ([]byte, error) {
+	prev := in.Previous.Revision
+	for i := range in.Policies {
+		if la := in.Policies[i].Status.LastAccepted; la != nil {
+			prev = max(prev, la.Revision)
+		}
+	}
+	doc.Revision = in.Previous.Revision
+	data, err := policyset.Marshal(*doc)
+	if err != nil {
+		return nil, err
+	}
+	if len(in.Previous.Policies) > 0 {
+		old, err := policyset.Marshal(in.Previous)
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Equal(old, data) {
+			return data, nil
+		}
+	}
+	doc.Revision = policyset.NextRevision(prev, in.Now)
+	return policyset.Marshal(*doc)
 }
 
 func condition(typ string, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
@@ -256,6 +356,25 @@ func countReady(pods []PodInfo, sel *metav1.LabelSelector) int32 {
 	var n int32
 	for _, p := range pods {
 		if p.Ready && s.Matches(labels.Set(p.Labels)) {
+			n++
+		}
+	}
+	return n
+}
+
+// countProgrammed counts ready selected pods whose sidecar reports revision
+// rev or later.
+func countProgrammed(pods []PodInfo, sel *metav1.LabelSelector, rev int64) int32 {
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil || rev <= 0 {
+		return 0
+	}
+	if sel == nil {
+		s = labels.Everything()
+	}
+	var n int32
+	for _, p := range pods {
+		if p.Ready && p.Revision >= rev && s.Matches(labels.Set(p.Labels)) {
 			n++
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -138,7 +139,7 @@ func TestCompute(t *testing.T) {
 
 func TestComputeRateShareAndDeterminism(t *testing.T) {
 	a := pol("a", 0, 1, map[string]string{"app": "web"}, "a.svc")
-	a.Spec.Upstreams[0].RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: 90}
+	a.Spec.Upstreams[0].RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: 90, Burst: ptr.To[int32](5)}
 	b := pol("b", 1, 1, nil, "b.svc")
 	pods := []PodInfo{{Labels: map[string]string{"app": "web"}, Ready: true}, {Labels: map[string]string{"app": "web"}, Ready: true},
 		{Labels: map[string]string{"app": "web"}, Ready: true}, {Labels: map[string]string{"app": "web"}, Ready: true}}
@@ -155,6 +156,9 @@ func TestComputeRateShareAndDeterminism(t *testing.T) {
 	}
 	if got := one.Document.Policies[0].Upstreams[0].PodRequestsPerMinute; got != 22.5 {
 		t.Fatalf("podRequestsPerMinute = %v, want 22.5 (90 / 4 ready pods)", got)
+	}
+	if got := one.Document.Policies[0].Upstreams[0].PodBurst; got != 2 {
+		t.Fatalf("podBurst = %v, want 2 (ceil(5 / 4 ready pods))", got)
 	}
 }
 
@@ -206,6 +210,133 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+func TestComputeRevisionAndLastAccepted(t *testing.T) {
+	now := time.Unix(1796083200, 0)
+	valid := pol("p", 0, 3, nil, "good.svc")
+	kept := &v1alpha1.AcceptedRendering{Generation: 1, Revision: 1796000000,
+		Upstreams: []v1alpha1.Upstream{policyset.CompileUpstream(v1alpha1.Upstream{Name: "u", Hosts: []string{"kept.svc"}}, 0).Upstream}}
+	invalidWithKept := pol("p", 0, 2, nil, "Bad.Host")
+	invalidWithKept.Status.LastAccepted = kept
+	rendered := func(in Input) policyset.Document {
+		out, err := Compute(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Document
+	}
+	same := rendered(Input{Policies: []v1alpha1.RetryPolicy{valid}, Now: now.Add(-time.Hour)})
+	sameRev := same.Revision
+
+	tests := map[string]struct {
+		in           Input
+		wantRevision int64
+		wantHosts    string // hosts of the rendered policy p
+		wantLA       *v1alpha1.AcceptedRendering
+	}{
+		"a first rendering takes the clock as its revision": {
+			in:           Input{Policies: []v1alpha1.RetryPolicy{valid}, Now: now},
+			wantRevision: 1796083200, wantHosts: "good.svc",
+			wantLA: &v1alpha1.AcceptedRendering{Generation: 3, Revision: 1796083200, Upstreams: valid.Spec.Upstreams},
+		},
+		"unchanged content keeps the ConfigMap's revision however late it is": {
+			in:           Input{Policies: []v1alpha1.RetryPolicy{valid}, Previous: same, Now: now},
+			wantRevision: sameRev, wantHosts: "good.svc",
+			wantLA: &v1alpha1.AcceptedRendering{Generation: 3, Revision: sameRev, Upstreams: valid.Spec.Upstreams},
+		},
+		"changed content goes past a ConfigMap revision that is ahead of the clock": {
+			in: Input{Policies: []v1alpha1.RetryPolicy{valid}, Now: now,
+				Previous: policyset.Document{Version: 1, Revision: 1796083300, Policies: []policyset.Policy{{Namespace: "ns", Name: "p", Generation: 2}}}},
+			wantRevision: 1796083301, wantHosts: "good.svc",
+			wantLA: &v1alpha1.AcceptedRendering{Generation: 3, Revision: 1796083301, Upstreams: valid.Spec.Upstreams},
+		},
+		"a lost ConfigMap is rendered again from status.lastAccepted of an invalid generation": {
+			in:           Input{Policies: []v1alpha1.RetryPolicy{invalidWithKept}, Now: now},
+			wantRevision: 1796083200, wantHosts: "kept.svc",
+			wantLA: kept,
+		},
+		"a lost ConfigMap goes past the highest revision a status remembers": {
+			in: Input{Policies: []v1alpha1.RetryPolicy{func() v1alpha1.RetryPolicy {
+				p := invalidWithKept.DeepCopy()
+				p.Status.LastAccepted.Revision = 1796083500
+				return *p
+			}()}, Now: now},
+			wantRevision: 1796083501, wantHosts: "kept.svc",
+			wantLA: func() *v1alpha1.AcceptedRendering { la := kept.DeepCopy(); la.Revision = 1796083500; return la }(),
+		},
+		"status.lastAccepted wins over a hand-edited ConfigMap entry": {
+			in: Input{Policies: []v1alpha1.RetryPolicy{invalidWithKept}, Now: now,
+				Previous: policyset.Document{Version: 1, Revision: 1796000000, Policies: []policyset.Policy{{Namespace: "ns", Name: "p", Generation: 1,
+					Upstreams: []policyset.Upstream{policyset.CompileUpstream(v1alpha1.Upstream{Name: "u", Hosts: []string{"edited.svc"}}, 0)}}}}},
+			wantRevision: 1796083200, wantHosts: "kept.svc",
+			wantLA: kept,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, err := Compute(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Document.Revision != tc.wantRevision {
+				t.Errorf("revision = %d, want %d", out.Document.Revision, tc.wantRevision)
+			}
+			if len(out.Document.Policies) != 1 || out.Document.Policies[0].Upstreams[0].Hosts[0] != tc.wantHosts {
+				t.Fatalf("rendered %+v, want p with host %s", out.Document.Policies, tc.wantHosts)
+			}
+			got := out.Status["p"].LastAccepted
+			want := tc.wantLA.DeepCopy()
+			for i := range want.Upstreams { // the status holds the defaulted upstream
+				want.Upstreams[i] = policyset.CompileUpstream(want.Upstreams[i], 0).Upstream
+			}
+			if !equality.Semantic.DeepEqual(got, want) {
+				t.Errorf("lastAccepted = %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestComputeProgrammedPods(t *testing.T) {
+	p := pol("p", 0, 3, map[string]string{"app": "web"}, "a.svc")
+	p.Status.LastAccepted = &v1alpha1.AcceptedRendering{Generation: 3, Revision: 100,
+		Upstreams: []v1alpha1.Upstream{policyset.CompileUpstream(p.Spec.Upstreams[0], 0).Upstream}}
+	web := map[string]string{"app": "web"}
+	prev, err := Compute(Input{Policies: []v1alpha1.RetryPolicy{p}, Now: time.Unix(200, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		pods        []PodInfo
+		want        int32
+		wantMessage string
+	}{
+		"pods at the generation's revision or later count, older and unknown ones do not": {
+			pods: []PodInfo{{Labels: web, Ready: true, Revision: 100}, {Labels: web, Ready: true, Revision: 200},
+				{Labels: web, Ready: true, Revision: 99}, {Labels: web, Ready: true}},
+			want: 2, wantMessage: "2/4 pods run generation 3 (ConfigMap retry-policies revision 200, " + prev.Hash + ")",
+		},
+		"an unready or unselected pod counts for neither number": {
+			pods: []PodInfo{{Labels: web, Ready: true, Revision: 200}, {Labels: web, Ready: false, Revision: 200},
+				{Labels: map[string]string{"app": "db"}, Ready: true, Revision: 200}},
+			want: 1, wantMessage: "1/1 pods run generation 3 (ConfigMap retry-policies revision 200, " + prev.Hash + ")",
+		},
+		"no selected pod is 0/0": {
+			want: 0, wantMessage: "0/0 pods run generation 3 (ConfigMap retry-policies revision 200, " + prev.Hash + ")",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, err := Compute(Input{Policies: []v1alpha1.RetryPolicy{p}, Pods: tc.pods, Previous: prev.Document, Now: time.Unix(300, 0)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := out.Status["p"]
+			if st.ProgrammedPods != tc.want || st.Programmed.Message != tc.wantMessage {
+				t.Fatalf("programmedPods = %d, message %q; want %d, %q", st.ProgrammedPods, st.Programmed.Message, tc.want, tc.wantMessage)
+			}
+		})
+	}
 }
 
 func TestComputeResolvesCACertificateRefs(t *testing.T) {

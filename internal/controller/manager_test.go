@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,11 +19,13 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -50,6 +54,8 @@ type harness struct {
 	calls      *callCounter
 	wio        *envtest.WebhookInstallOptions
 	scheme     *runtime.Scheme
+	cfg        *rest.Config
+	sidecars   *fakeSidecars
 }
 
 const operatorNamespace = "retry-operator-system"
@@ -81,7 +87,9 @@ func startManager(t *testing.T) *harness {
 		}),
 	})
 	must(t, err)
-	rec := &RetryPolicyReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("retrypolicy-controller"), MaxConcurrentReconciles: 4}
+	sidecars := newFakeSidecars(t)
+	rec := &RetryPolicyReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("retrypolicy-controller"), MaxConcurrentReconciles: 4,
+		SidecarConfigURL: sidecars.url}
 	must(t, rec.SetupWithManager(mgr))
 	must(t, retrypolicy.SetupWithManager(mgr))
 	must(t, podinject.WarmCache(mgr))
@@ -110,9 +118,10 @@ func startManager(t *testing.T) *harness {
 	direct.WarningHandler = warnings
 	c, err := client.New(direct, client.Options{Scheme: scheme})
 	must(t, err)
+	must(t, c.Create(context.Background(), testenv.SidecarClusterRole(t, DefaultSidecarClusterRole)))
 	// The reconciler's own instance, called directly to prove a no-op reconcile
 	// writes nothing; it reads through the same cache as the running one.
-	return &harness{c: c, warnings: warnings, reconciler: rec, calls: calls, wio: wio, scheme: scheme}
+	return &harness{c: c, warnings: warnings, reconciler: rec, calls: calls, wio: wio, scheme: scheme, cfg: cfg, sidecars: sidecars}
 }
 
 // TestManager runs every scenario against one API server; the subtests are
@@ -127,7 +136,10 @@ func TestManager(t *testing.T) {
 	t.Run("deleting policies shrinks the ConfigMap, deleting the last removes it", h.testDelete)
 	t.Run("the newer of two policies claiming one host for overlapping pods gets Conflict", h.testConflict)
 	t.Run("the webhook rejects an invalid policy naming the field path, and warns about risky ones", h.testWebhookRejects)
-	t.Run("the rate limit is shared among ready injected pods and recomputed when one is added", h.testRateSharing)
+	t.Run("the rate limit and burst are shared among ready injected pods and recomputed when one is added, goes unready or is deleted", h.testRateSharing)
+	t.Run("status.programmedPods counts the sidecars that report the revision, and the manager stops asking once all do", h.testProgrammedPods)
+	t.Run("the sidecars' RoleBinding exists exactly while the namespace has injected pods and does not opt out", h.testSidecarBinding)
+	t.Run("a sidecar's service-account token reads retry-policies of its own namespace and nothing else", h.testSidecarLeastPrivilege)
 	t.Run("a pod of an opted-in namespace gets exactly one sidecar although the webhook runs twice", h.testInjectOnce)
 	t.Run("a kube-system pod is never sent to the webhook and stays untouched", h.testKubeSystem)
 	t.Run("a pod of a namespace asking for transparent interception gets the redirect init container with only NET_ADMIN and NET_RAW, and no proxy environment", h.testTransparent)
@@ -135,7 +147,7 @@ func TestManager(t *testing.T) {
 	t.Run("transparent interception in a namespace enforcing restricted Pod Security falls back to the proxy environment with a warning event", h.testTransparentRestricted)
 	t.Run("tls.caCertificateRefs are resolved, watched and reported InvalidRef when missing", h.testTLS)
 	// Last: it deletes the validating webhook configuration.
-	t.Run("with the webhook gone an invalid update is caught by the reconciler and the last rendering survives", h.testInvalidBypassingWebhook)
+	t.Run("with the webhook gone an invalid update is caught by the reconciler and the last rendering survives, even the loss of the ConfigMap", h.testInvalidBypassingWebhook)
 }
 
 func (h *harness) testCreate(t *testing.T) {
@@ -145,7 +157,8 @@ func (h *harness) testCreate(t *testing.T) {
 
 	got := h.waitAccepted(t, ns, "payments", metav1.ConditionTrue, ReasonValid)
 	cm := h.configMap(t, ns)
-	want := render(t, got, 0)
+	rev := revisionOf(t, cm)
+	want := render(t, got, 0, rev)
 	if cm.Data[policyset.ConfigMapKey] != string(want) {
 		t.Fatalf("policies.json:\n%s\nwant:\n%s", cm.Data[policyset.ConfigMapKey], want)
 	}
@@ -156,12 +169,16 @@ func (h *harness) testCreate(t *testing.T) {
 		t.Errorf("ownerReferences = %+v, want the policy %s", cm.OwnerReferences, p.UID)
 	}
 	prog := meta.FindStatusCondition(got.Status.Conditions, ConditionProgrammed)
-	wantMsg := fmt.Sprintf("generation 1 is rendered into ConfigMap retry-policies (policies.json %s)", policyset.Hash(want))
+	wantMsg := fmt.Sprintf("0/0 pods run generation 1 (ConfigMap retry-policies revision %d, %s)", rev, policyset.Hash(want))
 	if prog == nil || prog.Status != metav1.ConditionTrue || prog.Reason != ReasonRendered || prog.Message != wantMsg || prog.ObservedGeneration != 1 {
 		t.Errorf("Programmed = %+v, want True/Rendered %q at generation 1", prog, wantMsg)
 	}
 	if got.Status.ObservedGeneration != 1 {
 		t.Errorf("observedGeneration = %d, want 1", got.Status.ObservedGeneration)
+	}
+	if la := got.Status.LastAccepted; la == nil || la.Generation != 1 || la.Revision != rev || len(la.Upstreams) != 1 ||
+		*la.Upstreams[0].MaxAttempts != v1alpha1.DefaultMaxAttempts {
+		t.Errorf("status.lastAccepted = %+v, want generation 1 at revision %d with the defaulted upstream", la, rev)
 	}
 	h.waitEvent(t, ns, "payments", ReasonValid)
 	h.waitEvent(t, ns, "payments", ReasonRendered)
@@ -171,6 +188,7 @@ func (h *harness) testUpdateAndNoOp(t *testing.T) {
 	ns := h.namespace(t, "update", nil)
 	h.createPolicy(t, ns, "api", nil, upstream("api", "api.update.svc"))
 	p := h.waitAccepted(t, ns, "api", metav1.ConditionTrue, ReasonValid)
+	rev1 := revisionOf(t, h.configMap(t, ns))
 
 	p.Spec.Upstreams[0].MaxAttempts = ptr.To[int32](4)
 	must(t, h.c.Update(context.Background(), p))
@@ -186,6 +204,10 @@ func (h *harness) testUpdateAndNoOp(t *testing.T) {
 		return nil
 	})
 	p = h.waitObserved(t, ns, "api", 2)
+	rev2 := revisionOf(t, h.configMap(t, ns))
+	if rev2 <= rev1 {
+		t.Errorf("revision %d after the edit, want more than %d", rev2, rev1)
+	}
 
 	cmRV, pRV := h.configMap(t, ns).ResourceVersion, p.ResourceVersion
 	for range 3 {
@@ -201,6 +223,28 @@ func (h *harness) testUpdateAndNoOp(t *testing.T) {
 	if rv := h.policy(t, ns, "api").ResourceVersion; rv != pRV {
 		t.Errorf("status written by a no-op reconcile: resourceVersion %s -> %s", pRV, rv)
 	}
+
+	// A restarted manager knows nothing but what the API server holds: a fresh
+	// reconciler renders the same revision for the same content, and a higher
+	// one for the next edit.
+	fresh := &RetryPolicyReconciler{Client: h.c, SidecarConfigURL: h.sidecars.url,
+		Now: func() time.Time { return time.Unix(rev2-3600, 0) }} // a clock an hour behind
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}}
+	if _, err := fresh.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if got := revisionOf(t, h.configMap(t, ns)); got != rev2 {
+		t.Errorf("revision %d after a restart without a change, want %d", got, rev2)
+	}
+	p = h.policy(t, ns, "api")
+	p.Spec.Upstreams[0].MaxAttempts = ptr.To[int32](5)
+	must(t, h.c.Update(context.Background(), p))
+	eventually(t, 10*time.Second, func() error {
+		if got := revisionOf(t, h.configMap(t, ns)); got <= rev2 {
+			return fmt.Errorf("revision %d after the next edit, want more than %d", got, rev2)
+		}
+		return nil
+	})
 }
 
 func (h *harness) testDelete(t *testing.T) {
@@ -292,19 +336,189 @@ func (h *harness) testWebhookRejects(t *testing.T) {
 func (h *harness) testRateSharing(t *testing.T) {
 	ns := h.namespace(t, "rate", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
 	u := upstream("partner", "api.partner.example")
-	u.RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: 90}
+	u.RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: 90, Burst: ptr.To[int32](5)}
 	h.createPolicy(t, ns, "quota", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, u)
 	h.waitAccepted(t, ns, "quota", metav1.ConditionTrue, ReasonValid)
-	h.waitShare(t, ns, 90, 0) // no pod yet: the first one gets it all
+	h.waitShare(t, ns, 90, 5, 0) // no pod yet: the first one gets it all
 
 	for i := range 3 {
 		h.readyPod(t, ns, fmt.Sprintf("web-%d", i), map[string]string{"app": "web"})
 	}
 	h.readyPod(t, ns, "other", map[string]string{"app": "other"}) // injected, not selected
-	h.waitShare(t, ns, 30, 3)
+	h.waitShare(t, ns, 30, 2, 3)
 
 	h.readyPod(t, ns, "web-3", map[string]string{"app": "web"})
-	h.waitShare(t, ns, 22.5, 4)
+	h.waitShare(t, ns, 22.5, 2, 4)
+
+	// web-3 goes unready: the three others share again.
+	pod := &corev1.Pod{}
+	must(t, h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "web-3"}, pod))
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.Now()}}
+	must(t, h.c.Status().Update(context.Background(), pod))
+	h.waitShare(t, ns, 30, 2, 3)
+
+	// web-2 is deleted: two pods left, 45 per minute and a burst of 3 each.
+	must(t, h.c.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-2"}},
+		client.GracePeriodSeconds(0)))
+	h.waitShare(t, ns, 45, 3, 2)
+}
+
+func (h *harness) testProgrammedPods(t *testing.T) {
+	ns := h.namespace(t, "programmed", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	h.createPolicy(t, ns, "api", nil, upstream("api", "api.programmed.svc"))
+	h.readyPod(t, ns, "a", map[string]string{"app": "web"})
+	h.readyPod(t, ns, "b", map[string]string{"app": "web"})
+	h.waitAccepted(t, ns, "api", metav1.ConditionTrue, ReasonValid)
+	h.waitProgrammed(t, ns, "api", 0, 2)
+
+	// The sidecars catch up one by one; no event wakes the controller, its
+	// bounded requeues find out.
+	rev := revisionOf(t, h.configMap(t, ns))
+	h.sidecars.set(ns, "a", rev)
+	h.waitProgrammed(t, ns, "api", 1, 2)
+	h.sidecars.set(ns, "b", rev)
+	p := h.waitProgrammed(t, ns, "api", 2, 2)
+	prog := meta.FindStatusCondition(p.Status.Conditions, ConditionProgrammed)
+	if want := fmt.Sprintf("2/2 pods run generation 1 (ConfigMap retry-policies revision %d, ", rev); !strings.HasPrefix(prog.Message, want) {
+		t.Errorf("Programmed message %q, want it to start with %q", prog.Message, want)
+	}
+
+	// Converged: nobody asks the sidecars any more.
+	before := h.sidecars.calls(ns)
+	time.Sleep(3 * time.Second)
+	if after := h.sidecars.calls(ns); after != before {
+		t.Errorf("%d more GET /config after convergence, want none", after-before)
+	}
+	if before > 20 {
+		t.Errorf("%d GET /config to converge two pods, want a handful", before)
+	}
+
+	// An edit: the pods run the old revision until they report the new one.
+	p.Spec.Upstreams[0].MaxAttempts = ptr.To[int32](2)
+	must(t, h.c.Update(context.Background(), p))
+	h.waitObserved(t, ns, "api", 2)
+	h.waitProgrammed(t, ns, "api", 0, 2)
+	rev2 := revisionOf(t, h.configMap(t, ns))
+	h.sidecars.set(ns, "a", rev2)
+	h.sidecars.set(ns, "b", rev2)
+	h.waitProgrammed(t, ns, "api", 2, 2)
+}
+
+func (h *harness) testSidecarBinding(t *testing.T) {
+	ns := h.namespace(t, "binding", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	h.noBinding(t, ns) // no injected pod yet
+	h.readyPod(t, ns, "a", nil)
+	rb := h.waitBinding(t, ns)
+	want := rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:serviceaccounts:binding"}
+	if len(rb.Subjects) != 1 || rb.Subjects[0] != want || rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != DefaultSidecarClusterRole {
+		t.Fatalf("RoleBinding subjects %+v roleRef %+v, want %+v bound to ClusterRole %s", rb.Subjects, rb.RoleRef, want, DefaultSidecarClusterRole)
+	}
+
+	// Deleted by hand: restored.
+	must(t, h.c.Delete(context.Background(), rb))
+	h.waitBinding(t, ns)
+
+	// The namespace opts out: removed, and not restored.
+	var nsObj corev1.Namespace
+	must(t, h.c.Get(context.Background(), types.NamespacedName{Name: ns}, &nsObj))
+	nsObj.Annotations = map[string]string{AnnotationSidecarAPIAccess: SidecarAPIAccessDisabled}
+	must(t, h.c.Update(context.Background(), &nsObj))
+	h.noBinding(t, ns)
+	delete(nsObj.Annotations, AnnotationSidecarAPIAccess)
+	must(t, h.c.Update(context.Background(), &nsObj))
+	h.waitBinding(t, ns)
+
+	// The last injected pod goes: removed.
+	must(t, h.c.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "a"}}, client.GracePeriodSeconds(0)))
+	h.noBinding(t, ns)
+}
+
+func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
+	ns := h.namespace(t, "least", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	other := h.namespace(t, "least-other", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	for _, n := range []string{ns, other} {
+		h.createPolicy(t, n, "api", nil, upstream("api", "api.least.svc"))
+		h.readyPod(t, n, "app", nil)
+		h.configMap(t, n)
+		h.waitBinding(t, n)
+	}
+	must(t, h.c.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app-settings"}}))
+
+	cs, err := kubernetes.NewForConfig(testenv.TokenConfig(h.cfg, testenv.ServiceAccountToken(t, h.cfg, ns, "default")))
+	must(t, err)
+	ctx := context.Background()
+	byName := metav1.ListOptions{FieldSelector: "metadata.name=" + policyset.ConfigMapName}
+	allowed := map[string]func() error{
+		"get retry-policies": func() error {
+			_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, policyset.ConfigMapName, metav1.GetOptions{})
+			return err
+		},
+		"list retry-policies by name": func() error {
+			_, err := cs.CoreV1().ConfigMaps(ns).List(ctx, byName)
+			return err
+		},
+		"watch retry-policies by name": func() error {
+			w, err := cs.CoreV1().ConfigMaps(ns).Watch(ctx, byName)
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		},
+	}
+	denied := map[string]func() error{
+		"get another ConfigMap": func() error {
+			_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "app-settings", metav1.GetOptions{})
+			return err
+		},
+		"list every ConfigMap": func() error {
+			_, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"get retry-policies of another namespace": func() error {
+			_, err := cs.CoreV1().ConfigMaps(other).Get(ctx, policyset.ConfigMapName, metav1.GetOptions{})
+			return err
+		},
+		"watch retry-policies of another namespace": func() error {
+			w, err := cs.CoreV1().ConfigMaps(other).Watch(ctx, byName)
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		},
+		"update retry-policies": func() error {
+			cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, policyset.ConfigMapName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			_, err = cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+			return err
+		},
+		"delete retry-policies": func() error {
+			return cs.CoreV1().ConfigMaps(ns).Delete(ctx, policyset.ConfigMapName, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		},
+		"get a Secret": func() error {
+			_, err := cs.CoreV1().Secrets(ns).Get(ctx, policyset.ConfigMapName, metav1.GetOptions{})
+			return err
+		},
+		"list RetryPolicies": func() error {
+			var l v1alpha1.RetryPolicyList
+			c, err := client.New(testenv.TokenConfig(h.cfg, testenv.ServiceAccountToken(t, h.cfg, ns, "default")), client.Options{Scheme: h.scheme})
+			if err != nil {
+				return err
+			}
+			return c.List(ctx, &l, client.InNamespace(ns))
+		},
+	}
+	for name, f := range allowed {
+		if err := f(); err != nil {
+			t.Errorf("%s: %v, want allowed", name, err)
+		}
+	}
+	for name, f := range denied {
+		if err := f(); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: err = %v, want Forbidden", name, err)
+		}
+	}
 }
 
 func (h *harness) testInjectOnce(t *testing.T) {
@@ -480,13 +694,25 @@ func (h *harness) testInvalidBypassingWebhook(t *testing.T) {
 		t.Errorf("Accepted = %+v\nwant message %q at generation 2", acc, want)
 	}
 	if prog := meta.FindStatusCondition(p.Status.Conditions, ConditionProgrammed); prog.Status != metav1.ConditionTrue ||
-		!strings.HasPrefix(prog.Message, "generation 1 is rendered") {
+		!strings.HasPrefix(prog.Message, "0/0 pods run generation 1 ") {
 		t.Errorf("Programmed = %+v, want True for generation 1", prog)
 	}
 	if after := h.configMap(t, ns).Data[policyset.ConfigMapKey]; after != before {
 		t.Errorf("the last accepted rendering changed:\n%s\nwas:\n%s", after, before)
 	}
 	h.waitEvent(t, ns, "api", ReasonInvalid)
+
+	// The ConfigMap is lost, then edited by hand with garbage: each time the
+	// manager renders generation 1 again from status.lastAccepted, with a
+	// revision past the last one, so no sidecar refuses it.
+	prevDoc, err := policyset.Unmarshal([]byte(before))
+	must(t, err)
+	cm := h.configMap(t, ns)
+	must(t, h.c.Delete(context.Background(), cm))
+	restored := h.waitRendering(t, ns, cm.UID, prevDoc)
+	restored.Data[policyset.ConfigMapKey] = "{garbage"
+	must(t, h.c.Update(context.Background(), restored))
+	h.waitRendering(t, ns, "", prevDoc)
 }
 
 // ---- helpers ----
@@ -556,7 +782,7 @@ func (h *harness) waitObserved(t *testing.T, ns, name string, gen int64) *v1alph
 	return p
 }
 
-func (h *harness) waitShare(t *testing.T, ns string, share float64, pods int32) {
+func (h *harness) waitShare(t *testing.T, ns string, share float64, burst, pods int32) {
 	t.Helper()
 	eventually(t, 10*time.Second, func() error {
 		doc, err := policyset.Unmarshal([]byte(h.configMap(t, ns).Data[policyset.ConfigMapKey]))
@@ -566,11 +792,129 @@ func (h *harness) waitShare(t *testing.T, ns string, share float64, pods int32) 
 		if got := doc.Policies[0].Upstreams[0].PodRequestsPerMinute; got != share {
 			return fmt.Errorf("podRequestsPerMinute = %v, want %v", got, share)
 		}
+		if got := doc.Policies[0].Upstreams[0].PodBurst; got != burst {
+			return fmt.Errorf("podBurst = %v, want %v", got, burst)
+		}
 		if got := h.policy(t, ns, "quota").Status.SelectedPods; got != pods {
 			return fmt.Errorf("status.selectedPods = %d, want %d", got, pods)
 		}
 		return nil
 	})
+}
+
+// waitRendering waits for a ConfigMap other than the one with UID gone (any,
+// when gone is empty) that renders the policies of prev, with the same content
+// and a higher revision.
+func (h *harness) waitRendering(t *testing.T, ns string, gone types.UID, prev policyset.Document) *corev1.ConfigMap {
+	t.Helper()
+	var cm corev1.ConfigMap
+	eventually(t, 10*time.Second, func() error {
+		if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &cm); err != nil {
+			return err
+		}
+		if cm.UID == gone {
+			return errors.New("the deleted ConfigMap is still there")
+		}
+		doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+		if err != nil {
+			return err
+		}
+		if doc.Revision <= prev.Revision {
+			return fmt.Errorf("revision %d, want more than %d", doc.Revision, prev.Revision)
+		}
+		doc.Revision = prev.Revision
+		got, err := policyset.Marshal(doc)
+		must(t, err)
+		want, err := policyset.Marshal(prev)
+		must(t, err)
+		if string(got) != string(want) {
+			return fmt.Errorf("rendered\n%s\nwant\n%s", got, want)
+		}
+		return nil
+	})
+	return &cm
+}
+
+func (h *harness) waitProgrammed(t *testing.T, ns, name string, programmed, selected int32) *v1alpha1.RetryPolicy {
+	t.Helper()
+	var p *v1alpha1.RetryPolicy
+	eventually(t, 15*time.Second, func() error {
+		p = h.policy(t, ns, name)
+		prog := meta.FindStatusCondition(p.Status.Conditions, ConditionProgrammed)
+		want := fmt.Sprintf("%d/%d pods run generation %d ", programmed, selected, p.Generation)
+		if p.Status.ProgrammedPods != programmed || p.Status.SelectedPods != selected || prog == nil || !strings.HasPrefix(prog.Message, want) {
+			return fmt.Errorf("programmedPods %d selectedPods %d Programmed %+v; want %d, %d and %q", p.Status.ProgrammedPods,
+				p.Status.SelectedPods, prog, programmed, selected, want)
+		}
+		return nil
+	})
+	return p
+}
+
+func (h *harness) waitBinding(t *testing.T, ns string) *rbacv1.RoleBinding {
+	t.Helper()
+	var rb rbacv1.RoleBinding
+	eventually(t, 10*time.Second, func() error {
+		return h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: SidecarRoleBindingName}, &rb)
+	})
+	return &rb
+}
+
+func (h *harness) noBinding(t *testing.T, ns string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() error {
+		err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: SidecarRoleBindingName}, &rbacv1.RoleBinding{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("RoleBinding %s/%s still there (err=%w)", ns, SidecarRoleBindingName, err)
+		}
+		return nil
+	})
+}
+
+func revisionOf(t *testing.T, cm *corev1.ConfigMap) int64 {
+	t.Helper()
+	doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+	must(t, err)
+	return doc.Revision
+}
+
+// fakeSidecars answers GET /config for the envtest pods (which run no
+// containers): revision 0 until set says otherwise. It counts the calls.
+type fakeSidecars struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	rev map[string]int64 // namespace/pod -> revision
+	n   map[string]int   // namespace -> calls
+}
+
+func newFakeSidecars(t *testing.T) *fakeSidecars {
+	f := &fakeSidecars{rev: map[string]int64{}, n: map[string]int{}}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ns, pod := r.URL.Query().Get("namespace"), r.URL.Query().Get("pod")
+		f.mu.Lock()
+		rev := f.rev[ns+"/"+pod]
+		f.n[ns]++
+		f.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(policyset.ConfigStatus{Revision: rev, Hash: "sha256:test", Source: "api"})
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeSidecars) url(p *corev1.Pod) string {
+	return f.srv.URL + "/config?namespace=" + p.Namespace + "&pod=" + p.Name
+}
+
+func (f *fakeSidecars) set(ns, pod string, rev int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rev[ns+"/"+pod] = rev
+}
+
+func (f *fakeSidecars) calls(ns string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n[ns]
 }
 
 func (h *harness) waitEvent(t *testing.T, ns, regarding, reason string) {
@@ -654,13 +998,13 @@ func relabel(_ context.Context, req admission.Request) admission.Response {
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
 }
 
-func render(t *testing.T, p *v1alpha1.RetryPolicy, pods int32) []byte {
+func render(t *testing.T, p *v1alpha1.RetryPolicy, pods int32, revision int64) []byte {
 	t.Helper()
 	rp := policyset.Policy{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, PodSelector: p.Spec.PodSelector}
 	for _, u := range p.Spec.Upstreams {
 		rp.Upstreams = append(rp.Upstreams, policyset.CompileUpstream(u, pods))
 	}
-	data, err := policyset.Marshal(policyset.Document{Policies: []policyset.Policy{rp}})
+	data, err := policyset.Marshal(policyset.Document{Revision: revision, Policies: []policyset.Policy{rp}})
 	must(t, err)
 	return data
 }

@@ -16,8 +16,12 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +64,19 @@ type RetryPolicyReconciler struct {
 	Recorder recorder.EventRecorder
 	// MaxConcurrentReconciles bounds how many namespaces are reconciled at once.
 	MaxConcurrentReconciles int
+	// Now is the clock of revisions (policyset.NextRevision); nil is time.Now.
+	Now func() time.Time
+	// SidecarClusterRole is bound in every namespace with injected pods so
+	// their sidecars can watch retry-policies (sidecarrbac.go); empty is
+	// DefaultSidecarClusterRole.
+	SidecarClusterRole string
+	// SidecarConfigURL is where a pod's sidecar answers GET /config; nil is
+	// DefaultSidecarConfigURL (the pod IP, port 15090). Tests point it elsewhere.
+	SidecarConfigURL func(*corev1.Pod) string
+
+	proberOnce sync.Once
+	prober     *sidecarProber
+	revisions  revisionTracker
 }
 
 // +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies,verbs=get;list;watch
@@ -93,7 +110,11 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	} else if err != nil {
 		return ctrl.Result{}, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
 	}
-	in := Input{Policies: policies.Items, Pods: podInfos(pods.Items), ConfigMaps: map[string]map[string]string{}}
+	var nsObj corev1.Namespace
+	if err := r.Get(ctx, types.NamespacedName{Name: ns}, &nsObj); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, fmt.Errorf("reading Namespace %s: %w", ns, err)
+	}
+	in := Input{Policies: policies.Items, Now: r.now(), ConfigMaps: map[string]map[string]string{}}
 	for _, name := range caRefNames(policies.Items) {
 		var ca corev1.ConfigMap
 		err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &ca)
@@ -107,13 +128,14 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	if cmExists {
 		if doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey])); err != nil {
-			// Someone edited it by hand: rebuild from the policies alone. Only the
-			// last rendering of an invalid generation is lost, and the log says so.
+			// Someone edited it by hand: rebuild from the policies and their
+			// status.lastAccepted, with a revision past every one they remember.
 			log.Info("ignoring unreadable ConfigMap content; rendering from the policies", "configMap", policyset.ConfigMapName, "error", err.Error())
 		} else {
 			in.Previous = doc
 		}
 	}
+	in.Pods = r.podInfos(ns, pods.Items)
 
 	// Compute.
 	out, err := Compute(in)
@@ -121,10 +143,29 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 
-	// Apply: the ConfigMap first, so a status never claims a rendering that is
-	// not there yet.
-	if err := r.applyConfigMap(ctx, ns, &cm, cmExists, out); err != nil {
+	// Apply: the sidecars' read access, then the ConfigMap, so a status never
+	// claims a rendering that is not there yet.
+	if nsObj.DeletionTimestamp == nil && nsObj.Name != "" {
+		if err := r.applySidecarBinding(ctx, ns, wantSidecarBinding(&nsObj, len(pods.Items))); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	written, err := r.applyConfigMap(ctx, ns, &cm, cmExists, out)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	// Which revision each ready sidecar runs: asked only of those not known to
+	// run it already, after the ConfigMap is written (so asking never delays a
+	// rendering), and not in the pass that just wrote a new revision (no
+	// sidecar can have it yet; the requeue below asks). The counts feed the
+	// statuses of this pass: Compute again, with the document just rendered as
+	// the previous one, changes nothing but them.
+	if !written && out.Document.Revision > 0 {
+		r.refreshRevisions(ctx, ns, pods.Items, out.Document.Revision)
+		in.Pods, in.Previous = r.podInfos(ns, pods.Items), out.Document
+		if out, err = Compute(in); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	var invalid []string
 	for i := range policies.Items {
@@ -146,31 +187,32 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		// reconcile. TerminalError records it without a requeue.
 		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("invalid RetryPolicy %s", strings.Join(invalid, "; ")))
 	}
-	return ctrl.Result{}, nil
+	// Come back until every ready sidecar runs the new revision (bounded).
+	return ctrl.Result{RequeueAfter: r.convergeAfter(ns, pods.Items, out.Document.Revision)}, nil
 }
 
 // applyConfigMap makes the ConfigMap hold out.Data, owned by the rendered
 // policies, or deletes it when nothing is rendered. It does not write when the
 // content, owners and label already match.
-func (r *RetryPolicyReconciler) applyConfigMap(ctx context.Context, ns string, cm *corev1.ConfigMap, exists bool, out Output) error {
+func (r *RetryPolicyReconciler) applyConfigMap(ctx context.Context, ns string, cm *corev1.ConfigMap, exists bool, out Output) (written bool, err error) {
 	log := logf.FromContext(ctx)
 	if out.Data == nil {
 		if !exists {
-			return nil
+			return false, nil
 		}
 		// Owner references would let the garbage collector do this once the last
 		// policy is gone, but not when policies remain that are all rejected.
 		if err := r.Delete(ctx, cm, client.Preconditions{UID: &cm.UID}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
+			return false, fmt.Errorf("deleting ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
 		}
 		log.Info("deleted ConfigMap: no policy is rendered", "configMap", policyset.ConfigMapName)
-		return nil
+		return true, nil
 	}
 
 	owners := r.ownerRefs(ns, out)
 	if exists && cm.Data[policyset.ConfigMapKey] == string(out.Data) && len(cm.Data) == 1 &&
 		cm.Labels[ManagedByLabel] == ManagedByValue && sameOwners(cm.OwnerReferences, owners) {
-		return nil
+		return false, nil
 	}
 	apply := corev1ac.ConfigMap(policyset.ConfigMapName, ns).
 		WithLabels(map[string]string{ManagedByLabel: ManagedByValue}).
@@ -181,10 +223,10 @@ func (r *RetryPolicyReconciler) applyConfigMap(ctx context.Context, ns string, c
 			WithName(o.Name).WithUID(o.UID))
 	}
 	if err := r.Apply(ctx, apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
+		return false, fmt.Errorf("applying ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
 	}
-	log.Info("rendered ConfigMap", "configMap", policyset.ConfigMapName, "hash", out.Hash, "policies", len(out.Document.Policies))
-	return nil
+	log.Info("rendered ConfigMap", "configMap", policyset.ConfigMapName, "hash", out.Hash, "revision", out.Document.Revision, "policies", len(out.Document.Policies))
+	return true, nil
 }
 
 // ownerRefs are the rendered policies, sorted by name so the list is stable.
@@ -220,12 +262,15 @@ func (r *RetryPolicyReconciler) applyStatus(ctx context.Context, p *v1alpha1.Ret
 	accChanged := meta.SetStatusCondition(&p.Status.Conditions, acc)
 	progChanged := meta.SetStatusCondition(&p.Status.Conditions, prog)
 	changed := accChanged || progChanged ||
-		p.Status.ObservedGeneration != p.Generation || p.Status.SelectedPods != st.SelectedPods
+		p.Status.ObservedGeneration != p.Generation || p.Status.SelectedPods != st.SelectedPods ||
+		p.Status.ProgrammedPods != st.ProgrammedPods || !equality.Semantic.DeepEqual(p.Status.LastAccepted, st.LastAccepted)
 	if !changed {
 		return false, nil
 	}
 	p.Status.ObservedGeneration = p.Generation
 	p.Status.SelectedPods = st.SelectedPods
+	p.Status.ProgrammedPods = st.ProgrammedPods
+	p.Status.LastAccepted = st.LastAccepted.DeepCopy()
 	// The optimistic lock makes a status computed from a stale cache fail (and
 	// be retried from fresh data) instead of overwriting a newer one.
 	if err := r.Status().Patch(ctx, p, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -242,13 +287,20 @@ func (r *RetryPolicyReconciler) applyStatus(ctx context.Context, p *v1alpha1.Ret
 		}
 		r.event(p, typ, acc.Reason, "Validate", acc.Message)
 	}
-	// A Rendered event when a generation first reaches the sidecars, not each
-	// time a pod count changes the hash.
+	// A Rendered event when a generation is first rendered, not each time a pod
+	// count changes the hash.
 	if prog.Status == metav1.ConditionTrue && (prevProg == nil || prevProg.Status != metav1.ConditionTrue ||
-		renderedGeneration(prevProg.Message) != st.RenderedGeneration) {
+		orig.Status.LastAccepted == nil || orig.Status.LastAccepted.Generation != st.RenderedGeneration) {
 		r.event(p, corev1.EventTypeNormal, ReasonRendered, "Render", prog.Message)
 	}
 	return accChanged && acc.Reason == ReasonInvalid, nil
+}
+
+func (r *RetryPolicyReconciler) now() time.Time {
+	if r.Now == nil {
+		return time.Now()
+	}
+	return r.Now()
 }
 
 func (r *RetryPolicyReconciler) event(p *v1alpha1.RetryPolicy, typ, reason, action, note string) {
@@ -258,20 +310,10 @@ func (r *RetryPolicyReconciler) event(p *v1alpha1.RetryPolicy, typ, reason, acti
 	r.Recorder.Eventf(p, nil, typ, reason, action, "%s", note)
 }
 
-// renderedGeneration reads the generation back from a Programmed message
-// ("generation 3 is rendered into …"); 0 when it has none.
-func renderedGeneration(msg string) int64 {
-	var g int64
-	if _, err := fmt.Sscanf(msg, "generation %d is rendered", &g); err != nil {
-		return 0
-	}
-	return g
-}
-
-func podInfos(pods []corev1.Pod) []PodInfo {
+func (r *RetryPolicyReconciler) podInfos(ns string, pods []corev1.Pod) []PodInfo {
 	out := make([]PodInfo, 0, len(pods))
 	for i := range pods {
-		out = append(out, PodInfo{Labels: pods[i].Labels, Ready: podReady(&pods[i])})
+		out = append(out, PodInfo{Labels: pods[i].Labels, Ready: podReady(&pods[i]), Revision: r.revisions.known(ns, pods[i].UID)})
 	}
 	return out
 }
@@ -299,8 +341,9 @@ func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Transform: slimConfigMap},
-			&corev1.Pod{}:       {Label: labels.SelectorFromSet(labels.Set{podinject.LabelSidecar: podinject.LabelSidecarInjected})},
+			&corev1.ConfigMap{}:   {Transform: slimConfigMap},
+			&corev1.Pod{}:         {Label: labels.SelectorFromSet(labels.Set{podinject.LabelSidecar: podinject.LabelSidecarInjected})},
+			&rbacv1.RoleBinding{}: {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})},
 		},
 	}
 }
@@ -359,7 +402,9 @@ func policyCARefs(p *v1alpha1.RetryPolicy) []string {
 //     controller's own status writes do not wake it;
 //   - ConfigMap retry-policies: an edit or delete by someone else is undone;
 //   - injected Pods: on create, delete, readiness or label change, for rate
-//     sharing and status.selectedPods.
+//     sharing, status.selectedPods and the sidecars' RoleBinding;
+//   - the sidecars' RoleBinding: a deleted or edited one is restored;
+//   - Namespaces: when the retry.dev/sidecar-api-access annotation changes.
 //
 // The ConfigMap is watched with Watches rather than Owns because it has one
 // owner reference per rendered policy and none is a controller reference;
@@ -402,6 +447,18 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+	isBinding := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == SidecarRoleBindingName })
+	namespaceToItself := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetName(), Name: policyset.ConfigMapName}}}
+	})
+	apiAccessChanged := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetAnnotations()[AnnotationSidecarAPIAccess] != e.ObjectNew.GetAnnotations()[AnnotationSidecarAPIAccess]
+		},
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("retrypolicy").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
@@ -411,6 +468,8 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return o.GetName() != policyset.ConfigMapName
 		}))).
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
+		Watches(&rbacv1.RoleBinding{}, toNamespace, builder.WithPredicates(isBinding)).
+		Watches(&corev1.Namespace{}, namespaceToItself, builder.WithPredicates(apiAccessChanged)).
 		Complete(r)
 }
 

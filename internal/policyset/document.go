@@ -5,6 +5,8 @@
 package policyset
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
@@ -22,16 +24,41 @@ const (
 
 // Document is the content of ConfigMap retry-policies, key policies.json:
 //
-//	{"version":1,"policies":[{"namespace":"shop","name":"payments","generation":3,
+//	{"version":1,"revision":1796083200,"policies":[{"namespace":"shop","name":"payments","generation":3,
 //	  "podSelector":{"matchLabels":{"app":"checkout"}},
 //	  "upstreams":[{"name":"payments-api","hosts":["payments.shop.svc"],"maxAttempts":4,…,
 //	                "podRequestsPerMinute":45}]}]}
 //
 // Policies are sorted by (namespace, name) and upstreams keep their order in the
 // spec, so identical input gives byte-identical output.
+//
+// Revision orders the renderings of one namespace: the manager gives every
+// content change a higher revision (NextRevision), and a sidecar never applies
+// a document with a lower revision than the one in force, whichever way it
+// arrived (API watch or mounted file; docs/fleet.md). A document without one is
+// revision 0.
 type Document struct {
 	Version  int      `json:"version"`
+	Revision int64    `json:"revision"`
 	Policies []Policy `json:"policies"`
+}
+
+// NextRevision is the revision of a rendering whose content differs from the
+// one at revision previous (0 when there is none):
+//
+//	max(previous+1, now in Unix seconds)
+//
+//	previous = 0,          now = 1796083200  ->  1796083200 (first rendering)
+//	previous = 1796083200, now = 1796083200  ->  1796083201 (second edit in that second)
+//	previous = 1796083201, now = 1796083260  ->  1796083260
+//
+// The clock term is what keeps the order when everything that remembered the
+// previous revision is gone (the ConfigMap deleted with its last policy, then a
+// new policy created): a running sidecar still holds the old revision, and a
+// counter restarting at 1 would be refused by it. The +1 term keeps the order
+// within a second and across a clock that steps back.
+func NextRevision(previous int64, now time.Time) int64 {
+	return max(previous+1, now.Unix())
 }
 
 // Policy is one accepted RetryPolicy as rendered for the sidecars.
@@ -56,4 +83,23 @@ type Upstream struct {
 	// by the manager (ResolveCABundles), so the sidecar reads one document; empty
 	// when the upstream has no refs (the system roots apply).
 	CABundle string `json:"caBundle,omitempty"`
+	// PodBurst is rateLimit.burst shared the same way, rounded up and at least
+	// 1 (PodBurst). Zero when rateLimit is not set.
+	PodBurst int32 `json:"podBurst,omitempty"`
+}
+
+// ConfigStatus is a sidecar's answer to GET /config on its stats port (:15090):
+// which policies.json it runs. The manager counts a pod as running a policy
+// generation once Revision reaches the revision that first held it
+// (docs/fleet.md).
+//
+//	{"revision":1796083201,"hash":"sha256:3f2a…","source":"api"}
+type ConfigStatus struct {
+	// Revision of the policies.json in force; 0 with policy files only.
+	Revision int64 `json:"revision"`
+	// Hash is the content hash of the policies in force (Hash).
+	Hash string `json:"hash"`
+	// Source is where they came from: "api" (the API server watch), "file"
+	// (the mounted ConfigMap) or "policy-file" (RetryPolicy YAML files).
+	Source string `json:"source"`
 }

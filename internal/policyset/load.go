@@ -240,7 +240,11 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 		if perMinute <= 0 {
 			perMinute = float64(r.RequestsPerMinute)
 		}
-		cfg.RateLimit = &retrypolicy.RateLimitConfig{RequestsPerSecond: perMinute / 60, Burst: int(*r.Burst)}
+		burst := u.PodBurst
+		if burst <= 0 {
+			burst = *r.Burst
+		}
+		cfg.RateLimit = &retrypolicy.RateLimitConfig{RequestsPerSecond: perMinute / 60, Burst: int(burst)}
 	}
 	if pc := d.Pacing; pc != nil {
 		cfg.Pacing = retrypolicy.PacingConfig{RateLimitHeaders: *pc.RateLimitHeaders, HoldOnDeferral: *pc.HoldOnDeferral}

@@ -42,6 +42,18 @@ func Marshal(doc Document) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// PeekRevision reads only the revision of a policies.json value, for choosing
+// between two deliveries of it before the chosen one is decoded in full.
+func PeekRevision(data []byte) (int64, error) {
+	var head struct {
+		Revision int64 `json:"revision"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return 0, fmt.Errorf("decoding %s: %w", ConfigMapKey, err)
+	}
+	return head.Revision, nil
+}
+
 // Unmarshal decodes a policies.json value. It refuses a document of another
 // version rather than guess at its meaning.
 func Unmarshal(data []byte) (Document, error) {
@@ -65,9 +77,10 @@ func Hash(data []byte) string {
 // CompileUpstream returns u with every default applied (so the sidecar needs no
 // knowledge of API defaults) and its per-pod share of the fleet-wide rate limit:
 //
-//	rateLimit.requestsPerMinute = 90, ready selected pods = 4  ->  podRequestsPerMinute = 22.5
-//	rateLimit.requestsPerMinute = 90, ready selected pods = 0  ->  podRequestsPerMinute = 90
-//	no rateLimit                                               ->  podRequestsPerMinute = 0 (omitted)
+//	rateLimit {requestsPerMinute: 90, burst: 3}, ready selected pods = 4  ->  podRequestsPerMinute 22.5, podBurst 1
+//	rateLimit {requestsPerMinute: 90, burst: 5}, ready selected pods = 2  ->  podRequestsPerMinute 45, podBurst 3
+//	rateLimit {requestsPerMinute: 90, burst: 3}, ready selected pods = 0  ->  podRequestsPerMinute 90, podBurst 3
+//	no rateLimit                                                          ->  both 0 (omitted)
 //
 // u is not modified.
 func CompileUpstream(u v1alpha1.Upstream, readyPods int32) Upstream {
@@ -76,6 +89,7 @@ func CompileUpstream(u v1alpha1.Upstream, readyPods int32) Upstream {
 	out := Upstream{Upstream: p.Spec.Upstreams[0]}
 	if out.RateLimit != nil {
 		out.PodRequestsPerMinute = PodShare(out.RateLimit.RequestsPerMinute, readyPods)
+		out.PodBurst = PodBurst(*out.RateLimit.Burst, readyPods)
 	}
 	return out
 }
@@ -85,4 +99,14 @@ func CompileUpstream(u v1alpha1.Upstream, readyPods int32) Upstream {
 // first one to become ready gets the whole quota rather than nothing.
 func PodShare(requestsPerMinute, pods int32) float64 {
 	return float64(requestsPerMinute) / float64(max(1, pods))
+}
+
+// PodBurst is ceil(burst / max(1, pods)), at least 1: the fleet together never
+// starts more than burst (plus at most one per pod for the rounding) at once,
+// and no pod is left unable to start anything.
+//
+//	burst 3, pods 4 -> 1    burst 5, pods 2 -> 3    burst 10, pods 5 -> 2    burst 3, pods 0 -> 3
+func PodBurst(burst, pods int32) int32 {
+	n := max(1, pods)
+	return max(1, (burst+n-1)/n)
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -112,7 +113,7 @@ func TestMarshalEmptyDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "{\n  \"version\": 1,\n  \"policies\": []\n}\n"; string(got) != want {
+	if want := "{\n  \"version\": 1,\n  \"revision\": 0,\n  \"policies\": []\n}\n"; string(got) != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
@@ -141,7 +142,7 @@ func TestUnmarshal(t *testing.T) {
 // engineer and any external reader of policies.json rely on this shape.
 // Refresh with: go test ./internal/policyset -run TestGoldenRendering -update
 func TestGoldenRendering(t *testing.T) {
-	doc := Document{Policies: []Policy{{
+	doc := Document{Revision: 1796083200, Policies: []Policy{{
 		Namespace: "shop", Name: "payments", Generation: 3,
 		PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}},
 		Upstreams: []Upstream{CompileUpstream(v1alpha1.Upstream{
@@ -183,4 +184,67 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+func TestPodBurst(t *testing.T) {
+	tests := map[string]struct {
+		burst, pods, want int32
+	}{
+		"a burst of 3 over 4 pods rounds up to 1 each":   {burst: 3, pods: 4, want: 1},
+		"a burst of 5 over 2 pods rounds up to 3 each":   {burst: 5, pods: 2, want: 3},
+		"a burst of 10 over 5 pods is exactly 2 each":    {burst: 10, pods: 5, want: 2},
+		"no ready pod yet gives the whole burst":         {burst: 3, pods: 0, want: 3},
+		"a burst of 1 over 100 pods is still 1 each":     {burst: 1, pods: 100, want: 1},
+		"one pod going away raises 3 over 3 to 3 over 2": {burst: 3, pods: 2, want: 2},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := PodBurst(tc.burst, tc.pods); got != tc.want {
+				t.Fatalf("PodBurst(%d, %d) = %d, want %d", tc.burst, tc.pods, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestNextRevision(t *testing.T) {
+	const t0 = 1796083200
+	tests := map[string]struct {
+		previous int64
+		now      int64
+		want     int64
+	}{
+		"the first rendering takes the clock":                  {previous: 0, now: t0, want: t0},
+		"a second edit within the same second adds one":        {previous: t0, now: t0, want: t0 + 1},
+		"a later edit takes the clock again":                   {previous: t0 + 1, now: t0 + 60, want: t0 + 60},
+		"a clock that stepped back still gives a higher value": {previous: t0 + 60, now: t0, want: t0 + 61},
+		"a small hand-written revision is overtaken by time":   {previous: 7, now: t0, want: t0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := NextRevision(tc.previous, time.Unix(tc.now, 0)); got != tc.want {
+				t.Fatalf("NextRevision(%d, %d) = %d, want %d", tc.previous, tc.now, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPeekRevision(t *testing.T) {
+	tests := map[string]struct {
+		data    string
+		want    int64
+		wantErr bool
+	}{
+		"a rendered document":                      {data: `{"version":1,"revision":42,"policies":[]}`, want: 42},
+		"a document without a revision is 0":       {data: `{"version":1,"policies":[]}`, want: 0},
+		"garbage is an error":                      {data: `{"version":`, wantErr: true},
+		"a revision of the wrong type is an error": {data: `{"revision":"42"}`, wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := PeekRevision([]byte(tc.data))
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Fatalf("PeekRevision(%s) = %d, %v; want %d, error %v", tc.data, got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
 }

@@ -15,6 +15,7 @@ import (
 //	/readyz    200 once a configuration is loaded (it stays 200 when a later one is
 //	           refused), 503 before that and while draining on SIGTERM
 //	/metrics   Prometheus text format (see Metrics)
+//	/config    the policies.json revision, hash and source in force (configz.go)
 //	/debug/pprof/  only with --enable-pprof
 type Admin struct {
 	Reloader *Reloader
@@ -40,6 +41,7 @@ func (a *Admin) Handler() http.Handler {
 		}
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/config", ConfigHandler(a.Reloader))
 	if a.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -42,13 +42,21 @@ type Config struct {
 	Upstreams []string
 	// tls holds the TLS origination of the policies that have one.
 	tls map[*retrypolicy.Policy]*tlsUpstream
+	// Revision is the policies.json revision in force (docs/fleet.md): never
+	// lower than an earlier configuration's. 0 with policy files only.
+	Revision int64
+	// Source says where policies.json came from: SourceAPI, SourceFile, or
+	// SourcePolicyFile when there is none.
+	Source string
 	// key identifies every input byte, labels included: equal keys, equal config.
 	key string
 }
 
 // raw is what was read from the sources, before parsing.
 type raw struct {
-	dir       []byte // policies.json; nil when absent
+	dir       []byte // policies.json (from source); nil when absent
+	source    string // SourceFile, SourceAPI, or "" when dir is not used
+	revision  int64  // of dir
 	files     [][]byte
 	labels    []byte
 	hasLabels bool
@@ -63,7 +71,8 @@ func (s Sources) read() (raw, error) {
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return r, fmt.Errorf("--config-dir: %w", err)
 		}
-		r.dir = b
+		r.dir, r.source = b, SourceFile
+		r.revision, _ = policyset.PeekRevision(b)
 	}
 	for _, f := range s.PolicyFiles {
 		b, err := os.ReadFile(f)
@@ -102,7 +111,7 @@ func (r raw) policyBytes() []byte {
 
 func (r raw) key() string {
 	h := sha256.New()
-	for _, part := range append([][]byte{r.dir, r.labels}, r.files...) {
+	for _, part := range append([][]byte{[]byte(r.source), r.dir, r.labels}, r.files...) {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
@@ -126,6 +135,9 @@ func (r raw) compile(s Sources) (*Config, error) {
 	if r.dir != nil {
 		d, err := policyset.Unmarshal(r.dir)
 		if err != nil {
+			if r.source == SourceAPI {
+				return nil, fmt.Errorf("ConfigMap %s through the API server: %w", policyset.ConfigMapName, err)
+			}
 			return nil, fmt.Errorf("--config-dir %s: %w", s.ConfigDir, err)
 		}
 		doc.Policies = append(doc.Policies, d.Policies...)
@@ -158,7 +170,10 @@ func (r raw) compile(s Sources) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{Set: set, Hash: policyset.Hash(r.policyBytes()), key: r.key(), tls: origins}
+	c := &Config{Set: set, Hash: policyset.Hash(r.policyBytes()), key: r.key(), tls: origins, Revision: r.revision, Source: r.source}
+	if c.Source == "" {
+		c.Source = SourcePolicyFile
+	}
 	for _, p := range set.Policies() {
 		c.Upstreams = append(c.Upstreams, p.Name())
 	}

@@ -31,6 +31,10 @@ import (
 //	retry_sidecar_config_reload_errors_total                    configurations refused
 //	retry_sidecar_config_info{hash}                             1 for the configuration in force
 //	retry_sidecar_config_upstreams                              upstreams selected for this pod
+//	retry_sidecar_config_revision                               policies.json revision in force (docs/fleet.md)
+//	retry_sidecar_config_stale_total{source}                    deliveries refused for an older revision
+//	retry_sidecar_config_api_up                                 1 while the API watch of retry-policies runs
+//	retry_sidecar_config_api_fallbacks_total{reason}            API watch losses (forbidden, unreachable): the file is followed
 //	retry_sidecar_connect_tunnels_total / _active               CONNECT tunnels opened / open now
 //	retry_sidecar_timeouts_total{upstream,phase}                timeouts by phase: queue, connect, tls, headers
 //	retry_sidecar_truncated_responses_total                     upstream bodies cut off before their end (response aborted)
@@ -55,6 +59,10 @@ type Metrics struct {
 	reloads, reloadErrors         prometheus.Counter
 	configInfo                    *prometheus.GaugeVec
 	configUpstreams               prometheus.Gauge
+	configRevision                prometheus.Gauge
+	configStale                   *prometheus.CounterVec
+	apiUp                         prometheus.Gauge
+	apiFallbacks                  *prometheus.CounterVec
 	tunnels                       prometheus.Counter
 	tunnelsActive                 prometheus.Gauge
 	truncated                     prometheus.Counter
@@ -124,6 +132,14 @@ func NewMetrics() *Metrics {
 		Help: "1 for the configuration in force, labelled with the content hash of its policies."}, []string{"hash"})
 	m.configUpstreams = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_upstreams",
 		Help: "Upstreams with a policy in the configuration in force."})
+	m.configRevision = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_revision",
+		Help: "Revision of the policies.json in force (0: none, or policy files)."})
+	m.configStale = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "config_stale_total",
+		Help: "Deliveries of policies.json refused because their revision is older than the one in force, by source (api, file)."}, []string{"source"})
+	m.apiUp = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_api_up",
+		Help: "1 while the watch of retry-policies through the API server runs; 0 while the mounted file is followed alone."})
+	m.apiFallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "config_api_fallbacks_total",
+		Help: "Times the API watch of retry-policies was lost and the mounted file followed alone, by reason (forbidden, unreachable, error)."}, []string{"reason"})
 	m.tunnels = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "connect_tunnels_total",
 		Help: "CONNECT tunnels opened (relayed unchanged, never retried)."})
 	m.tunnelsActive = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "connect_tunnels_active",
@@ -133,7 +149,7 @@ func NewMetrics() *Metrics {
 	m.truncated = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "truncated_responses_total",
 		Help: "Upstream response bodies cut off before their announced end; the response to the app was aborted."})
 	m.Registry.MustRegister(m.requests, m.attempts, m.delay, m.budgetExhausted, m.shed, m.retryAfterFailures,
-		m.skew, m.held, m.holdEnd, m.rateLimitFailures, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts,
+		m.skew, m.held, m.holdEnd, m.rateLimitFailures, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.configRevision, m.configStale, m.apiUp, m.apiFallbacks, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -250,7 +266,8 @@ func (m *Metrics) status(u *upstreamMetrics, name string, key int) prometheus.Co
 }
 
 // configLoaded records a configuration put in force.
-func (m *Metrics) configLoaded(hash string, upstreams int) {
+func (m *Metrics) configLoaded(hash string, upstreams int, revision int64) {
+	m.configRevision.Set(float64(revision))
 	m.infoMu.Lock()
 	defer m.infoMu.Unlock()
 	if m.infoHash != "" && m.infoHash != hash {

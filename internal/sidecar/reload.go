@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,9 +28,26 @@ type Reloader struct {
 	registry *retrypolicy.Registry
 
 	current atomic.Pointer[Config]
+	// api is the API watch's delivery of policies.json, nil while the watch
+	// does not run (SetAPI).
+	api atomic.Pointer[delivery]
 
 	mu        sync.Mutex // serialises Reload
 	failedKey string     // last refused input, so it is reported once
+	inForce   int64      // revision in force: never goes down
+	staleKey  string     // last delivery refused as older, so it is reported once
+}
+
+// SetAPI hands the Reloader the API watch's view of policies.json (data nil:
+// the ConfigMap does not exist), or with running false says the watch is not
+// running and the mounted file is followed alone. It reloads at once.
+func (r *Reloader) SetAPI(running bool, data []byte) error {
+	if running {
+		r.api.Store(&delivery{source: SourceAPI, data: data})
+	} else {
+		r.api.Store(nil)
+	}
+	return r.Reload()
 }
 
 // NewReloader returns a Reloader with no configuration yet (not ready).
@@ -75,6 +93,20 @@ func (r *Reloader) Reload() error {
 	defer r.mu.Unlock()
 	in, err := r.Sources.read()
 	if err == nil {
+		if api := r.api.Load(); api != nil || r.Sources.ConfigDir != "" {
+			var file *delivery
+			if r.Sources.ConfigDir != "" {
+				file = &delivery{source: SourceFile, data: in.dir}
+			}
+			d, ok := choose(file, api, r.inForce)
+			if !ok {
+				r.refuseStale(file, api)
+				return nil
+			}
+			in.dir, in.source = d.data, d.source
+			in.revision, _ = d.revision()
+			in.revision = max(in.revision, r.inForce)
+		}
 		key := in.key()
 		if cur := r.current.Load(); cur != nil && cur.key == key {
 			r.failedKey = ""
@@ -87,9 +119,10 @@ func (r *Reloader) Reload() error {
 		if c, err = in.compile(r.Sources); err == nil {
 			r.registry.Adopt(c.Set)
 			r.current.Store(c)
-			r.failedKey = ""
-			r.Metrics.configLoaded(c.Hash, len(c.Upstreams))
-			r.Log.Info("configuration loaded", "hash", c.Hash, "upstreams", c.Upstreams)
+			r.failedKey, r.staleKey = "", ""
+			r.inForce = c.Revision
+			r.Metrics.configLoaded(c.Hash, len(c.Upstreams), c.Revision)
+			r.Log.Info("configuration loaded", "hash", c.Hash, "revision", c.Revision, "source", c.Source, "upstreams", c.Upstreams)
 			return nil
 		}
 		r.failedKey = key
@@ -101,6 +134,24 @@ func (r *Reloader) Reload() error {
 	}
 	r.Log.Error("configuration refused; the previous one stays in force", "error", err.Error(), "kept_hash", kept)
 	return err
+}
+
+// refuseStale reports, once per delivery, that the authoritative source holds
+// an older revision than the one in force (the kubelet's copy of the
+// ConfigMap lags behind the API watch that delivered the newer one).
+func (r *Reloader) refuseStale(file, api *delivery) {
+	d := api
+	if d == nil {
+		d = file
+	}
+	rev, _ := d.revision()
+	key := d.source + ":" + strconv.FormatInt(rev, 10)
+	if key == r.staleKey {
+		return
+	}
+	r.staleKey = key
+	r.Metrics.configStale.WithLabelValues(d.source).Inc()
+	r.Log.Info("older revision refused; the configuration in force stays", "source", d.source, "revision", rev, "in_force", r.inForce)
 }
 
 // Watch reloads whenever a watched directory changes, debounced, and every

@@ -26,7 +26,12 @@ type Options struct {
 	// interception rules (Transparent), loopback only.
 	TransparentListen string
 	AdminListen       string // /healthz, /readyz, /metrics
-	Sources           Sources
+	// StatsListen serves /metrics and /config on the pod IP; empty: not served.
+	StatsListen string
+	Sources     Sources
+	// API, when API.Dir is set, watches retry-policies through the API server
+	// besides the mounted file (docs/fleet.md).
+	API APICredentials
 
 	DrainTimeout time.Duration
 	LogLevel     slog.Level
@@ -60,6 +65,7 @@ func DefaultOptions() Options {
 	return Options{
 		Listen:              "127.0.0.1:15001",
 		AdminListen:         "127.0.0.1:15020",
+		StatsListen:         ":15090",
 		DrainTimeout:        20 * time.Second,
 		LogLevel:            slog.LevelInfo,
 		MaxIdleConns:        1024,
@@ -163,11 +169,22 @@ func Run(ctx context.Context, o Options) error {
 		ln.Close()
 		return fmt.Errorf("--admin-listen: %w", err)
 	}
+	var sln net.Listener
+	if o.StatsListen != "" {
+		if sln, err = lc.Listen(ctx, "tcp", o.StatsListen); err != nil {
+			ln.Close()
+			aln.Close()
+			return fmt.Errorf("--stats-listen: %w", err)
+		}
+	}
 	var tln net.Listener
 	if o.TransparentListen != "" {
 		if tln, err = lc.Listen(ctx, "tcp", o.TransparentListen); err != nil {
 			ln.Close()
 			aln.Close()
+			if sln != nil {
+				sln.Close()
+			}
 			return fmt.Errorf("--transparent-listen: %w", err)
 		}
 	}
@@ -198,7 +215,7 @@ func Run(ctx context.Context, o Options) error {
 	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
 	asrv := &http.Server{Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 
-	serveErr := make(chan error, 3)
+	serveErr := make(chan error, 4)
 	go func() { serveErr <- srv.Serve(ln) }()
 	go func() { serveErr <- asrv.Serve(aln) }()
 	var tsrv *http.Server
@@ -213,6 +230,13 @@ func Run(ctx context.Context, o Options) error {
 			IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
 		go func() { serveErr <- tsrv.Serve(tln) }()
 	}
+	statsAddr := ""
+	var ssrv *http.Server
+	if sln != nil {
+		statsAddr = sln.Addr().String()
+		ssrv = &http.Server{Handler: StatsHandler(reloader, metrics), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+		go func() { serveErr <- ssrv.Serve(sln) }()
+	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	go func() {
@@ -220,14 +244,23 @@ func Run(ctx context.Context, o Options) error {
 			log.Warn("file watching unavailable; relying on periodic resync", "error", err.Error())
 		}
 	}()
+	if o.API.Dir != "" {
+		aw, err := NewAPIWatch(o.API, reloader, log, metrics)
+		if err != nil {
+			metrics.apiFallbacks.WithLabelValues("error").Inc()
+			log.Warn("cannot watch retry-policies through the API server; following the mounted file", "reason", "error", "error", err.Error())
+		} else {
+			go aw.Run(watchCtx)
+		}
+	}
 
 	transparent := ""
 	if tln != nil {
 		transparent = tln.Addr().String()
 	}
-	log.Info("retry-sidecar listening", "listen", ln.Addr().String(), "admin", aln.Addr().String(), "transparent", transparent)
+	log.Info("retry-sidecar listening", "listen", ln.Addr().String(), "admin", aln.Addr().String(), "transparent", transparent, "stats", statsAddr)
 	if o.ReadyFile != "" {
-		if err := writeReadyFile(o.ReadyFile, ln.Addr().String(), aln.Addr().String(), transparent); err != nil {
+		if err := writeReadyFile(o.ReadyFile, ln.Addr().String(), aln.Addr().String(), transparent, statsAddr); err != nil {
 			log.Error("cannot write --ready-file", "error", err.Error())
 		}
 	}
@@ -260,6 +293,9 @@ func Run(ctx context.Context, o Options) error {
 	actx, acancel := context.WithTimeout(context.Background(), time.Second)
 	defer acancel()
 	_ = asrv.Shutdown(actx)
+	if ssrv != nil {
+		_ = ssrv.Shutdown(actx)
+	}
 	log.Info("stopped", "clean", clean)
 	return nil
 }
@@ -280,8 +316,8 @@ func checkLoopback(flag, addr string) error {
 	return fmt.Errorf("%s %q: must be a loopback address such as 127.0.0.1:15001 or [::1]:15001", flag, addr)
 }
 
-func writeReadyFile(path, listen, admin, transparent string) error {
-	m := map[string]any{"listen": listen, "admin": admin, "pid": os.Getpid()}
+func writeReadyFile(path, listen, admin, transparent, stats string) error {
+	m := map[string]any{"listen": listen, "admin": admin, "stats": stats, "pid": os.Getpid()}
 	if transparent != "" {
 		m["transparent"] = transparent
 	}

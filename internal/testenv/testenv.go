@@ -5,13 +5,22 @@
 package testenv
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 )
 
 // KubeVersion is the Kubernetes version the project pins (k8s.io/* v0.37.x).
@@ -63,4 +72,48 @@ func Start(t testing.TB, env *envtest.Environment) *rest.Config {
 		}
 	})
 	return cfg
+}
+
+// SidecarClusterRole is config/rbac/sidecar_role.yaml, the injected sidecars'
+// read access, named as it is installed (name: after config/default's
+// namePrefix).
+func SidecarClusterRole(t testing.TB, name string) *rbacv1.ClusterRole {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(ModuleRoot(), "config", "rbac", "sidecar_role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(b, &role); err != nil {
+		t.Fatalf("config/rbac/sidecar_role.yaml: %v", err)
+	}
+	role.Name = name
+	return &role
+}
+
+// ServiceAccountToken creates service account ns/name (if missing) and returns
+// a token for it from the TokenRequest API, bound to the API server's audience:
+// what the kubelet projects into a pod.
+func ServiceAccountToken(t testing.TB, cfg *rest.Config, ns, name string) string {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	_, err = cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s/%s: %v", ns, name, err)
+	}
+	return tr.Status.Token
+}
+
+// TokenConfig is cfg authenticated by token alone: what a pod holding it may do.
+func TokenConfig(cfg *rest.Config, token string) *rest.Config {
+	return &rest.Config{Host: cfg.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: cfg.CAData}}
 }

@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"math"
 	"math/big"
 	"net/http"
 	"os"
@@ -43,6 +44,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,6 +67,7 @@ const (
 	operatorNamespace = "retry-operator-system"
 	managerDeployment = "retry-operator-controller-manager"
 	sidecarName       = "retry-sidecar"
+	statsPort         = 15090 // the sidecar's --stats-listen: /config and /metrics
 	policyName        = "flaky-upstream"
 	kubeVersion       = "v1.37.2"
 )
@@ -80,7 +83,7 @@ type suite struct {
 	appPod    corev1.Pod
 	cases     int
 	failed    []string
-	propagate time.Duration // maxAttempts 4 → 2, edit to the sidecar's behaviour
+	propagate []time.Duration // policy edits to the sidecar's new revision
 }
 
 func TestEndToEnd(t *testing.T) {
@@ -102,16 +105,22 @@ func TestEndToEnd(t *testing.T) {
 	s.run(t, "a POST without an Idempotency-Key is not replayed", s.postNotReplayed)
 	s.run(t, "a POST with an Idempotency-Key is replayed with the same key up to maxAttempts", s.postWithKeyReplayed)
 	s.run(t, "an outage (always 503) stops after maxAttempts (4) transmissions", s.outageBounded)
-	s.run(t, "editing maxAttempts 4 to 2 reaches the running sidecar without a pod restart", s.policyEditPropagates)
+	s.run(t, "editing maxAttempts 4 to 2 reaches the running sidecar without a pod restart within 5 s, over 5 edits", s.policyEditPropagates)
+	s.run(t, "the RetryPolicy status reaches 1/1 pods run the edited generation", s.statusCountsProgrammedPods)
 	s.run(t, "invalid edits are rejected by the API server and the running behaviour is unchanged", s.invalidEditRejected)
+	s.run(t, "with the API access removed the sidecar follows the mounted file", s.fileFallback)
+	if n, _ := strconv.Atoi(os.Getenv("E2E_FLEET_PODS")); n > 0 {
+		s.run(t, fmt.Sprintf("a policy edit reaches %d injected pods (propagation p50/p99)", n), func(t *testing.T) { s.fleetPropagation(t, n) })
+	}
 	s.run(t, "with the operator scaled to zero, pods are still created (failurePolicy Ignore) and policies are refused (Fail)", s.operatorDown)
 
 	t.Logf("e2e: %d cases, %d passed, %d failed, in %s", s.cases, s.cases-len(s.failed), len(s.failed), time.Since(start).Round(time.Second))
 	for _, f := range s.failed {
 		t.Logf("e2e: FAILED: %s", f)
 	}
-	if s.propagate > 0 {
-		t.Logf("e2e: ConfigMap propagation (policy edit to the sidecar's behaviour): %s", s.propagate.Round(100*time.Millisecond))
+	if len(s.propagate) > 0 {
+		p50, p99 := percentiles(s.propagate)
+		t.Logf("e2e: policy edit to the running sidecar, %d edits: p50 %s, p99 %s", len(s.propagate), p50, p99)
 	}
 }
 
@@ -393,6 +402,11 @@ func (s *suite) sidecarInjected(t *testing.T) {
 		t.Errorf("label retry.dev/sidecar = %q, want injected", got)
 	}
 	app := p.Spec.Containers[0]
+	for _, m := range app.VolumeMounts {
+		if m.Name == "retry-sidecar-api" {
+			t.Errorf("the app container mounts the sidecar's API credentials at %s; only the sidecar may", m.MountPath)
+		}
+	}
 	env := map[string]string{}
 	for _, e := range app.Env {
 		env[e.Name] = e.Value
@@ -592,65 +606,235 @@ func (s *suite) outageBounded(t *testing.T) {
 	r.want(t, http.StatusServiceUnavailable, "exhausted", 4)
 }
 
-// policyEditPropagates lowers maxAttempts and measures, from the accepted edit:
-// the ConfigMap update (controller), the sidecar's reload (its log) and the
-// first request that behaves by the new policy. The kubelet refreshes ConfigMap
-// volumes on its periodic pod sync (up to about a minute, plus its cache TTL).
+// policyEditPropagates edits maxAttempts five times (4 → 2 → 3 → 2 → 3 → 2)
+// and measures, for each, the time from the accepted edit to the sidecar
+// running the new revision (its /config on the stats port, read through the API
+// server's pod proxy every 20 ms), then checks the behaviour with one call.
+// The sidecar watches retry-policies through the API server; the kubelet's
+// copy of the mounted ConfigMap would take about a minute.
 func (s *suite) policyEditPropagates(t *testing.T) {
-	ctx := context.Background()
 	before := s.podState(t)
-	edited := time.Now()
-	s.patchPolicy(t, `[{"op":"replace","path":"/spec/upstreams/0/maxAttempts","value":2}]`)
-
-	var cmAt, behaviourAt time.Time
-	var last string
-	deadline := edited.Add(150 * time.Second)
-	next := edited
-	for time.Now().Before(deadline) {
-		time.Sleep(time.Until(next))
-		next = time.Now().Add(time.Second)
-		if cmAt.IsZero() {
-			var cm corev1.ConfigMap
-			if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "retry-policies"}, &cm); err == nil {
-				if doc, err := policyset.Unmarshal([]byte(cm.Data["policies.json"])); err == nil &&
-					slices.ContainsFunc(doc.Policies, func(p policyset.Policy) bool {
-						return p.Name == policyName && ptr.Deref(p.Upstreams[0].MaxAttempts, 0) == 2
-					}) {
-					cmAt = time.Now()
-					t.Logf("ConfigMap retry-policies has maxAttempts 2 after %s", cmAt.Sub(edited).Round(100*time.Millisecond))
-				}
-			}
-		}
+	for i, attempts := range []int{2, 3, 2, 3, 2} {
+		took := s.editAndWait(t, s.appPod.Name, attempts)
+		s.propagate = append(s.propagate, took)
 		r := s.call(t, "GET", "/always-503", "")
-		last = fmt.Sprintf("status %d, outcome %s, attempts %s, arrivals %d", r.Status, r.outcome(), r.Headers["X-Retry-Attempts"], len(r.Arrivals))
-		if r.Headers["X-Retry-Attempts"] == "2" {
-			behaviourAt = time.Now()
-			r.want(t, http.StatusServiceUnavailable, "exhausted", 2)
-			break
-		}
-		if r.Headers["X-Retry-Attempts"] != "4" {
-			t.Errorf("while waiting for the edit: %s; want 4 (old policy) or 2 (new)", last)
+		r.want(t, http.StatusServiceUnavailable, "exhausted", attempts)
+		t.Logf("edit %d: maxAttempts → %d reached the sidecar after %s", i+1, attempts, took.Round(time.Millisecond))
+		if took > 5*time.Second {
+			t.Errorf("edit %d took %s to reach the sidecar; want at most 5 s", i+1, took.Round(time.Millisecond))
 		}
 	}
-	if behaviourAt.IsZero() {
-		t.Fatalf("the sidecar still applies maxAttempts 4 %s after the edit (last: %s)", time.Since(edited).Round(time.Second), last)
+	p50, p99 := percentiles(s.propagate)
+	t.Logf("policy edit to the running sidecar over %d edits: p50 %s, p99 %s", len(s.propagate), p50, p99)
+	if reload := s.sidecarReloadAfter(t, time.Now().Add(-time.Minute)); reload.IsZero() {
+		t.Errorf("no \"configuration loaded\" line in the sidecar's log for the edits")
 	}
-	s.propagate = behaviourAt.Sub(edited)
-	reload := s.sidecarReloadAfter(t, edited)
-	t.Logf("maxAttempts 4 → 2: ConfigMap after %s, sidecar reload logged after %s, new behaviour after %s",
-		durationSince(cmAt, edited), durationSince(reload, edited), s.propagate.Round(100*time.Millisecond))
-
-	after := s.podState(t)
-	if after != before {
+	if after := s.podState(t); after != before {
 		t.Errorf("the pod restarted or was replaced: before %s, after %s", before, after)
 	}
 }
 
-func durationSince(t, since time.Time) string {
-	if t.IsZero() {
-		return "(not seen)"
+// editAndWait sets maxAttempts of the policy and returns the time until the
+// sidecar of pod reports a revision above the one it ran before the edit.
+func (s *suite) editAndWait(t *testing.T, pod string, attempts int) time.Duration {
+	t.Helper()
+	was := s.sidecarConfig(t, pod)
+	edited := time.Now()
+	s.patchPolicy(t, fmt.Sprintf(`[{"op":"replace","path":"/spec/upstreams/0/maxAttempts","value":%d}]`, attempts))
+	var now policyset.ConfigStatus
+	for time.Since(edited) < 150*time.Second {
+		now = s.sidecarConfig(t, pod)
+		if now.Revision > was.Revision {
+			return time.Since(edited)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return t.Sub(since).Round(100 * time.Millisecond).String()
+	t.Fatalf("the sidecar of %s still runs revision %d (%s) %s after the edit", pod, now.Revision, now.Source, time.Since(edited).Round(time.Second))
+	return 0
+}
+
+// sidecarConfig reads GET /config from the sidecar's stats port through the API
+// server's pod proxy.
+func (s *suite) sidecarConfig(t *testing.T, pod string) policyset.ConfigStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body, err := s.cs.CoreV1().Pods(s.ns).ProxyGet("http", pod, strconv.Itoa(statsPort), "config", nil).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("GET /config of %s: %v (%s)", pod, err, body)
+	}
+	var c policyset.ConfigStatus
+	if err := json.Unmarshal(body, &c); err != nil {
+		t.Fatalf("GET /config of %s: %q: %v", pod, body, err)
+	}
+	return c
+}
+
+// sidecarMetric reads one series from the sidecar's stats port; -1 if absent.
+func (s *suite) sidecarMetric(t *testing.T, pod, series string) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body, err := s.cs.CoreV1().Pods(s.ns).ProxyGet("http", pod, strconv.Itoa(statsPort), "metrics", nil).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("GET /metrics of %s: %v", pod, err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
+// percentiles are the nearest-rank p50 and p99 of ds.
+func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	rank := func(p float64) time.Duration {
+		i := int(math.Ceil(p*float64(len(sorted)))) - 1
+		return sorted[max(0, min(i, len(sorted)-1))].Round(time.Millisecond)
+	}
+	return rank(0.50), rank(0.99)
+}
+
+// statusCountsProgrammedPods waits until the policy says its one selected pod
+// runs the current generation (the manager asks the sidecar's /config).
+func (s *suite) statusCountsProgrammedPods(t *testing.T) {
+	start := time.Now()
+	var msg string
+	s.eventually(t, time.Minute, "status.programmedPods 1 of 1", func() (bool, string) {
+		var rp v1alpha1.RetryPolicy
+		if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: policyName}, &rp); err != nil {
+			return false, err.Error()
+		}
+		prog := meta.FindStatusCondition(rp.Status.Conditions, "Programmed")
+		if prog == nil {
+			return false, "no Programmed condition"
+		}
+		msg = prog.Message
+		want := fmt.Sprintf("1/1 pods run generation %d ", rp.Generation)
+		return rp.Status.ProgrammedPods == 1 && rp.Status.SelectedPods == 1 && strings.HasPrefix(prog.Message, want),
+			fmt.Sprintf("programmedPods %d/%d, Programmed %q, want %q…", rp.Status.ProgrammedPods, rp.Status.SelectedPods, prog.Message, want)
+	})
+	t.Logf("Programmed: %q (after %s)", msg, time.Since(start).Round(100*time.Millisecond))
+}
+
+// fileFallback removes the sidecars' API access in the namespace (the
+// retry.dev/sidecar-api-access=disabled annotation: the manager deletes the
+// RoleBinding), replaces the app pod so its sidecar starts without access, and
+// checks that it follows the mounted file: ready, /config source "file", the
+// fallback metric, and an edit arriving with the kubelet's sync.
+func (s *suite) fileFallback(t *testing.T) {
+	ctx := context.Background()
+	setAccess := func(value string) {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"retry.dev/sidecar-api-access":%s}}}`, value)
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}}
+		if err := s.c.Patch(ctx, ns, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			t.Fatalf("annotating namespace %s: %v", s.ns, err)
+		}
+	}
+	setAccess(`"disabled"`)
+	t.Cleanup(func() { setAccess("null") })
+	s.eventually(t, 30*time.Second, "the RoleBinding retry-sidecar to be deleted", func() (bool, string) {
+		err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "retry-sidecar"}, &rbacv1.RoleBinding{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+
+	old := s.appPod
+	if err := s.c.Delete(ctx, &old); err != nil {
+		t.Fatalf("deleting the app pod: %v", err)
+	}
+	s.eventually(t, 2*time.Minute, "a new demo-app pod to be ready", func() (bool, string) {
+		var d appsv1.Deployment
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "demo-app"}, &d); err != nil {
+			return false, err.Error()
+		}
+		var pods corev1.PodList
+		if err := s.c.List(ctx, &pods, client.InNamespace(s.ns), client.MatchingLabels{"app": "demo-app"}); err != nil {
+			return false, err.Error()
+		}
+		var live []string
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && p.UID != old.UID {
+				live = append(live, p.Name)
+			}
+		}
+		return len(live) == 1 && len(pods.Items) == 1 && d.Status.ReadyReplicas == 1,
+			fmt.Sprintf("new pods %v of %d, ready %d", live, len(pods.Items), d.Status.ReadyReplicas)
+	})
+	s.appPod = s.podOf(t, "demo-app")
+	if c := s.sidecarConfig(t, s.appPod.Name); c.Source != "file" {
+		t.Errorf("/config source %q without API access, want file", c.Source)
+	}
+	s.eventually(t, 30*time.Second, "the fallback metric", func() (bool, string) {
+		v := s.sidecarMetric(t, s.appPod.Name, `retry_sidecar_config_api_fallbacks_total{reason="forbidden"}`)
+		return v == 1, fmt.Sprintf("retry_sidecar_config_api_fallbacks_total{reason=\"forbidden\"} = %v", v)
+	})
+
+	took := s.editAndWait(t, s.appPod.Name, 3)
+	c := s.sidecarConfig(t, s.appPod.Name)
+	t.Logf("without API access the edit arrived through the mounted file after %s (revision %d, source %s)", took.Round(100*time.Millisecond), c.Revision, c.Source)
+	if c.Source != "file" {
+		t.Errorf("/config source %q, want file", c.Source)
+	}
+	r := s.call(t, "GET", "/always-503", "")
+	r.want(t, http.StatusServiceUnavailable, "exhausted", 3)
+}
+
+// fleetPropagation runs n more injected pods and measures, over 5 edits, the
+// time until every one of their sidecars runs the new revision.
+func (s *suite) fleetPropagation(t *testing.T, n int) {
+	ctx := context.Background()
+	s.applyTemplate(t, "fleet.yaml", map[string]string{"REPLICAS": strconv.Itoa(n)})
+	s.eventually(t, 5*time.Minute, fmt.Sprintf("%d fleet pods to be ready", n), func() (bool, string) {
+		var d appsv1.Deployment
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "fleet"}, &d); err != nil {
+			return false, err.Error()
+		}
+		return d.Status.ReadyReplicas == int32(n), fmt.Sprintf("ready %d of %d", d.Status.ReadyReplicas, n)
+	})
+	var pods corev1.PodList
+	if err := s.c.List(ctx, &pods, client.InNamespace(s.ns), client.MatchingLabels{"app": "fleet"}); err != nil {
+		t.Fatal(err)
+	}
+	var all, slowest []time.Duration
+	for i, attempts := range []int{2, 3, 2, 3, 2} {
+		was := s.sidecarConfig(t, pods.Items[0].Name).Revision
+		edited := time.Now()
+		s.patchPolicy(t, fmt.Sprintf(`[{"op":"replace","path":"/spec/upstreams/0/maxAttempts","value":%d}]`, attempts))
+		pending := map[string]bool{}
+		for _, p := range pods.Items {
+			pending[p.Name] = true
+		}
+		var last time.Duration
+		for len(pending) > 0 && time.Since(edited) < 150*time.Second {
+			for name := range pending {
+				if s.sidecarConfig(t, name).Revision > was {
+					d := time.Since(edited)
+					all = append(all, d)
+					last = d
+					delete(pending, name)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if len(pending) > 0 {
+			t.Fatalf("edit %d: %d of %d sidecars still run revision %d after 150 s", i+1, len(pending), n, was)
+		}
+		slowest = append(slowest, last)
+		t.Logf("edit %d: all %d sidecars run the new revision after %s", i+1, n, last.Round(time.Millisecond))
+	}
+	p50, p99 := percentiles(all)
+	sp50, sp99 := percentiles(slowest)
+	t.Logf("fleet of %d pods, 5 edits: per pod p50 %s p99 %s; slowest pod per edit p50 %s p99 %s (measured by polling /config through the API server, one pod at a time)",
+		n, p50, p99, sp50, sp99)
+	if err := s.c.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "fleet"}}); err != nil {
+		t.Logf("deleting the fleet: %v", err)
+	}
 }
 
 // podState identifies the app pod's incarnation: UID, restart counts, start times.

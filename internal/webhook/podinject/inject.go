@@ -53,15 +53,26 @@ const (
 	// in transparent interception: the redirect rules send intercepted
 	// connections there.
 	TransparentPort = redirect.DefaultTo
+	// StatsPort serves /metrics and /config on the pod IP (--stats-listen): the
+	// manager reads each sidecar's configuration revision there.
+	StatsPort = 15090
 	// SidecarBinary is the sidecar's path in its image (hack/images and the
 	// Dockerfile both put it there).
 	SidecarBinary = "/retry-sidecar"
 
-	PoliciesVolume  = "retry-sidecar-policies"
-	PodInfoVolume   = "retry-sidecar-podinfo"
-	PoliciesDir     = "/etc/retry-sidecar/policies"
-	PodInfoDir      = "/etc/retry-sidecar/podinfo"
-	PodLabelsFile   = PodInfoDir + "/labels"
+	PoliciesVolume = "retry-sidecar-policies"
+	PodInfoVolume  = "retry-sidecar-podinfo"
+	PoliciesDir    = "/etc/retry-sidecar/policies"
+	PodInfoDir     = "/etc/retry-sidecar/podinfo"
+	PodLabelsFile  = PodInfoDir + "/labels"
+	// APIVolume is the sidecar's own API credentials (docs/fleet.md): a
+	// projected service-account token (audience-bound, expiring, rotated by the
+	// kubelet), the cluster CA and the pod's namespace, mounted into the
+	// retry-sidecar container only. The app containers get nothing from it.
+	APIVolume       = "retry-sidecar-api"
+	APIDir          = "/var/run/secrets/retry.dev/serviceaccount"
+	apiTokenSeconds = 3600
+	rootCAConfigMap = "kube-root-ca.crt"
 	sidecarUID      = redirect.DefaultExcludeUID
 	DefaultNoProxy  = "localhost,127.0.0.1,::1,kubernetes.default.svc"
 	DefaultImage    = "retry.dev/retry-sidecar:dev"
@@ -109,6 +120,10 @@ type Config struct {
 	Resources corev1.ResourceRequirements
 	// ExcludedNamespaces are never injected (kube-system and the operator's namespace).
 	ExcludedNamespaces []string
+	// TokenAudience is the audience of the sidecar's projected token; empty
+	// binds it to the API server's own audience (its --api-audiences), the only
+	// one the API server accepts unless configured otherwise.
+	TokenAudience string
 }
 
 // DefaultResources: sized for the targets of docs/performance.md (≤ 50 MiB at 2,000 req/s)
@@ -172,6 +187,8 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 //     container and all app containers, and stops after them;
 //   - the retry-policies ConfigMap (optional: the pod starts before any policy
 //     exists) and the pod's labels (downward API) mounted read-only;
+//   - the sidecar's own API credentials (APIVolume), in the sidecar only, so
+//     it watches retry-policies through the API server (docs/fleet.md);
 //   - ModeEnvironment: the proxy environment of every runtime (setProxyEnv)
 //     on every app container that has not chosen its own proxy;
 //   - ModeTransparent: instead of that environment, the retry-redirect init
@@ -190,8 +207,10 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 		Args: []string{
 			fmt.Sprintf("--listen=127.0.0.1:%d", ProxyPort),
 			fmt.Sprintf("--admin-listen=127.0.0.1:%d", AdminPort),
+			fmt.Sprintf("--stats-listen=:%d", StatsPort),
 			"--config-dir=" + PoliciesDir,
 			"--pod-labels=" + PodLabelsFile,
+			"--api-credentials-dir=" + APIDir,
 		},
 		Env: []corev1.EnvVar{{
 			// Let the Go runtime collect before the kubelet kills at the limit.
@@ -219,6 +238,7 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: PoliciesVolume, MountPath: PoliciesDir, ReadOnly: true},
 			{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
+			{Name: APIVolume, MountPath: APIDir, ReadOnly: true},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
@@ -228,6 +248,16 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 		first = []corev1.Container{c.redirectContainer(ic.Ports), sidecar}
 	}
 	out.Spec.InitContainers = append(first, out.Spec.InitContainers...)
+	// A projected service-account token needs the pod's service account named.
+	// The API server's ServiceAccount admission plugin names "default" before
+	// any webhook runs; a pod that reaches us without one (the plugin disabled)
+	// gets the same here.
+	if out.Spec.ServiceAccountName == "" {
+		out.Spec.ServiceAccountName = out.Spec.DeprecatedServiceAccount
+		if out.Spec.ServiceAccountName == "" {
+			out.Spec.ServiceAccountName = "default"
+		}
+	}
 
 	addVolume(&out.Spec, corev1.Volume{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -238,6 +268,19 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 		DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{
 			Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"},
 		}}}}})
+	addVolume(&out.Spec, corev1.Volume{Name: APIVolume, VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{
+			DefaultMode: ptr.To[int32](0o444),
+			Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+					Path: "token", Audience: c.TokenAudience, ExpirationSeconds: ptr.To[int64](apiTokenSeconds)}},
+				{ConfigMap: &corev1.ConfigMapProjection{
+					LocalObjectReference: corev1.LocalObjectReference{Name: rootCAConfigMap},
+					Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
+					Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+			},
+		}}})
 
 	if ic.Mode != ModeTransparent {
 		for i := range out.Spec.Containers {

@@ -1,0 +1,270 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/testenv"
+)
+
+// renderedDoc is policies.json as the manager renders it: one policy for
+// host with maxAttempts, at revision rev.
+func renderedDoc(t *testing.T, host string, maxAttempts int, rev int64) string {
+	t.Helper()
+	d, err := policyset.FromPolicyYAML([]byte(policyYAML("p", "up", host, fields("maxAttempts: "+itoa(maxAttempts))...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Revision = rev
+	b, err := policyset.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// config reads GET /config from the stats port (the pod-IP one).
+func (s *sidecar) config() (int, policyset.ConfigStatus) {
+	s.t.Helper()
+	resp, err := http.Get("http://" + s.stats + "/config")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var c policyset.ConfigStatus
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == 200 {
+		if err := json.Unmarshal(b, &c); err != nil {
+			s.t.Fatalf("/config %q: %v", b, err)
+		}
+	}
+	return resp.StatusCode, c
+}
+
+// waitConfig waits until /config reports revision rev from source.
+func (s *sidecar) waitConfig(rev int64, source string, within time.Duration) policyset.ConfigStatus {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		code, c := s.config()
+		if code == 200 && c.Revision == rev && c.Source == source {
+			return c
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("/config = %d %+v after %s, want revision %d from %s", code, c, within, rev, source)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestConfigRevisionNeverGoesBack(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, status(503))
+	dir := t.TempDir()
+	kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 2, 5)})
+	s := startSidecar(t, "--config-dir="+dir)
+	c := s.waitConfig(5, "file", 5*time.Second)
+	if want := policyset.Hash([]byte(renderedDoc(t, up.host(), 2, 5))); c.Hash != want {
+		t.Errorf("/config hash = %s, want %s (the hash of policies.json)", c.Hash, want)
+	}
+	assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "2")
+
+	kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 3, 4)})
+	s.waitMetric(`retry_sidecar_config_stale_total{source="file"}`, 1)
+	assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "2")
+	if _, c := s.config(); c.Revision != 5 {
+		t.Fatalf("/config revision = %d after an older document, want 5", c.Revision)
+	}
+	if n := strings.Count(s.logs.String(), "older revision refused"); n != 1 {
+		t.Errorf("%d log lines about the older revision, want 1", n)
+	}
+
+	kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 4, 6)})
+	s.waitConfig(6, "file", 5*time.Second)
+	assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "4")
+	if v := s.metric("retry_sidecar_config_revision"); v != 6 {
+		t.Errorf("retry_sidecar_config_revision = %v, want 6", v)
+	}
+}
+
+func TestConfigEndpointAnswersOnlyGETAndWaitsForAConfiguration(t *testing.T) {
+	t.Parallel()
+	s := startSidecar(t, "--policy-file="+filepath.Join(t.TempDir(), "later.yaml"))
+	if code, _ := s.config(); code != http.StatusServiceUnavailable {
+		t.Fatalf("/config before any configuration: %d, want 503", code)
+	}
+	resp, err := http.Post("http://"+s.stats+"/config", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("POST /config: %d, want 405", resp.StatusCode)
+	}
+}
+
+// apiFixture is a real kube-apiserver with the sidecars' ClusterRole, and a
+// credentials directory laid out as the injector's projected volume.
+type apiFixture struct {
+	cfg *rest.Config
+	cs  *kubernetes.Clientset
+}
+
+func startAPI(t *testing.T) *apiFixture {
+	t.Helper()
+	cfg := testenv.Start(t, nil)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Create(context.Background(), testenv.SidecarClusterRole(t, "retry-operator-sidecar"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &apiFixture{cfg: cfg, cs: cs}
+}
+
+// namespace creates ns, with the RoleBinding the manager would create when bind.
+func (a *apiFixture) namespace(t *testing.T, ns string, bind bool) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := a.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !bind {
+		return
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "retry-sidecar", Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "retry-operator-sidecar"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:serviceaccounts:" + ns}}}
+	if _, err := a.cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// credentials writes token, ca.crt and namespace for service account ns/default.
+func (a *apiFixture) credentials(t *testing.T, ns string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"token":     testenv.ServiceAccountToken(t, a.cfg, ns, "default"),
+		"ca.crt":    string(a.cfg.CAData),
+		"namespace": ns,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func (a *apiFixture) putConfigMap(t *testing.T, ns, data string) {
+	t.Helper()
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "retry-policies", Namespace: ns}, Data: map[string]string{"policies.json": data}}
+	if _, err := a.cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err == nil {
+		return
+	}
+	if _, err := a.cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAPIWatch runs sidecars against a real kube-apiserver: an edit of
+// retry-policies reaches a sidecar through the watch while its mounted file
+// still holds the old revision, and a sidecar whose token may not read the
+// ConfigMap follows the mounted file, ready, with one log line and a metric.
+func TestAPIWatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kube-apiserver and etcd")
+	}
+	a := startAPI(t)
+	up := newUpstream(t, status(503))
+	const r1, r2 = 1796083200, 1796083201
+
+	t.Run("an edit reaches the sidecar through the API server before the mounted file", func(t *testing.T) {
+		a.namespace(t, "watched", true)
+		a.putConfigMap(t, "watched", renderedDoc(t, up.host(), 2, r1))
+		dir := t.TempDir()
+		kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 2, r1)})
+		s := startSidecar(t, "--config-dir="+dir, "--api-credentials-dir="+a.credentials(t, "watched"), "--api-server="+a.cfg.Host)
+		s.waitMetric("retry_sidecar_config_api_up", 1)
+		s.waitConfig(r1, "api", 5*time.Second)
+
+		edited := time.Now()
+		a.putConfigMap(t, "watched", renderedDoc(t, up.host(), 3, r2))
+		s.waitConfig(r2, "api", 2*time.Second)
+		t.Logf("edit to /config revision %d: %s", r2, time.Since(edited).Round(time.Millisecond))
+		assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "3")
+
+		// The kubelet's copy catches up later with the same revision: no change.
+		kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 3, r2)})
+		time.Sleep(200 * time.Millisecond)
+		if _, c := s.config(); c.Revision != r2 || c.Source != "api" {
+			t.Fatalf("/config = %+v after the file caught up, want revision %d from api", c, r2)
+		}
+		if n := strings.Count(s.logs.String(), "following retry-policies through the API server"); n != 1 {
+			t.Errorf("%d log lines about following the API server, want 1", n)
+		}
+
+		// Deleting the ConfigMap (its last policy gone) empties the configuration
+		// at once, although the file still has revision r2.
+		if err := a.cs.CoreV1().ConfigMaps("watched").Delete(context.Background(), "retry-policies", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s.waitMetric("retry_sidecar_config_upstreams", 0)
+		if r := s.get(up.url("/")); r.header.Get("X-Retry-Outcome") != "" {
+			t.Fatalf("outcome %q after the ConfigMap was deleted, want a plain pass-through", r.header.Get("X-Retry-Outcome"))
+		}
+	})
+
+	t.Run("without a RoleBinding the sidecar follows the mounted file and stays ready", func(t *testing.T) {
+		a.namespace(t, "unbound", false)
+		a.putConfigMap(t, "unbound", renderedDoc(t, up.host(), 4, r2))
+		dir := t.TempDir()
+		kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 2, r1)})
+		s := startSidecar(t, "--config-dir="+dir, "--api-credentials-dir="+a.credentials(t, "unbound"), "--api-server="+a.cfg.Host)
+		s.waitMetric(`retry_sidecar_config_api_fallbacks_total{reason="forbidden"}`, 1)
+		if code, _ := s.adminGet("/readyz"); code != 200 {
+			t.Fatalf("readyz %d while the API refuses the token; want 200", code)
+		}
+		s.waitConfig(r1, "file", 2*time.Second)
+		assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "2")
+
+		kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 3, r2)})
+		s.waitConfig(r2, "file", 5*time.Second)
+		assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "3")
+		time.Sleep(1500 * time.Millisecond) // a few more failed attempts of the watch
+		if n := strings.Count(s.logs.String(), "following the mounted file"); n != 1 {
+			t.Errorf("%d log lines about the fallback, want 1 (one per state change)", n)
+		}
+		if v := s.metric("retry_sidecar_config_api_up"); v != 0 {
+			t.Errorf("retry_sidecar_config_api_up = %v, want 0", v)
+		}
+	})
+
+	t.Run("an unreachable API server is a fallback too", func(t *testing.T) {
+		dir := t.TempDir()
+		kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 2, r1)})
+		s := startSidecar(t, "--config-dir="+dir, "--api-credentials-dir="+a.credentials(t, "unbound"),
+			"--api-server=https://"+freePort(t))
+		s.waitMetric(`retry_sidecar_config_api_fallbacks_total{reason="unreachable"}`, 1)
+		s.waitConfig(r1, "file", 2*time.Second)
+		if code, _ := s.adminGet("/readyz"); code != 200 {
+			t.Fatalf("readyz %d while the API server is unreachable; want 200", code)
+		}
+	})
+}

@@ -1,0 +1,102 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// The sidecars' read access to their namespace's retry-policies ConfigMap
+// (docs/fleet.md): one ClusterRole, shipped in config/rbac/sidecar_role.yaml,
+// that allows get, list and watch on configmaps named retry-policies and
+// nothing else, and in every namespace with injected pods a RoleBinding of it
+// to the group of that namespace's service accounts. A RoleBinding grants a
+// ClusterRole's rules only inside its own namespace, so a sidecar reads its
+// own namespace's retry-policies and no other object.
+const (
+	// DefaultSidecarClusterRole is the ClusterRole's name after config/default's
+	// namePrefix. The manager may bind only this ClusterRole (the bind marker
+	// below names it).
+	DefaultSidecarClusterRole = "retry-operator-sidecar"
+	// SidecarRoleBindingName is the RoleBinding the manager keeps in each
+	// namespace with injected pods.
+	SidecarRoleBindingName = "retry-sidecar"
+	// AnnotationSidecarAPIAccess on a namespace, value "disabled", keeps the
+	// RoleBinding out of it: its sidecars follow the mounted ConfigMap file only
+	// (updated on the kubelet's sync period, about a minute).
+	AnnotationSidecarAPIAccess = "retry.dev/sidecar-api-access"
+	// SidecarAPIAccessDisabled is the value of AnnotationSidecarAPIAccess that
+	// disables the API access.
+	SidecarAPIAccessDisabled = "disabled"
+)
+
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=retry-operator-sidecar
+
+// ServiceAccountsGroup is the group every service account of namespace ns
+// belongs to.
+func ServiceAccountsGroup(ns string) string { return "system:serviceaccounts:" + ns }
+
+// wantSidecarBinding reports whether namespace ns must have the RoleBinding:
+// it has injected pods and does not opt out.
+func wantSidecarBinding(nsObj *corev1.Namespace, injectedPods int) bool {
+	return injectedPods > 0 && nsObj.Annotations[AnnotationSidecarAPIAccess] != SidecarAPIAccessDisabled
+}
+
+// applySidecarBinding creates, corrects or deletes the RoleBinding of namespace
+// ns so that it exists exactly when want. It writes nothing when the binding
+// is already as it must be.
+func (r *RetryPolicyReconciler) applySidecarBinding(ctx context.Context, ns string, want bool) error {
+	role := r.sidecarClusterRole()
+	var rb rbacv1.RoleBinding
+	err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: SidecarRoleBindingName}, &rb)
+	exists := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading RoleBinding %s/%s: %w", ns, SidecarRoleBindingName, err)
+	}
+	log := logf.FromContext(ctx)
+	if !want {
+		if !exists {
+			return nil
+		}
+		if err := r.Delete(ctx, &rb, client.Preconditions{UID: &rb.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting RoleBinding %s/%s: %w", ns, SidecarRoleBindingName, err)
+		}
+		log.Info("deleted the sidecars' RoleBinding", "roleBinding", SidecarRoleBindingName)
+		return nil
+	}
+	group := ServiceAccountsGroup(ns)
+	if exists && rb.RoleRef.Kind == "ClusterRole" && rb.RoleRef.Name == role && rb.Labels[ManagedByLabel] == ManagedByValue &&
+		len(rb.Subjects) == 1 && rb.Subjects[0].Kind == rbacv1.GroupKind && rb.Subjects[0].Name == group {
+		return nil
+	}
+	if exists && rb.RoleRef.Name != role {
+		// roleRef is immutable: replace the binding.
+		if err := r.Delete(ctx, &rb, client.Preconditions{UID: &rb.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("replacing RoleBinding %s/%s: %w", ns, SidecarRoleBindingName, err)
+		}
+	}
+	apply := rbacv1ac.RoleBinding(SidecarRoleBindingName, ns).
+		WithLabels(map[string]string{ManagedByLabel: ManagedByValue}).
+		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(role)).
+		WithSubjects(rbacv1ac.Subject().WithAPIGroup(rbacv1.GroupName).WithKind(rbacv1.GroupKind).WithName(group))
+	if err := r.Apply(ctx, apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying RoleBinding %s/%s: %w", ns, SidecarRoleBindingName, err)
+	}
+	log.Info("bound the sidecars' ClusterRole", "roleBinding", SidecarRoleBindingName, "clusterRole", role, "group", group)
+	return nil
+}
+
+func (r *RetryPolicyReconciler) sidecarClusterRole() string {
+	if r.SidecarClusterRole == "" {
+		return DefaultSidecarClusterRole
+	}
+	return r.SidecarClusterRole
+}

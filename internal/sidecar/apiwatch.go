@@ -1,0 +1,226 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	"github.com/retrydev/retry-operator/internal/policyset"
+)
+
+// APIWatch follows the namespace's retry-policies ConfigMap through the API
+// server: one object, listed and watched by name (field selector
+// metadata.name=retry-policies), with the pod's own projected service-account
+// token (docs/fleet.md). The kubelet refreshes a mounted ConfigMap only every
+// minute or so; the watch delivers an edit within a second.
+//
+// While the watch runs, every change goes to Reloader.SetAPI. When the API
+// server cannot be reached or refuses the token, the Reloader is told to follow
+// the mounted file alone; readiness is unaffected. Each change of that state
+// is one log line and the retry_sidecar_config_api_* metrics.
+type APIWatch struct {
+	Client    rest.Interface
+	Namespace string
+	Reloader  *Reloader
+	Log       *slog.Logger
+	Metrics   *Metrics
+	// WatchTimeout bounds one watch request; the API server ends it then and the
+	// object is listed again. Jittered by up to a quarter.
+	WatchTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the wait before retrying a failed list.
+	MinBackoff, MaxBackoff time.Duration
+
+	state string // "" before the first attempt, "up", or the reason of the fallback
+}
+
+// APICredentials are the files of the projected volume the injector mounts
+// into the sidecar container only: token (audience-bound, rotated by the
+// kubelet), ca.crt and namespace.
+type APICredentials struct {
+	Dir string
+	// Server is the API server URL; empty: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
+	Server string
+}
+
+// NewAPIWatch builds the REST client from the credentials. The client knows
+// only core/v1 ConfigMaps, so the sidecar carries no other API types.
+func NewAPIWatch(creds APICredentials, r *Reloader, log *slog.Logger, m *Metrics) (*APIWatch, error) {
+	server := creds.Server
+	if server == "" {
+		host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+		if host == "" || port == "" {
+			return nil, errors.New("--api-server is empty and KUBERNETES_SERVICE_HOST/PORT are not set")
+		}
+		server = "https://" + net.JoinHostPort(host, port)
+	}
+	nsBytes, err := os.ReadFile(filepath.Join(creds.Dir, "namespace"))
+	if err != nil {
+		return nil, fmt.Errorf("--api-credentials-dir: %w", err)
+	}
+	ns := strings.TrimSpace(string(nsBytes))
+	if ns == "" {
+		return nil, fmt.Errorf("--api-credentials-dir: %s is empty", filepath.Join(creds.Dir, "namespace"))
+	}
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	cfg := &rest.Config{
+		Host:            server,
+		BearerTokenFile: filepath.Join(creds.Dir, "token"), // re-read as the kubelet rotates it
+		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(creds.Dir, "ca.crt")},
+		UserAgent:       "retry-sidecar",
+		QPS:             5,
+		Burst:           10,
+		ContentConfig: rest.ContentConfig{
+			GroupVersion:         &corev1.SchemeGroupVersion,
+			NegotiatedSerializer: serializer.NewCodecFactory(scheme).WithoutConversion(),
+			ContentType:          runtime.ContentTypeJSON,
+		},
+		APIPath: "/api",
+	}
+	client, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("API client: %w", err)
+	}
+	return &APIWatch{Client: client, Namespace: ns, Reloader: r, Log: log, Metrics: m}, nil
+}
+
+// Run lists and watches until ctx ends.
+func (w *APIWatch) Run(ctx context.Context) {
+	if w.WatchTimeout <= 0 {
+		w.WatchTimeout = 5 * time.Minute
+	}
+	if w.MinBackoff <= 0 {
+		w.MinBackoff = 500 * time.Millisecond
+	}
+	if w.MaxBackoff <= 0 {
+		w.MaxBackoff = 30 * time.Second
+	}
+	backoff := w.MinBackoff
+	for ctx.Err() == nil {
+		if err := w.listAndWatch(ctx); err != nil && ctx.Err() == nil {
+			w.down(err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, w.MaxBackoff)
+			continue
+		}
+		backoff = w.MinBackoff
+	}
+}
+
+// listAndWatch lists retry-policies, hands it on, then follows the watch until
+// it ends. It returns an error only when the list or the watch request fails.
+func (w *APIWatch) listAndWatch(ctx context.Context) error {
+	sel := fields.OneTermEqualSelector("metadata.name", policyset.ConfigMapName).String()
+	var list corev1.ConfigMapList
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := w.Client.Get().Namespace(w.Namespace).Resource("configmaps").
+		VersionedParams(&metav1.ListOptions{FieldSelector: sel}, metav1.ParameterCodec).
+		Do(lctx).Into(&list)
+	cancel()
+	if err != nil {
+		return err
+	}
+	w.up()
+	w.deliver(firstConfigMap(list.Items))
+
+	timeout := int64((w.WatchTimeout + time.Duration(rand.Int64N(int64(w.WatchTimeout)/4+1))) / time.Second)
+	wi, err := w.Client.Get().Namespace(w.Namespace).Resource("configmaps").
+		VersionedParams(&metav1.ListOptions{FieldSelector: sel, Watch: true, ResourceVersion: list.ResourceVersion,
+			AllowWatchBookmarks: true, TimeoutSeconds: &timeout}, metav1.ParameterCodec).
+		Watch(ctx)
+	if err != nil {
+		return err
+	}
+	defer wi.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-wi.ResultChan():
+			if !ok {
+				return nil // ended (timeout, API server restart): list again
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				if cm, ok := ev.Object.(*corev1.ConfigMap); ok {
+					w.deliver(cm)
+				}
+			case watch.Deleted:
+				w.deliver(nil)
+			case watch.Error:
+				// 410 Gone and the like: list again from the current state.
+				return nil
+			}
+		}
+	}
+}
+
+func firstConfigMap(items []corev1.ConfigMap) *corev1.ConfigMap {
+	for i := range items {
+		if items[i].Name == policyset.ConfigMapName {
+			return &items[i]
+		}
+	}
+	return nil
+}
+
+// deliver hands policies.json (nil: no ConfigMap, or no such key) to the
+// Reloader. A refused document is reported there.
+func (w *APIWatch) deliver(cm *corev1.ConfigMap) {
+	var data []byte
+	if cm != nil {
+		if v, ok := cm.Data[policyset.ConfigMapKey]; ok {
+			data = []byte(v)
+		}
+	}
+	_ = w.Reloader.SetAPI(true, data)
+}
+
+func (w *APIWatch) up() {
+	if w.state == "up" {
+		return
+	}
+	w.state = "up"
+	w.Metrics.apiUp.Set(1)
+	w.Log.Info("following retry-policies through the API server", "namespace", w.Namespace)
+}
+
+// down switches to the mounted file alone; logged and counted once per reason.
+func (w *APIWatch) down(err error) {
+	reason := "unreachable"
+	switch {
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		reason = "forbidden"
+	case apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) || apierrors.IsInvalid(err):
+		reason = "error"
+	}
+	_ = w.Reloader.SetAPI(false, nil)
+	if w.state == reason {
+		return
+	}
+	w.state = reason
+	w.Metrics.apiUp.Set(0)
+	w.Metrics.apiFallbacks.WithLabelValues(reason).Inc()
+	w.Log.Warn("API server watch of retry-policies unavailable; following the mounted file", "reason", reason, "error", err.Error())
+}

@@ -1,0 +1,38 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/retrydev/retry-operator/internal/policyset"
+)
+
+// ConfigHandler serves GET /config: 200 with a policyset.ConfigStatus, or 503 before a
+// configuration is loaded.
+func ConfigHandler(r *Reloader) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodGet && req.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		c := r.Current()
+		if c == nil {
+			http.Error(w, "no configuration loaded yet", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(policyset.ConfigStatus{Revision: c.Revision, Hash: c.Hash, Source: c.Source})
+	})
+}
+
+// StatsHandler is the mux of --stats-listen, the pod-IP port that Prometheus
+// and the manager reach: /metrics and /config, nothing that changes state.
+func StatsHandler(r *Reloader, m *Metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/config", ConfigHandler(r))
+	return mux
+}
