@@ -49,6 +49,10 @@ type Output struct {
 type PolicyStatus struct {
 	Accepted   metav1.Condition
 	Programmed metav1.Condition
+	// Ready summarises Accepted and Programmed (ReadyCondition).
+	Ready metav1.Condition
+	// UpstreamCount is the number of upstreams of the newest generation.
+	UpstreamCount int32
 	// SelectedPods counts the ready injected pods the policy selects.
 	SelectedPods int32
 	// RenderedGeneration is the generation in the ConfigMap, 0 when not rendered.
@@ -167,8 +171,12 @@ func Compute(in Input) (Output, error) {
 	for _, p := range out.Document.Policies {
 		rendered[p.Name] = p.Generation
 	}
+	upstreams := map[string]int32{}
+	for i := range in.Policies {
+		upstreams[in.Policies[i].Name] = int32(len(in.Policies[i].Spec.Upstreams))
+	}
 	for name, acc := range accepted {
-		st := PolicyStatus{Accepted: acc, SelectedPods: selected[name], RenderedGeneration: rendered[name]}
+		st := PolicyStatus{Accepted: acc, UpstreamCount: upstreams[name], SelectedPods: selected[name], RenderedGeneration: rendered[name]}
 		if gen, ok := rendered[name]; ok {
 			st.Programmed = condition(ConditionProgrammed, metav1.ConditionTrue, ReasonRendered,
 				fmt.Sprintf("generation %d is rendered into ConfigMap %s (%s %s)", gen, policyset.ConfigMapName, policyset.ConfigMapKey, out.Hash))
@@ -176,9 +184,29 @@ func Compute(in Input) (Output, error) {
 			st.Programmed = condition(ConditionProgrammed, metav1.ConditionFalse, ReasonNotRendered,
 				fmt.Sprintf("not in ConfigMap %s: Accepted is False (%s)", policyset.ConfigMapName, acc.Reason))
 		}
+		st.Ready = ReadyCondition(st.Accepted, st.Programmed)
 		out.Status[name] = st
 	}
 	return out, nil
+}
+
+// ReadyCondition is the summary condition (kstatus' "Ready"): the first of
+// Accepted, Programmed that is not True decides it.
+//
+//	Accepted  Programmed  Ready
+//	True      True        True  Reconciled
+//	True      False       False <Programmed's reason>
+//	False     any         False <Accepted's reason> (Invalid, Conflict)
+//
+// An invalid generation whose predecessor stays rendered is not Ready: what
+// runs is not what the spec says.
+func ReadyCondition(accepted, programmed metav1.Condition) metav1.Condition {
+	for _, c := range []metav1.Condition{accepted, programmed} {
+		if c.Status != metav1.ConditionTrue {
+			return condition(ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
+		}
+	}
+	return condition(ConditionReady, metav1.ConditionTrue, ReasonReconciled, programmed.Message)
 }
 
 func condition(typ string, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
