@@ -43,7 +43,8 @@ func main() {
 	var files listFlag
 	logLevel := "info"
 	fs.StringVar(&o.Listen, "listen", o.Listen, "forward proxy address (loopback only)")
-	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "address of /healthz, /readyz and /metrics")
+	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "address of /healthz, /readyz and /metrics (keep it on loopback)")
+	fs.StringVar(&o.StatsListen, "stats-listen", o.StatsListen, "address of /metrics and /config for Prometheus, on the pod IP; empty to disable")
 	fs.StringVar(&o.Sources.ConfigDir, "config-dir", "", "mounted retry-policies ConfigMap directory (reads policies.json; watched)")
 	fs.Var(&files, "policy-file", "RetryPolicy YAML file (repeatable or comma-separated; watched)")
 	fs.StringVar(&o.Sources.PodLabels, "pod-labels", "", "downward API labels file selecting the policies that apply (watched); without it every policy applies")
@@ -56,7 +57,7 @@ func main() {
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "upstream connect timeout")
 	fs.DurationVar(&o.ReloadDebounce, "reload-debounce", o.ReloadDebounce, "wait this long after a file event before reloading")
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "re-read the configuration this often even without file events")
-	fs.StringVar(&o.ReadyFile, "ready-file", "", "write {\"listen\",\"admin\",\"pid\"} as JSON here once listening (useful with port 0)")
+	fs.StringVar(&o.ReadyFile, "ready-file", "", "write {\"listen\",\"admin\",\"stats\",\"pid\"} as JSON here once listening (useful with port 0)")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the admin address")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -38,6 +39,11 @@ type Config struct {
 	// Hash is the content hash of the policies (policyset.Hash): with only
 	// --config-dir it is the hash of policies.json, the one the manager reports.
 	Hash string
+	// SHA256 is the full sha256 of the same bytes, hex-encoded.
+	SHA256 string
+	// Revision is the document's "revision" as written in policies.json (nil
+	// when it carries none), echoed by /config.
+	Revision json.RawMessage
 	// Upstreams are the names of the upstreams selected for this pod.
 	Upstreams []string
 	// key identifies every input byte, labels included: equal keys, equal config.
@@ -151,7 +157,17 @@ func (r raw) compile(s Sources) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{Set: set, Hash: policyset.Hash(r.policyBytes()), key: r.key()}
+	pb := r.policyBytes()
+	sum := sha256.Sum256(pb)
+	c := &Config{Set: set, Hash: policyset.Hash(pb), SHA256: hex.EncodeToString(sum[:]), key: r.key()}
+	if r.dir != nil {
+		var rev struct {
+			Revision json.RawMessage `json:"revision"`
+		}
+		if json.Unmarshal(r.dir, &rev) == nil && len(rev.Revision) > 0 && string(rev.Revision) != "null" {
+			c.Revision = rev.Revision
+		}
+	}
 	for _, p := range set.Policies() {
 		c.Upstreams = append(c.Upstreams, p.Name())
 	}

@@ -20,7 +20,8 @@ import (
 // Options are the sidecar's settings, one per command-line flag.
 type Options struct {
 	Listen      string // forward proxy, loopback only
-	AdminListen string // /healthz, /readyz, /metrics
+	AdminListen string // /healthz, /readyz, /metrics, on loopback
+	StatsListen string // /metrics, /config, on the pod IP; empty: not served
 	Sources     Sources
 
 	DrainTimeout time.Duration
@@ -38,7 +39,7 @@ type Options struct {
 	ReloadDebounce time.Duration
 	ResyncInterval time.Duration
 
-	// ReadyFile, if set, receives {"listen": …, "admin": …} once both listeners
+	// ReadyFile, if set, receives {"listen": …, "admin": …, "stats": …} once the listeners
 	// are bound (how tests and scripts learn ephemeral ports).
 	ReadyFile   string
 	EnablePprof bool
@@ -51,6 +52,7 @@ func DefaultOptions() Options {
 	return Options{
 		Listen:              "127.0.0.1:15001",
 		AdminListen:         "127.0.0.1:15020",
+		StatsListen:         DefaultStatsListen,
 		DrainTimeout:        20 * time.Second,
 		LogLevel:            slog.LevelInfo,
 		MaxIdleConns:        1024,
@@ -115,6 +117,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	metrics := NewMetrics()
 	reloader := NewReloader(o.Sources, log, metrics)
+	metrics.WatchLimits(reloader.EachLimits)
 	if err := reloader.Reload(); err != nil {
 		log.Warn("starting without a configuration: not ready until a valid one is loaded")
 	}
@@ -136,6 +139,14 @@ func Run(ctx context.Context, o Options) error {
 		ln.Close()
 		return fmt.Errorf("--admin-listen: %w", err)
 	}
+	var sln net.Listener
+	if o.StatsListen != "" {
+		if sln, err = net.Listen("tcp", o.StatsListen); err != nil {
+			ln.Close()
+			aln.Close()
+			return fmt.Errorf("--stats-listen: %w", err)
+		}
+	}
 	proxy := &Proxy{Transport: rt, Dial: dialer.Dial, Metrics: metrics, Log: log,
 		Route: reloader.Route, Self: ln.Addr().String()}
 	admin := &Admin{Reloader: reloader, Metrics: metrics, Pprof: o.EnablePprof}
@@ -143,9 +154,17 @@ func Run(ctx context.Context, o Options) error {
 	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
 	asrv := &http.Server{Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 
-	serveErr := make(chan error, 2)
+	stats := &Stats{Reloader: reloader, Metrics: metrics, Sources: o.Sources}
+	ssrv := &http.Server{Handler: stats.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+
+	serveErr := make(chan error, 3)
 	go func() { serveErr <- srv.Serve(ln) }()
 	go func() { serveErr <- asrv.Serve(aln) }()
+	statsAddr := ""
+	if sln != nil {
+		statsAddr = sln.Addr().String()
+		go func() { serveErr <- ssrv.Serve(sln) }()
+	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	go func() {
@@ -154,9 +173,9 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}()
 
-	log.Info("retry-sidecar listening", "listen", ln.Addr().String(), "admin", aln.Addr().String())
+	log.Info("retry-sidecar listening", "listen", ln.Addr().String(), "admin", aln.Addr().String(), "stats", statsAddr)
 	if o.ReadyFile != "" {
-		if err := writeReadyFile(o.ReadyFile, ln.Addr().String(), aln.Addr().String()); err != nil {
+		if err := writeReadyFile(o.ReadyFile, ln.Addr().String(), aln.Addr().String(), statsAddr); err != nil {
 			log.Error("cannot write --ready-file", "error", err.Error())
 		}
 	}
@@ -183,6 +202,7 @@ func Run(ctx context.Context, o Options) error {
 	actx, acancel := context.WithTimeout(context.Background(), time.Second)
 	defer acancel()
 	_ = asrv.Shutdown(actx)
+	_ = ssrv.Shutdown(actx)
 	log.Info("stopped", "clean", clean)
 	return nil
 }
@@ -203,8 +223,8 @@ func checkLoopback(addr string) error {
 	return fmt.Errorf("--listen %q: must be a loopback address such as 127.0.0.1:15001 or [::1]:15001", addr)
 }
 
-func writeReadyFile(path, listen, admin string) error {
-	b, err := json.Marshal(map[string]any{"listen": listen, "admin": admin, "pid": os.Getpid()})
+func writeReadyFile(path, listen, admin, stats string) error {
+	b, err := json.Marshal(map[string]any{"listen": listen, "admin": admin, "stats": stats, "pid": os.Getpid()})
 	if err != nil {
 		return err
 	}

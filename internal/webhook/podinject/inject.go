@@ -46,6 +46,11 @@ const (
 	// with an HTTP probe, so the probes exec the sidecar binary's probe mode, which
 	// GETs the endpoint from inside the pod's network namespace.
 	AdminPort = 15020
+	// StatsPort serves /metrics and /config on the pod IP, for Prometheus (the
+	// PodMonitor of config/prometheus scrapes the port by its name,
+	// StatsPortName). Read-only: nothing on it changes the sidecar.
+	StatsPort     = 15090
+	StatsPortName = "retry-stats"
 	// SidecarBinary is the sidecar's path in its image (hack/images and the
 	// Dockerfile both put it there).
 	SidecarBinary = "/retry-sidecar"
@@ -175,6 +180,7 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 		Args: []string{
 			fmt.Sprintf("--listen=127.0.0.1:%d", ProxyPort),
 			fmt.Sprintf("--admin-listen=127.0.0.1:%d", AdminPort),
+			fmt.Sprintf("--stats-listen=:%d", StatsPort),
 			"--config-dir=" + PoliciesDir,
 			"--pod-labels=" + PodLabelsFile,
 		},
@@ -184,6 +190,7 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 			ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
 				ContainerName: ContainerName, Resource: "limits.memory"}},
 		}},
+		Ports:         []corev1.ContainerPort{{Name: StatsPortName, ContainerPort: StatsPort, Protocol: corev1.ProtocolTCP}},
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		// The startup probe gates the app containers (a native sidecar counts as
 		// started once it passes), so it asks only "is the process serving".
