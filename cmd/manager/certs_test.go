@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -75,7 +76,7 @@ func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 			t.Fatal(err)
 		}
 		ready := make(chan struct{})
-		if err := o.addCertRotator(mgr, dir, ready); err != nil {
+		if err := o.addCertRotator(mgr, dir, fmt.Sprintf("cert-rotator-%d", i), ready); err != nil {
 			t.Fatalf("replica %d: %v", i, err)
 		}
 		readies = append(readies, ready)

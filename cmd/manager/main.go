@@ -207,7 +207,7 @@ func run(o options) error {
 	// server cannot start without its files. Until then the replica is not ready.
 	certsReady := make(chan struct{})
 	if webhooksEnabled && o.certSecret != "" {
-		if err := o.addCertRotator(mgr, certDir, certsReady); err != nil {
+		if err := o.addCertRotator(mgr, certDir, "", certsReady); err != nil {
 			return err
 		}
 	} else {
@@ -288,7 +288,10 @@ func run(o options) error {
 // Secret empty writes a CA and a serving certificate; the others read them.
 // The kubelet projects the Secret into certDir, where controller-runtime's
 // certificate watcher picks up each renewal without a restart.
-func (o options) addCertRotator(mgr ctrl.Manager, certDir string, ready chan struct{}) error {
+//
+// name is the rotator's controller name, unique per process; "" is the
+// library's default.
+func (o options) addCertRotator(mgr ctrl.Manager, certDir, name string, ready chan struct{}) error {
 	hosts := splitList(o.certHosts)
 	if len(hosts) == 0 {
 		return fmt.Errorf("--webhook-cert-hosts: at least one DNS name is required")
@@ -303,6 +306,7 @@ func (o options) addCertRotator(mgr ctrl.Manager, certDir string, ready chan str
 		DNSName:        hosts[0],
 		ExtraDNSNames:  hosts[1:],
 		IsReady:        ready,
+		ControllerName: name,
 		Webhooks: []rotator.WebhookInfo{
 			{Name: o.mutatingConfig, Type: rotator.Mutating},
 			{Name: o.validatingConfig, Type: rotator.Validating},

@@ -419,7 +419,7 @@ func (h *harness) testPrinterColumns(t *testing.T) {
 	}
 	var rows []string
 	for _, r := range table.Rows {
-		rows = append(rows, fmt.Sprint(r.Cells[:5]...))
+		rows = append(rows, strings.TrimSpace(fmt.Sprintln(r.Cells[:5]...)))
 	}
 	if want := []string{"loser False False 1 0", "three True True 3 1"}; !slices.Equal(rows, want) {
 		t.Errorf("rows = %q, want %q", rows, want)
@@ -446,6 +446,10 @@ func (h *harness) testPrinterColumns(t *testing.T) {
 		"three True True 3 1",
 	}; !slices.Equal(lines, want) {
 		t.Errorf("kubectl get retry:\n%s\nwant (AGE aside):\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if all, _, err := kubectl.Run("get", "rp", "-A"); err == nil { // every namespace of this run, for the log
+		raw, _ := io.ReadAll(all)
+		t.Logf("kubectl get rp -A:\n%s", raw)
 	}
 	ready := meta.FindStatusCondition(h.policy(t, ns, "three").Status.Conditions, ConditionReady)
 	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Reason != ReasonReconciled || ready.ObservedGeneration != 1 {
