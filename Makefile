@@ -186,6 +186,10 @@ cluster-down: ## Stop the local cluster and remove everything it created.
 test-e2e: build-images ## End-to-end suite on E2E_CLUSTER=local (default, started if needed) or kind, or on KUBECONFIG with E2E_CLUSTER=existing.
 	hack/test-e2e.sh $(E2E_CLUSTER)
 
+.PHONY: test-e2e-chart
+test-e2e-chart: build-images $(HELM) ## The end-to-end suite with the operator installed from dist/chart instead of dist/install-selfsigned.yaml.
+	E2E_HELM="$(HELM)" hack/test-e2e.sh $(E2E_CLUSTER)
+
 .PHONY: demo
 demo: ## The main job: a local control plane, the operator, a policy, a flaky upstream, retries to watch.
 	hack/demo.sh

@@ -16,7 +16,8 @@
 //
 // Environment: KUBECONFIG (required), KUBECTL (default: bin/k8s/<version>/kubectl,
 // else kubectl on PATH), E2E_KEEP_NAMESPACE=1 keeps the test namespace for a
-// look after the run.
+// look after the run, E2E_HELM=<helm binary> installs from dist/chart instead
+// (`make test-e2e-chart`).
 package e2e
 
 import (
@@ -176,7 +177,21 @@ const installFile = "dist/install-selfsigned.yaml"
 func (s *suite) deployOperator(t *testing.T) {
 	t.Helper()
 	start := time.Now()
-	s.kubectlOut(t, nil, "apply", "--server-side", "--force-conflicts", "--field-manager=retry-e2e", "-f", filepath.Join(s.root, installFile))
+	from := installFile
+	if helm := os.Getenv("E2E_HELM"); helm != "" {
+		// The chart instead, self-signed like the file, CRD included.
+		from = "dist/chart (helm template, certificates.mode=self-signed)"
+		manifests, err := exec.Command(helm, "template", "retry-operator", filepath.Join(s.root, "dist", "chart"),
+			"--namespace", operatorNamespace, "--include-crds", "--kube-version", kubeVersion,
+			"--set", "certificates.mode=self-signed").Output()
+		if err != nil {
+			t.Fatalf("helm template: %v", err)
+		}
+		ns := fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n---\n", operatorNamespace)
+		s.kubectlOut(t, append([]byte(ns), manifests...), "apply", "--server-side", "--force-conflicts", "--field-manager=retry-e2e", "-f", "-")
+	} else {
+		s.kubectlOut(t, nil, "apply", "--server-side", "--force-conflicts", "--field-manager=retry-e2e", "-f", filepath.Join(s.root, installFile))
+	}
 
 	if want := tarballConfigDigest(filepath.Join(s.root, "bin", "images", "manager.tar")); want != "" {
 	stale:
@@ -191,7 +206,7 @@ func (s *suite) deployOperator(t *testing.T) {
 		}
 	}
 	s.waitManagerReady(t, 3*time.Minute)
-	t.Logf("operator installed from %s and serving its webhooks in %s", installFile, time.Since(start).Round(100*time.Millisecond))
+	t.Logf("operator installed from %s and serving its webhooks in %s", from, time.Since(start).Round(100*time.Millisecond))
 }
 
 // tarballConfigDigest is the image config digest in a docker-archive tarball,
@@ -871,13 +886,17 @@ func (s *suite) leaderKilled(t *testing.T) {
 	}
 	t.Logf("killed the leader %s", leader)
 
-	// Admission does not wait for the lease: the surviving replica serves it.
-	s.eventually(t, time.Minute, "a new pod to be injected by the surviving replica", func() (bool, string) {
+	// Admission does not wait for the lease: the surviving replica serves it
+	// once the killed one has left the Service (three dry runs in a row).
+	inARow := 0
+	s.eventually(t, time.Minute, "dry-run pods to be injected by the surviving replica", func() (bool, string) {
 		p := testPod(s.ns, "after-leader-killed", nil)
-		if err := s.c.Create(ctx, p, client.DryRunAll); err != nil {
-			return false, err.Error()
+		if err := s.c.Create(ctx, p, client.DryRunAll); err != nil || sidecarCount(p) != 1 {
+			inARow = 0
+			return false, fmt.Sprintf("dry-run pod not injected (err %v)", err)
 		}
-		return sidecarCount(p) == 1, "dry-run pod not injected"
+		inARow++
+		return inARow >= 3, fmt.Sprintf("%d injected in a row", inARow)
 	})
 	injected := time.Since(start)
 	p := testPod(s.ns, "after-leader-killed", nil)
