@@ -63,18 +63,17 @@ func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 		certHosts:      "retry-operator-webhook-service.retry-operator-system.svc,retry-operator-webhook-service.retry-operator-system.svc.cluster.local",
 		mutatingConfig: "mutating-webhook-configuration", validatingConfig: "validating-webhook-configuration",
 	}
-	var readies []chan struct{}
+	var (
+		readies []chan struct{}
+		dirs    []string
+	)
 	for i := range 2 {
 		mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The kubelet would project the Secret into the directory; here a file
-		// stands for it so the rotator's "mounted" check passes.
 		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "tls.crt"), []byte("projected by the kubelet"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		dirs = append(dirs, dir)
 		ready := make(chan struct{})
 		if err := o.addCertRotator(mgr, dir, fmt.Sprintf("cert-rotator-%d", i), ready); err != nil {
 			t.Fatalf("replica %d: %v", i, err)
@@ -159,6 +158,16 @@ func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 		}
 		return out, err
 	}, "validating webhooks")
+
+	// Each replica copied the certificate into its own directory.
+	for i, dir := range dirs {
+		for _, k := range []string{"tls.crt", "tls.key"} {
+			b, err := os.ReadFile(filepath.Join(dir, k))
+			if err != nil || !bytes.Equal(b, s.Data[k]) {
+				t.Errorf("replica %d: %s is not the Secret's (err %v)", i, k, err)
+			}
+		}
+	}
 
 	// Both replicas are up and agree: nobody rewrites the valid certificate.
 	time.Sleep(2 * time.Second)

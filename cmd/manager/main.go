@@ -36,6 +36,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
+	"github.com/retrydev/retry-operator/internal/webhook/certsync"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 	"github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
 	"github.com/retrydev/retry-operator/internal/webhook/selfsigned"
@@ -101,7 +102,7 @@ func main() {
 			"the caBundle of --mutating-webhook-configuration and --validating-webhook-configuration.")
 	flag.StringVar(&o.certSecret, "webhook-cert-secret", "",
 		"Without cert-manager, for every replica in the cluster: keep a self-signed CA and serving certificate "+
-			"in this Secret of --operator-namespace (mounted at --webhook-cert-path), renew them at runtime before "+
+			"in this Secret of --operator-namespace (copied into --webhook-cert-path, which must be writable), renew them at runtime before "+
 			"they expire, and keep the CA in the caBundle of the two webhook configurations. All replicas share "+
 			"the Secret (docs/operations.md, Certificates).")
 	flag.StringVar(&o.certHosts, "webhook-cert-hosts",
@@ -286,8 +287,10 @@ func run(o options) error {
 // with OPA's cert-controller, on every replica (not only the leader: each one
 // serves webhooks and must see the certificate). The first replica to find the
 // Secret empty writes a CA and a serving certificate; the others read them.
-// The kubelet projects the Secret into certDir, where controller-runtime's
-// certificate watcher picks up each renewal without a restart.
+// Each replica copies the certificate from the Secret into certDir itself
+// (certsync: within a second, instead of the kubelet's projection delay), where
+// controller-runtime's certificate watcher picks up each renewal without a
+// restart.
 //
 // name is the rotator's controller name, unique per process; "" is the
 // library's default.
@@ -295,6 +298,12 @@ func (o options) addCertRotator(mgr ctrl.Manager, certDir, name string, ready ch
 	hosts := splitList(o.certHosts)
 	if len(hosts) == 0 {
 		return fmt.Errorf("--webhook-cert-hosts: at least one DNS name is required")
+	}
+	if err := mgr.Add(&certsync.Writer{
+		Reader: mgr.GetAPIReader(), Secret: types.NamespacedName{Namespace: o.operatorNamespace, Name: o.certSecret},
+		Dir: certDir, CertName: o.webhookCertName, KeyName: o.webhookCertKey,
+	}); err != nil {
+		return err
 	}
 	return rotator.AddRotator(mgr, &rotator.CertRotator{
 		SecretKey:      types.NamespacedName{Namespace: o.operatorNamespace, Name: o.certSecret},
