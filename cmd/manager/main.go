@@ -302,6 +302,9 @@ func (o options) addCertRotator(mgr ctrl.Manager, certDir, name string, ready ch
 	if err := mgr.Add(&certsync.Writer{
 		Reader: mgr.GetAPIReader(), Secret: types.NamespacedName{Namespace: o.operatorNamespace, Name: o.certSecret},
 		Dir: certDir, CertName: o.webhookCertName, KeyName: o.webhookCertKey,
+		// A renewed CA reaches the caBundles at once; every replica must serve
+		// the certificate it signed soon after, so the copy is checked often.
+		Interval: 10 * time.Second,
 	}); err != nil {
 		return err
 	}
