@@ -13,14 +13,21 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.1
 GOLANGCI_LINT_VERSION ?= v2.15.0
 CRD_REF_DOCS_VERSION ?= v0.3.0
+HELM_VERSION ?= v3.22.0
 
 LOCALBIN ?= $(shell pwd)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 CRD_REF_DOCS ?= $(LOCALBIN)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
+HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
 KUBE_BIN ?= $(LOCALBIN)/k8s/$(KUBE_VERSION)
 KUBECTL ?= $(KUBE_BIN)/kubectl
+
+# The images the release artefacts (dist/) name. The checked-in dist/ uses these
+# defaults; `make build-installer IMG=... SIDECAR_IMG=...` for a registry.
+IMG ?= retry.dev/manager:dev
+SIDECAR_IMG ?= retry.dev/retry-sidecar:dev
 
 # Images are written as tarballs by hack/images (no Docker needed).
 MANAGER_IMAGE ?= retry.dev/manager
@@ -90,8 +97,25 @@ check-generated: ## Fail if `make manifests generate` changes any generated file
 kube-binaries: ## Build kube-apiserver, kubectl and etcd from source into bin/k8s/<version> (reused).
 	KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/kube-binaries.sh
 
+.PHONY: check-dist
+check-dist: ## Fail if `make build-installer` (default images) changes anything under dist/.
+	@before=$$(find dist -type f -print0 | sort -z | xargs -0 sha256sum); \
+	$(MAKE) --no-print-directory build-installer IMG=retry.dev/manager:dev SIDECAR_IMG=retry.dev/retry-sidecar:dev >/dev/null; \
+	after=$$(find dist -type f -print0 | sort -z | xargs -0 sha256sum); \
+	if [ "$$before" != "$$after" ]; then \
+		echo "dist/ was stale; regenerated it: commit the result"; \
+		diff <(echo "$$before") <(echo "$$after") || true; exit 1; fi; \
+	echo "dist/ is up to date"
+
+.PHONY: lint-chart
+lint-chart: $(HELM) ## helm lint and helm template of dist/chart, in both certificate modes.
+	"$(HELM)" lint --strict dist/chart
+	"$(HELM)" lint --strict dist/chart --set certificates.mode=self-signed --set prometheus.enabled=true
+	"$(HELM)" template retry-operator dist/chart --kube-version $(KUBE_VERSION) --namespace retry-operator-system >/dev/null
+	"$(HELM)" template retry-operator dist/chart --kube-version $(KUBE_VERSION) --namespace retry-operator-system --set certificates.mode=self-signed --set prometheus.enabled=true >/dev/null
+
 .PHONY: test
-test: lint check-generated kube-binaries ## Every test that needs no cluster of pods: unit, envtest, sidecar.
+test: lint check-generated check-dist lint-chart kube-binaries ## Every test that needs no cluster of pods: unit, envtest, sidecar; dist/ fresh, chart linted.
 	KUBEBUILDER_ASSETS="$$(KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh 2>/dev/null | tail -1)" \
 		go test -count=1 $(GO_PACKAGES)
 	$(MAKE) --no-print-directory test-race
@@ -135,6 +159,10 @@ run: manifests generate ## Run the manager against the cluster in KUBECONFIG, wi
 build-images: ## Write image tarballs (no Docker) into bin/images.
 	hack/build-images.sh
 
+.PHONY: build-installer
+build-installer: manifests $(KUSTOMIZE) ## Write dist/install.yaml (cert-manager), dist/install-selfsigned.yaml and dist/chart's generated parts, with IMG and SIDECAR_IMG.
+	KUSTOMIZE="$(KUSTOMIZE)" IMG="$(IMG)" SIDECAR_IMG="$(SIDECAR_IMG)" hack/build-installer.sh
+
 ##@ Deployment
 
 .PHONY: install
@@ -170,6 +198,10 @@ cluster-down: ## Stop the local cluster and remove everything it created.
 test-e2e: build-images ## End-to-end suite on E2E_CLUSTER=local (default, started if needed) or kind, or on KUBECONFIG with E2E_CLUSTER=existing.
 	hack/test-e2e.sh $(E2E_CLUSTER)
 
+.PHONY: test-e2e-chart
+test-e2e-chart: build-images $(HELM) ## The end-to-end suite with the operator installed from dist/chart instead of dist/install-selfsigned.yaml.
+	E2E_HELM="$(HELM)" hack/test-e2e.sh $(E2E_CLUSTER)
+
 .PHONY: demo
 demo: ## The main job: a local control plane, the operator, a policy, a flaky upstream, retries to watch.
 	hack/demo.sh
@@ -180,6 +212,11 @@ $(CONTROLLER_GEN):
 	@mkdir -p "$(LOCALBIN)"
 	GOBIN="$(LOCALBIN)" go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 	mv "$(LOCALBIN)/controller-gen" "$@"
+
+$(HELM):
+	@mkdir -p "$(LOCALBIN)"
+	GOBIN="$(LOCALBIN)" go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv "$(LOCALBIN)/helm" "$@"
 
 $(KUSTOMIZE):
 	@mkdir -p "$(LOCALBIN)"

@@ -54,6 +54,12 @@ if [[ "$MODE" == local ]]; then
   export KUBECONFIG="$LOCAL_KUBECONFIG"
 else
   step "using the cluster in KUBECONFIG=$KUBECONFIG (the retry.dev/*:dev images must be on its nodes)"
+  # A kind cluster (context kind-<name>) gets the tarballs just built.
+  ctx="$(kubectl config current-context 2>/dev/null || true)"
+  if [[ "$ctx" == kind-* ]] && command -v "${KIND:-kind}" >/dev/null 2>&1; then
+    info "kind cluster ${ctx#kind-}: loading the images (hack/kind.sh images)"
+    KIND_CLUSTER="${ctx#kind-}" hack/kind.sh images
+  fi
 fi
 
 KUBECTL="${KUBECTL:-}"

@@ -7,7 +7,8 @@
 #   hack/test-e2e.sh kind       # a kind cluster with the same images (hack/kind.sh up), for machines with Docker
 #   hack/test-e2e.sh existing   # whatever KUBECONFIG names; the retry.dev/*:dev images must be on its nodes
 #
-# The suite deploys the operator from config/local, runs its cases in a fresh
+# The suite installs the operator from dist/install-selfsigned.yaml (the release
+# artefact without cert-manager; `make build-installer` writes it), runs its cases in a fresh
 # namespace and deletes that namespace. It never tears the cluster down: do that
 # with `make cluster-down` (or `hack/kind.sh down`); CI does it in a trap.
 #

@@ -372,8 +372,10 @@ type RetryPolicyStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Accepted (reasons Valid, Invalid, InvalidRef, Conflict) and Programmed
-	// (reason Rendered: the policy is in the namespace's retry-policies ConfigMap).
+	// conditions: Accepted (reasons Valid, Invalid, InvalidRef, Conflict), Programmed
+	// (reason Rendered: the policy is in the namespace's retry-policies ConfigMap)
+	// and Ready, their summary for tools that read one condition (kstatus, Argo CD,
+	// Flux): True when the newest generation is both accepted and programmed.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -381,15 +383,21 @@ type RetryPolicyStatus struct {
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
 
-	// selectedPods is the number of ready injected pods the policy selects.
+	// upstreamCount is the number of upstreams of the observed generation
+	// (kubectl get shows it; a JSONPath over spec.upstreams prints only the first).
 	// +optional
-	SelectedPods int32 `json:"selectedPods,omitempty"`
+	UpstreamCount int32 `json:"upstreamCount"`
+
+	// selectedPods is the number of ready injected pods the policy selects;
+	// 0 is written, not omitted.
+	// +optional
+	SelectedPods int32 `json:"selectedPods"`
 
 	// programmedPods is the number of those pods whose sidecar reports (on its
 	// /config endpoint) a policies.json revision at or after lastAccepted.revision:
 	// the pods that run lastAccepted.generation.
 	// +optional
-	ProgrammedPods int32 `json:"programmedPods,omitempty"`
+	ProgrammedPods int32 `json:"programmedPods"`
 
 	// lastAccepted is the last accepted generation of the spec as rendered for
 	// the sidecars. It is what stays in force while a newer generation is
@@ -425,12 +433,14 @@ type AcceptedRendering struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=rp
+// +kubebuilder:resource:shortName=rp,categories=retry
 // +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].reason`,priority=1
-// +kubebuilder:printcolumn:name="Upstreams",type=string,JSONPath=`.spec.upstreams[*].name`
+// +kubebuilder:printcolumn:name="Programmed",type=string,JSONPath=`.status.conditions[?(@.type=="Programmed")].status`
+// +kubebuilder:printcolumn:name="Upstreams",type=integer,JSONPath=`.status.upstreamCount`
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.selectedPods`
 // +kubebuilder:printcolumn:name="Programmed-Pods",type=integer,JSONPath=`.status.programmedPods`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // RetryPolicy says how the outbound HTTP calls of selected pods to named upstreams

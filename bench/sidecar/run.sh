@@ -168,7 +168,7 @@ done
 "$NGINX" -c "$WORK/nb/nginx.conf" -p "$WORK/nb" 2>>"$WORK/nb/error.log" & PIDS+=($!)
 "$NGINX" -c "$WORK/np/nginx.conf" -p "$WORK/np" 2>>"$WORK/np/error.log" & PIDS+=($!)
 haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 & PIDS+=($!)
-"$WORK/retry-sidecar" --listen=$SIDECAR --admin-listen=127.0.0.1:18095 --stats-listen=127.0.0.1:18097 --policy-file="$WORK/policy.yaml" \
+"$WORK/retry-sidecar" --listen=$SIDECAR --admin-listen=127.0.0.1:18095 --stats-listen= --policy-file="$WORK/policy.yaml" \
   2>"$WORK/sidecar.log" & SPID=$!; PIDS+=($SPID)
 TARGETS="direct haproxy nginx sidecar"
 if [ -n "$BASELINE_REF" ]; then
@@ -249,7 +249,7 @@ done
 
 # --- amplification in a 100 % 503 outage, with and without a budget
 outage() { # policy file, port
-  "$WORK/retry-sidecar" --listen=127.0.0.1:18091 --admin-listen=127.0.0.1:18096 --stats-listen=127.0.0.1:18098 --policy-file="$1" 2>>"$WORK/outage.log" & local pid=$!
+  "$WORK/retry-sidecar" --listen=127.0.0.1:18091 --admin-listen=127.0.0.1:18096 --stats-listen= --policy-file="$1" 2>>"$WORK/outage.log" & local pid=$!
   wait_port 127.0.0.1:18091
   "$WORK/loadgen" outage -listen "127.0.0.1:$2" -proxy 127.0.0.1:18091 -rate 1000 -duration "${DURATION}s" \
     | sed -E 's/.*"amplification":([0-9.e+]+).*/\1/'

@@ -8,10 +8,13 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 
 	// Every client-go auth plugin (OIDC, exec, cloud providers), for --kubeconfig.
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
@@ -19,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -32,6 +36,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
+	"github.com/retrydev/retry-operator/internal/webhook/certsync"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 	"github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
 	"github.com/retrydev/retry-operator/internal/webhook/selfsigned"
@@ -55,6 +60,7 @@ type options struct {
 	webhookPort                                      int
 
 	certGenerate                     bool
+	certSecret                       string
 	certHosts                        string
 	webhookURLHost                   string
 	mutatingConfig, validatingConfig string
@@ -96,6 +102,11 @@ func main() {
 		"Without cert-manager: generate a self-signed CA and serving certificate into --webhook-cert-path "+
 			"(when missing, expiring within 30 days or not covering --webhook-cert-hosts) and write the CA into "+
 			"the caBundle of --mutating-webhook-configuration and --validating-webhook-configuration.")
+	flag.StringVar(&o.certSecret, "webhook-cert-secret", "",
+		"Without cert-manager, for every replica in the cluster: keep a self-signed CA and serving certificate "+
+			"in this Secret of --operator-namespace (copied into --webhook-cert-path, which must be writable), renew them at runtime before "+
+			"they expire, and keep the CA in the caBundle of the two webhook configurations. All replicas share "+
+			"the Secret (docs/operations.md, Certificates).")
 	flag.StringVar(&o.certHosts, "webhook-cert-hosts",
 		"retry-operator-webhook-service.retry-operator-system.svc,localhost,127.0.0.1",
 		"Comma-separated DNS names and IPs the generated serving certificate covers (with --webhook-cert-generate).")
@@ -166,6 +177,9 @@ func run(o options) error {
 	}
 
 	cfg := ctrl.GetConfigOrDie()
+	if o.certGenerate && o.certSecret != "" {
+		return fmt.Errorf("--webhook-cert-generate and --webhook-cert-secret: choose one (the Secret for managers in the cluster)")
+	}
 	if webhooksEnabled && o.certGenerate {
 		if err := o.generateCerts(cfg, certDir); err != nil {
 			return err
@@ -196,7 +210,18 @@ func run(o options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RetryPolicy controller: %w", err)
 	}
-	if webhooksEnabled {
+	// With --webhook-cert-secret the webhook server starts once the rotator has
+	// the certificate on disk and the CA in the caBundles: controller-runtime's
+	// server cannot start without its files. Until then the replica is not ready.
+	certsReady := make(chan struct{})
+	if webhooksEnabled && o.certSecret != "" {
+		if err := o.addCertRotator(mgr, certDir, "", certsReady); err != nil {
+			return err
+		}
+	} else {
+		close(certsReady)
+	}
+	setupWebhooks := func() error {
 		if err := retrypolicy.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the RetryPolicy webhook: %w", err)
 		}
@@ -204,8 +229,24 @@ func run(o options) error {
 			return err
 		}
 		setupLog.Info("webhooks enabled", "sidecarImage", injectCfg.Image, "excludedNamespaces", injectCfg.ExcludedNamespaces)
-	} else {
+		return nil
+	}
+	webhookErr := make(chan error, 1)
+	switch {
+	case !webhooksEnabled:
 		setupLog.Info("webhooks disabled by ENABLE_WEBHOOKS=false; the controller still validates every policy")
+	case o.certSecret == "":
+		if err := setupWebhooks(); err != nil {
+			return err
+		}
+	default:
+		go func() {
+			<-certsReady
+			setupLog.Info("webhook certificate ready", "secret", o.operatorNamespace+"/"+o.certSecret, "dir", certDir)
+			if err := setupWebhooks(); err != nil {
+				webhookErr <- err
+			}
+		}()
 	}
 
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -215,13 +256,88 @@ func run(o options) error {
 	if webhooksEnabled {
 		// Not ready until the webhook server serves TLS: the Service must not send
 		// admission requests to a replica that would fail them.
-		ready = mgr.GetWebhookServer().StartedChecker()
+		ready = func(req *http.Request) error {
+			select {
+			case <-certsReady:
+				return mgr.GetWebhookServer().StartedChecker()(req)
+			default:
+				return fmt.Errorf("webhook certificate not ready yet (Secret %s/%s)", o.operatorNamespace, o.certSecret)
+			}
+		}
 	}
 	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		return err
 	}
 	setupLog.Info("starting manager")
-	return mgr.Start(ctrl.SetupSignalHandler())
+	ctx, cancel := context.WithCancel(ctrl.SetupSignalHandler())
+	defer cancel()
+	go func() {
+		select {
+		case err := <-webhookErr:
+			setupLog.Error(err, "webhooks could not be set up; stopping")
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := mgr.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case err := <-webhookErr:
+		return err
+	default:
+		return nil
+	}
+}
+
+// addCertRotator keeps the webhook certificate in Secret --webhook-cert-secret
+// with OPA's cert-controller, on every replica (not only the leader: each one
+// serves webhooks and must see the certificate). The first replica to find the
+// Secret empty writes a CA and a serving certificate; the others read them.
+// Each replica copies the certificate from the Secret into certDir itself
+// (certsync: within a second, instead of the kubelet's projection delay), where
+// controller-runtime's certificate watcher picks up each renewal without a
+// restart.
+//
+// name is the rotator's controller name, unique per process; "" is the
+// library's default.
+func (o options) addCertRotator(mgr ctrl.Manager, certDir, name string, ready chan struct{}) error {
+	hosts := splitList(o.certHosts)
+	if len(hosts) == 0 {
+		return fmt.Errorf("--webhook-cert-hosts: at least one DNS name is required")
+	}
+	if err := mgr.Add(&certsync.Writer{
+		Reader: mgr.GetAPIReader(), Secret: types.NamespacedName{Namespace: o.operatorNamespace, Name: o.certSecret},
+		Dir: certDir, CertName: o.webhookCertName, KeyName: o.webhookCertKey,
+		// A renewed CA reaches the caBundles at once; every replica must serve
+		// the certificate it signed soon after, so the copy is checked often.
+		Interval: 10 * time.Second,
+	}); err != nil {
+		return err
+	}
+	return rotator.AddRotator(mgr, &rotator.CertRotator{
+		SecretKey:      types.NamespacedName{Namespace: o.operatorNamespace, Name: o.certSecret},
+		CertDir:        certDir,
+		CertName:       o.webhookCertName,
+		KeyName:        o.webhookCertKey,
+		CAName:         "retry-operator-webhook-ca",
+		CAOrganization: "retry-operator",
+		DNSName:        hosts[0],
+		ExtraDNSNames:  hosts[1:],
+		IsReady:        ready,
+		ControllerName: name,
+		Webhooks: []rotator.WebhookInfo{
+			{Name: o.mutatingConfig, Type: rotator.Mutating},
+			{Name: o.validatingConfig, Type: rotator.Validating},
+		},
+		FieldOwner:            "retry-operator",
+		RequireLeaderElection: false,
+		// A one-year serving certificate renewed 30 days before it ends, checked
+		// hourly; the CA lives ten years (the library's default).
+		ServerCertDuration:     365 * 24 * time.Hour,
+		LookaheadInterval:      30 * 24 * time.Hour,
+		RotationCheckFrequency: time.Hour,
+	})
 }
 
 func (o options) injectConfig() (podinject.Config, error) {

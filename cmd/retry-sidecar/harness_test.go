@@ -55,7 +55,7 @@ type sidecar struct {
 	cmd    *exec.Cmd
 	proxy  string // host:port
 	admin  string
-	stats  string
+	stats  string // as bound: "[::]:port" for ":0"
 	logs   *syncBuffer
 	exited chan struct{}
 	err    error
@@ -198,15 +198,44 @@ func (s *sidecar) adminGet(path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// statsGet returns the status and body of a stats endpoint, dialled on
+// loopback whatever address the port is bound to.
+func (s *sidecar) statsGet(path string) (int, string) {
+	s.t.Helper()
+	_, port, err := net.SplitHostPort(s.stats)
+	if err != nil {
+		s.t.Fatalf("stats address %q: %v", s.stats, err)
+	}
+	resp, err := http.Get("http://127.0.0.1:" + port + path)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // metric returns the value of the series whose line starts with series+" ", or -1.
 func (s *sidecar) metric(series string) float64 {
 	s.t.Helper()
 	_, body := s.adminGet("/metrics")
+	return metricIn(s.t, body, series)
+}
+
+// statsMetric is metric read from the stats port.
+func (s *sidecar) statsMetric(series string) float64 {
+	s.t.Helper()
+	_, body := s.statsGet("/metrics")
+	return metricIn(s.t, body, series)
+}
+
+func metricIn(t *testing.T, body, series string) float64 {
+	t.Helper()
 	for _, line := range strings.Split(body, "\n") {
 		if strings.HasPrefix(line, series+" ") {
 			v, err := strconv.ParseFloat(strings.TrimSpace(line[len(series):]), 64)
 			if err != nil {
-				s.t.Fatal(err)
+				t.Fatal(err)
 			}
 			return v
 		}

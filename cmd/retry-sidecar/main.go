@@ -66,7 +66,7 @@ func main() {
 	fs.Int64Var(&o.MaxReplayMemory, "max-replay-memory", 0, "bytes all request replay buffers may hold at once (0: a quarter of GOMEMLIMIT, or 32 MiB without one); a body that does not fit is sent once, never replayed")
 	fs.DurationVar(&o.ReloadDebounce, "reload-debounce", o.ReloadDebounce, "wait this long after a file event before reloading")
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "re-read the configuration this often even without file events")
-	fs.StringVar(&o.ReadyFile, "ready-file", "", "write {\"listen\",\"admin\",\"transparent\",\"pid\"} as JSON here once listening (useful with port 0)")
+	fs.StringVar(&o.ReadyFile, "ready-file", "", "write {\"listen\",\"admin\",\"transparent\",\"stats\",\"pid\"} as JSON here once listening (useful with port 0)")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the admin address")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)

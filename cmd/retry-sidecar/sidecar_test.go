@@ -1,6 +1,9 @@
 package main_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -8,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -603,3 +607,86 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 }
 
 func itoa(n int) string { return string(rune('0' + n)) }
+
+// ---- the stats port (what Prometheus scrapes on the pod IP) ----
+
+func TestStatsPortServesMetricsAndConfigOnEveryInterface(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	up := newUpstream(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			<-release
+		}
+	})
+	d, err := policyset.FromPolicyYAML([]byte(policyYAML("p", "up", up.host(),
+		fields("concurrency: {maxInFlight: 1, maxQueued: 1, queueTimeout: 5s}")...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The manager stamps a revision on the document; /config echoes it.
+	d.Revision = 7
+	rendered, err := policyset.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withRevision := string(rendered)
+	dir := t.TempDir()
+	kubeletWrite(t, dir, map[string]string{"policies.json": withRevision})
+	s := startSidecar(t, "--config-dir="+dir, "--stats-listen=:0")
+
+	if host, _, _ := net.SplitHostPort(s.stats); host != "::" && host != "0.0.0.0" {
+		t.Errorf("stats bound to %q, want every interface (the pod IP)", s.stats)
+	}
+	code, body := s.statsGet("/config")
+	var info policyset.ConfigStatus
+	if err := json.Unmarshal([]byte(body), &info); code != 200 || err != nil {
+		t.Fatalf("GET /config: %d %q (%v)", code, body, err)
+	}
+	sum := sha256.Sum256([]byte(withRevision))
+	if info.Revision != 7 || info.Hash != policyset.Hash([]byte(withRevision)) ||
+		info.SHA256 != hex.EncodeToString(sum[:]) || !slices.Equal(info.Upstreams, []string{"up"}) || info.Source != "file" {
+		t.Errorf("GET /config = %s\nwant revision 7, hash %s, sha256 %x, upstreams [up], source file",
+			body, policyset.Hash([]byte(withRevision)), sum)
+	}
+
+	// One attempt held in flight, one request queued behind it.
+	first := s.goGet(up.url("/held"))
+	for len(up.got()) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	second := s.goGet(up.url("/queued"))
+	waitFor(t, func() bool { return s.statsMetric(`retry_sidecar_queued_requests{upstream="up"}`) == 1 })
+	if v := s.statsMetric(`retry_sidecar_in_flight_attempts{upstream="up"}`); v != 1 {
+		t.Errorf("in_flight_attempts = %v with one held, want 1", v)
+	}
+	close(release)
+	assertOutcome(t, <-first, 200, "success", "1")
+	assertOutcome(t, <-second, 200, "success", "1")
+	waitFor(t, func() bool {
+		return s.statsMetric(`retry_sidecar_in_flight_attempts{upstream="up"}`) == 0 &&
+			s.statsMetric(`retry_sidecar_queued_requests{upstream="up"}`) == 0
+	})
+	if v := s.statsMetric(`retry_sidecar_request_duration_seconds_count{outcome="success",upstream="up"}`); v != 2 {
+		t.Errorf("request_duration_seconds_count{success} = %v, want 2", v)
+	}
+	// The queued request waited for the held one: it took longer than 0.
+	if v := s.statsMetric(`retry_sidecar_request_duration_seconds_bucket{outcome="success",upstream="up",le="0.001"}`); v > 1 {
+		t.Errorf("%v requests under 1ms, want at most 1 (the queued one waited)", v)
+	}
+
+	// Health, readiness and pprof stay on loopback.
+	if code, _ := s.statsGet("/healthz"); code != 404 {
+		t.Errorf("stats /healthz = %d, want 404", code)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met after 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -63,6 +63,10 @@ type Output struct {
 type PolicyStatus struct {
 	Accepted   metav1.Condition
 	Programmed metav1.Condition
+	// Ready summarises Accepted and Programmed (ReadyCondition).
+	Ready metav1.Condition
+	// UpstreamCount is the number of upstreams of the newest generation.
+	UpstreamCount int32
 	// SelectedPods counts the ready injected pods the policy selects.
 	SelectedPods int32
 	// ProgrammedPods counts those whose sidecar runs the rendered generation:
@@ -225,8 +229,12 @@ func Compute(in Input) (Output, error) {
 		}
 		lastAcc[w.policy.Name] = la
 	}
+	upstreams := map[string]int32{}
+	for i := range in.Policies {
+		upstreams[in.Policies[i].Name] = int32(len(in.Policies[i].Spec.Upstreams))
+	}
 	for name, acc := range accepted {
-		st := PolicyStatus{Accepted: acc, SelectedPods: selected[name], LastAccepted: lastAcc[name]}
+		st := PolicyStatus{Accepted: acc, UpstreamCount: upstreams[name], SelectedPods: selected[name], LastAccepted: lastAcc[name]}
 		if w, ok := rendered[name]; ok {
 			st.RenderedGeneration = w.generation
 			st.ProgrammedPods = countProgrammed(in.Pods, w.selector, lastAcc[name].Revision)
@@ -237,6 +245,7 @@ func Compute(in Input) (Output, error) {
 			st.Programmed = condition(ConditionProgrammed, metav1.ConditionFalse, ReasonNotRendered,
 				fmt.Sprintf("not in ConfigMap %s: Accepted is False (%s)", policyset.ConfigMapName, acc.Reason))
 		}
+		st.Ready = ReadyCondition(st.Accepted, st.Programmed)
 		out.Status[name] = st
 	}
 	return out, nil
@@ -304,6 +313,25 @@ func renderDocument(doc *policyset.Document, in Input) ([]byte, error) {
 	}
 	doc.Revision = policyset.NextRevision(prev, in.Now)
 	return policyset.Marshal(*doc)
+}
+
+// ReadyCondition is the summary condition (kstatus' "Ready"): the first of
+// Accepted, Programmed that is not True decides it.
+//
+//	Accepted  Programmed  Ready
+//	True      True        True  Reconciled
+//	True      False       False <Programmed's reason>
+//	False     any         False <Accepted's reason> (Invalid, Conflict)
+//
+// An invalid generation whose predecessor stays rendered is not Ready: what
+// runs is not what the spec says.
+func ReadyCondition(accepted, programmed metav1.Condition) metav1.Condition {
+	for _, c := range []metav1.Condition{accepted, programmed} {
+		if c.Status != metav1.ConditionTrue {
+			return condition(ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
+		}
+	}
+	return condition(ConditionReady, metav1.ConditionTrue, ReasonReconciled, programmed.Message)
 }
 
 func condition(typ string, status metav1.ConditionStatus, reason, msg string) metav1.Condition {

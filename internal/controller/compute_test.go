@@ -27,9 +27,9 @@ func pol(name string, ageSec int, gen int64, sel map[string]string, hosts ...str
 
 func TestCompute(t *testing.T) {
 	type want struct {
-		accepted, programmed string // "True/Valid" form
-		selected             int32
-		renderedGen          int64
+		accepted, programmed, ready string // "True/Valid" form
+		upstreams, selected         int32
+		renderedGen                 int64
 	}
 	invalid := pol("p", 0, 2, nil, "Bad.Host")
 	prevGood := policyset.Policy{Namespace: "ns", Name: "p", Generation: 1,
@@ -42,7 +42,7 @@ func TestCompute(t *testing.T) {
 	}{
 		"a valid policy alone is accepted and rendered": {
 			in:       Input{Policies: []v1alpha1.RetryPolicy{pol("a", 0, 1, nil, "a.svc")}},
-			want:     map[string]want{"a": {"True/Valid", "True/Rendered", 0, 1}},
+			want:     map[string]want{"a": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}},
 			rendered: []string{"a"},
 		},
 		"the newer of two policies with a shared host and overlapping selectors gets Conflict": {
@@ -50,13 +50,13 @@ func TestCompute(t *testing.T) {
 				pol("newer", 10, 1, map[string]string{"tier": "web"}, "x.svc"),
 				pol("older", 0, 1, map[string]string{"app": "web"}, "x.svc", "y.svc"),
 			}},
-			want:     map[string]want{"older": {"True/Valid", "True/Rendered", 0, 1}, "newer": {"False/Conflict", "False/NotRendered", 0, 0}},
+			want:     map[string]want{"older": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}, "newer": {"False/Conflict", "False/NotRendered", "False/Conflict", 1, 0, 0}},
 			rendered: []string{"older"},
 			messages: map[string]string{"newer": `host "x.svc" is already claimed by RetryPolicy "older" (older) for pods both policies select; the older policy wins`},
 		},
 		"with equal creation times the name decides": {
 			in:       Input{Policies: []v1alpha1.RetryPolicy{pol("b", 0, 1, nil, "x.svc"), pol("a", 0, 1, nil, "x.svc")}},
-			want:     map[string]want{"a": {"True/Valid", "True/Rendered", 0, 1}, "b": {"False/Conflict", "False/NotRendered", 0, 0}},
+			want:     map[string]want{"a": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}, "b": {"False/Conflict", "False/NotRendered", "False/Conflict", 1, 0, 0}},
 			rendered: []string{"a"},
 		},
 		"a shared host with disjoint selectors is no conflict": {
@@ -64,23 +64,23 @@ func TestCompute(t *testing.T) {
 				pol("a", 0, 1, map[string]string{"app": "a"}, "x.svc"),
 				pol("b", 1, 1, map[string]string{"app": "b"}, "x.svc"),
 			}},
-			want:     map[string]want{"a": {"True/Valid", "True/Rendered", 0, 1}, "b": {"True/Valid", "True/Rendered", 0, 1}},
+			want:     map[string]want{"a": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}, "b": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}},
 			rendered: []string{"a", "b"},
 		},
 		"an invalid new generation keeps the last accepted rendering": {
 			in:       Input{Policies: []v1alpha1.RetryPolicy{invalid}, Previous: policyset.Document{Version: 1, Policies: []policyset.Policy{prevGood}}},
-			want:     map[string]want{"p": {"False/Invalid", "True/Rendered", 0, 1}},
+			want:     map[string]want{"p": {"False/Invalid", "True/Rendered", "False/Invalid", 1, 0, 1}},
 			rendered: []string{"p"},
 			messages: map[string]string{"p": `spec.upstreams[0].hosts[0]: Invalid value: "Bad.Host": must be lower-case (bad.host); must be "host", "host:port", an IP literal ("10.0.0.7", "[fd00::7]:8080") or "*.suffix", lower-case; generation 1, the last accepted, stays in force`},
 		},
 		"an invalid policy never accepted is not rendered": {
 			in:   Input{Policies: []v1alpha1.RetryPolicy{invalid}},
-			want: map[string]want{"p": {"False/Invalid", "False/NotRendered", 0, 0}},
+			want: map[string]want{"p": {"False/Invalid", "False/NotRendered", "False/Invalid", 1, 0, 0}},
 		},
 		"the kept rendering of an invalid policy still wins conflicts by age": {
 			in: Input{Policies: []v1alpha1.RetryPolicy{invalid, pol("later", 5, 1, nil, "good.svc")},
 				Previous: policyset.Document{Version: 1, Policies: []policyset.Policy{prevGood}}},
-			want:     map[string]want{"p": {"False/Invalid", "True/Rendered", 0, 1}, "later": {"False/Conflict", "False/NotRendered", 0, 0}},
+			want:     map[string]want{"p": {"False/Invalid", "True/Rendered", "False/Invalid", 1, 0, 1}, "later": {"False/Conflict", "False/NotRendered", "False/Conflict", 1, 0, 0}},
 			rendered: []string{"p"},
 		},
 		"a policy being deleted is neither rendered nor given a status": {
@@ -91,6 +91,15 @@ func TestCompute(t *testing.T) {
 			}()}},
 			want: map[string]want{},
 		},
+		"upstreamCount counts every upstream of the newest generation, not only the first": {
+			in: Input{Policies: []v1alpha1.RetryPolicy{func() v1alpha1.RetryPolicy {
+				p := pol("three", 0, 1, nil, "a.svc")
+				p.Spec.Upstreams = append(p.Spec.Upstreams, v1alpha1.Upstream{Name: "v", Hosts: []string{"b.svc"}}, v1alpha1.Upstream{Name: "w", Hosts: []string{"c.svc"}})
+				return p
+			}()}},
+			want:     map[string]want{"three": {"True/Valid", "True/Rendered", "True/Reconciled", 3, 0, 1}},
+			rendered: []string{"three"},
+		},
 		"selectedPods counts ready pods the selector selects": {
 			in: Input{Policies: []v1alpha1.RetryPolicy{pol("a", 0, 1, map[string]string{"app": "web"}, "a.svc"), pol("all", 0, 1, nil, "b.svc")},
 				Pods: []PodInfo{
@@ -98,7 +107,7 @@ func TestCompute(t *testing.T) {
 					{Labels: map[string]string{"app": "web"}, Ready: false},
 					{Labels: map[string]string{"app": "db"}, Ready: true},
 				}},
-			want:     map[string]want{"a": {"True/Valid", "True/Rendered", 1, 1}, "all": {"True/Valid", "True/Rendered", 2, 1}},
+			want:     map[string]want{"a": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 1, 1}, "all": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 2, 1}},
 			rendered: []string{"a", "all"},
 		},
 	}
@@ -113,7 +122,8 @@ func TestCompute(t *testing.T) {
 			}
 			for p, w := range tc.want {
 				st := out.Status[p]
-				got := want{string(st.Accepted.Status) + "/" + st.Accepted.Reason, string(st.Programmed.Status) + "/" + st.Programmed.Reason, st.SelectedPods, st.RenderedGeneration}
+				got := want{string(st.Accepted.Status) + "/" + st.Accepted.Reason, string(st.Programmed.Status) + "/" + st.Programmed.Reason,
+					string(st.Ready.Status) + "/" + st.Ready.Reason, st.UpstreamCount, st.SelectedPods, st.RenderedGeneration}
 				if got != w {
 					t.Errorf("%s: got %+v, want %+v", p, got, w)
 				}
@@ -379,6 +389,43 @@ func TestComputeResolvesCACertificateRefs(t *testing.T) {
 			}
 			if got := out.Document.Policies[0].Upstreams[0].CABundle; got != tc.wantBundle {
 				t.Errorf("caBundle = %q, want %q", got, tc.wantBundle)
+			}
+		})
+	}
+}
+
+func TestReadyCondition(t *testing.T) {
+	acc := func(s metav1.ConditionStatus, r string) metav1.Condition {
+		return metav1.Condition{Type: ConditionAccepted, Status: s, Reason: r, Message: "accepted says " + r}
+	}
+	prog := func(s metav1.ConditionStatus, r string) metav1.Condition {
+		return metav1.Condition{Type: ConditionProgrammed, Status: s, Reason: r, Message: "programmed says " + r}
+	}
+	tests := map[string]struct {
+		accepted, programmed metav1.Condition
+		want                 metav1.Condition
+	}{
+		"accepted and programmed is Ready with Programmed's message": {
+			acc(metav1.ConditionTrue, ReasonValid), prog(metav1.ConditionTrue, ReasonRendered),
+			metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonReconciled, Message: "programmed says Rendered"},
+		},
+		"accepted but not programmed is not Ready, for Programmed's reason": {
+			acc(metav1.ConditionTrue, ReasonValid), prog(metav1.ConditionFalse, ReasonNotRendered),
+			metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonNotRendered, Message: "programmed says NotRendered"},
+		},
+		"an invalid generation is not Ready although its predecessor is programmed": {
+			acc(metav1.ConditionFalse, ReasonInvalid), prog(metav1.ConditionTrue, ReasonRendered),
+			metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInvalid, Message: "accepted says Invalid"},
+		},
+		"a conflict is not Ready, for Accepted's reason": {
+			acc(metav1.ConditionFalse, ReasonConflict), prog(metav1.ConditionFalse, ReasonNotRendered),
+			metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonConflict, Message: "accepted says Conflict"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := ReadyCondition(tc.accepted, tc.programmed); got != tc.want {
+				t.Errorf("got %+v\nwant %+v", got, tc.want)
 			}
 		})
 	}

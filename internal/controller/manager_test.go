@@ -50,6 +50,7 @@ import (
 type harness struct {
 	c          client.Client // direct, uncached: what the API server says now
 	warnings   *warningLog
+	env        *envtest.Environment
 	reconciler *RetryPolicyReconciler
 	calls      *callCounter
 	wio        *envtest.WebhookInstallOptions
@@ -121,7 +122,7 @@ func startManager(t *testing.T) *harness {
 	must(t, c.Create(context.Background(), testenv.SidecarClusterRole(t, DefaultSidecarClusterRole)))
 	// The reconciler's own instance, called directly to prove a no-op reconcile
 	// writes nothing; it reads through the same cache as the running one.
-	return &harness{c: c, warnings: warnings, reconciler: rec, calls: calls, wio: wio, scheme: scheme, cfg: cfg, sidecars: sidecars}
+	return &harness{c: c, warnings: warnings, reconciler: rec, calls: calls, wio: wio, scheme: scheme, env: env, cfg: cfg, sidecars: sidecars}
 }
 
 // TestManager runs every scenario against one API server; the subtests are
@@ -146,6 +147,8 @@ func TestManager(t *testing.T) {
 	t.Run("a pod asking for transparent interception of invalid ports is admitted with the proxy environment and a warning event", h.testTransparentBadPorts)
 	t.Run("transparent interception in a namespace enforcing restricted Pod Security falls back to the proxy environment with a warning event", h.testTransparentRestricted)
 	t.Run("tls.caCertificateRefs are resolved, watched and reported InvalidRef when missing", h.testTLS)
+	t.Run("only opted-in pods are sent to the webhook: by namespace label or by pod label, once", h.testWebhookScope)
+	t.Run("kubectl get rp shows Accepted, Programmed, the upstream count and the selected pods, 0 included", h.testPrinterColumns)
 	// Last: it deletes the validating webhook configuration.
 	t.Run("with the webhook gone an invalid update is caught by the reconciler and the last rendering survives, even the loss of the ConfigMap", h.testInvalidBypassingWebhook)
 }
@@ -670,6 +673,112 @@ func (h *harness) testTransparentRestricted(t *testing.T) {
 		t.Errorf("admission warnings = %q, want %q", got, want)
 	}
 	h.waitEvent(t, ns, "app", podinject.EventInterceptionFallback)
+}
+
+func (h *harness) testWebhookScope(t *testing.T) {
+	ns := h.namespace(t, "scope", nil) // not labelled retry.dev/injection
+	plain := testPod(ns, "plain", map[string]string{"app": "web"})
+	must(t, h.c.Create(context.Background(), plain))
+	if n := h.calls.get(ns + "/plain"); n != 0 || len(plain.Spec.InitContainers) != 0 {
+		t.Errorf("a pod nobody opted in: webhook called %d time(s), %d init containers; want 0 and 0", n, len(plain.Spec.InitContainers))
+	}
+	optIn := testPod(ns, "opt-in", map[string]string{podinject.LabelPodInject: "true"})
+	must(t, h.c.Create(context.Background(), optIn))
+	if n := h.calls.get(ns + "/opt-in"); n != 1 || optIn.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+		t.Errorf("a pod labelled %s=true: webhook called %d time(s), labels %v; want 1 call and injected", podinject.LabelPodInject, n, optIn.Labels)
+	}
+
+	enabled := h.namespace(t, "scope-enabled", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	both := testPod(enabled, "both", map[string]string{podinject.LabelPodInject: "true"})
+	must(t, h.c.Create(context.Background(), both))
+	if n := h.calls.get(enabled + "/both"); n != 1 || both.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+		t.Errorf("a pod opted in twice (namespace and label): webhook called %d time(s), labels %v; want 1 call and injected", n, both.Labels)
+	}
+	out := testPod(enabled, "opted-out", map[string]string{podinject.LabelPodInject: "false"})
+	must(t, h.c.Create(context.Background(), out))
+	if n := h.calls.get(enabled + "/opted-out"); n != 0 || len(out.Spec.InitContainers) != 0 {
+		t.Errorf("a pod labelled %s=false: webhook called %d time(s); want 0, untouched", podinject.LabelPodInject, n)
+	}
+}
+
+func (h *harness) testPrinterColumns(t *testing.T) {
+	ns := h.namespace(t, "columns", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	h.createPolicy(t, ns, "three", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+		upstream("a", "a.columns.svc"), upstream("b", "b.columns.svc"), upstream("c", "c.columns.svc"))
+	h.waitAccepted(t, ns, "three", metav1.ConditionTrue, ReasonValid)
+	time.Sleep(1100 * time.Millisecond) // creationTimestamp resolution: "loser" is newer
+	// Overlaps "three" (a pod may carry both labels) but selects no pod: Pods 0.
+	h.createPolicy(t, ns, "loser", &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "batch"}}, upstream("a", "a.columns.svc"))
+	h.waitAccepted(t, ns, "loser", metav1.ConditionFalse, ReasonConflict)
+	h.readyPod(t, ns, "web-0", map[string]string{"app": "web"})
+	eventually(t, 10*time.Second, func() error {
+		if n := h.policy(t, ns, "three").Status.SelectedPods; n != 1 {
+			return fmt.Errorf("three: selectedPods %d, want 1", n)
+		}
+		return nil
+	})
+
+	// The server-side Table that kubectl renders.
+	rc, err := rest.HTTPClientFor(h.cfg)
+	must(t, err)
+	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(h.cfg.Host, "/")+"/apis/policy.retry.dev/v1alpha1/namespaces/"+ns+"/retrypolicies", nil)
+	must(t, err)
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := rc.Do(req)
+	must(t, err)
+	defer resp.Body.Close()
+	var table metav1.Table
+	must(t, json.NewDecoder(resp.Body).Decode(&table))
+	var cols []string
+	for _, c := range table.ColumnDefinitions {
+		if c.Priority == 0 {
+			cols = append(cols, c.Name)
+		}
+	}
+	if want := []string{"Name", "Accepted", "Programmed", "Upstreams", "Pods", "Programmed-Pods", "Age"}; !slices.Equal(cols, want) {
+		t.Errorf("columns = %q, want %q", cols, want)
+	}
+	var rows []string
+	for _, r := range table.Rows {
+		rows = append(rows, strings.TrimSpace(fmt.Sprintln(r.Cells[:5]...)))
+	}
+	if want := []string{"loser False False 1 0", "three True True 3 1"}; !slices.Equal(rows, want) {
+		t.Errorf("rows = %q, want %q", rows, want)
+	}
+
+	// And kubectl itself, through the category: what a user types.
+	user, err := h.env.ControlPlane.AddUser(envtest.User{Name: "printer-columns", Groups: []string{"system:masters"}}, nil)
+	must(t, err)
+	kubectl, err := user.Kubectl()
+	must(t, err)
+	kubectl.Path = filepath.Join(testenv.Assets(t), "kubectl")
+	stdout, stderr, err := kubectl.Run("get", "retry", "-n", ns)
+	if err != nil {
+		errOut, _ := io.ReadAll(stderr)
+		t.Fatalf("kubectl get retry: %v: %s", err, errOut)
+	}
+	raw, _ := io.ReadAll(stdout)
+	t.Logf("kubectl get retry -n %s:\n%s", ns, raw)
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		f := strings.Fields(l)
+		lines = append(lines, strings.Join(f[:len(f)-1], " ")) // without AGE's value
+	}
+	if want := []string{
+		"NAME ACCEPTED PROGRAMMED UPSTREAMS PODS PROGRAMMED-PODS",
+		"loser False False 1 0 0",
+		"three True True 3 1 0", // no sidecar answers /config in this namespace
+	}; !slices.Equal(lines, want) {
+		t.Errorf("kubectl get retry:\n%s\nwant (AGE aside):\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if all, _, err := kubectl.Run("get", "rp", "-A"); err == nil { // every namespace of this run, for the log
+		raw, _ := io.ReadAll(all)
+		t.Logf("kubectl get rp -A:\n%s", raw)
+	}
+	ready := meta.FindStatusCondition(h.policy(t, ns, "three").Status.Conditions, ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Reason != ReasonReconciled || ready.ObservedGeneration != 1 {
+		t.Errorf("Ready of three = %+v, want True/Reconciled at generation 1", ready)
+	}
 }
 
 func (h *harness) testInvalidBypassingWebhook(t *testing.T) {

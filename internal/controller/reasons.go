@@ -10,6 +10,11 @@ const (
 	// retry-policies ConfigMap, which the injected sidecars read. Reasons:
 	// ReasonRendered, ReasonNotRendered.
 	ConditionProgrammed = "Programmed"
+	// ConditionReady summarises the two for tools that read one condition
+	// (kstatus, Argo CD, Flux): True (reason ReasonReconciled) when the newest
+	// generation is accepted and programmed, else False with the reason of the
+	// first condition that is not True (Accepted before Programmed).
+	ConditionReady = "Ready"
 )
 
 // Reasons, used both as condition reasons and as Kubernetes event reasons, so
@@ -40,4 +45,7 @@ const (
 	// ReasonNotRendered: the policy is not in the ConfigMap because it is not
 	// accepted and no earlier generation of it was. Programmed=False.
 	ReasonNotRendered = "NotRendered"
+	// ReasonReconciled: Accepted and Programmed are both True for the newest
+	// generation. Ready=True. Never an event: the two conditions have theirs.
+	ReasonReconciled = "Reconciled"
 )

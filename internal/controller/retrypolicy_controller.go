@@ -81,7 +81,8 @@ type RetryPolicyReconciler struct {
 
 // +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies/status,verbs=get;patch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=configmaps,resourceNames=retry-policies,verbs=update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -255,14 +256,15 @@ func sameOwners(have, want []metav1.OwnerReference) bool {
 // was first seen) Invalid at this generation.
 func (r *RetryPolicyReconciler) applyStatus(ctx context.Context, p *v1alpha1.RetryPolicy, st PolicyStatus) (bool, error) {
 	orig := p.DeepCopy()
-	acc, prog := st.Accepted, st.Programmed
-	acc.ObservedGeneration, prog.ObservedGeneration = p.Generation, p.Generation
+	acc, prog, ready := st.Accepted, st.Programmed, st.Ready
+	acc.ObservedGeneration, prog.ObservedGeneration, ready.ObservedGeneration = p.Generation, p.Generation, p.Generation
 	prevProg := meta.FindStatusCondition(orig.Status.Conditions, ConditionProgrammed)
 
 	accChanged := meta.SetStatusCondition(&p.Status.Conditions, acc)
 	progChanged := meta.SetStatusCondition(&p.Status.Conditions, prog)
-	changed := accChanged || progChanged ||
-		p.Status.ObservedGeneration != p.Generation || p.Status.SelectedPods != st.SelectedPods ||
+	readyChanged := meta.SetStatusCondition(&p.Status.Conditions, ready)
+	changed := accChanged || progChanged || readyChanged || p.Status.ObservedGeneration != p.Generation ||
+		p.Status.SelectedPods != st.SelectedPods || p.Status.UpstreamCount != st.UpstreamCount ||
 		p.Status.ProgrammedPods != st.ProgrammedPods || !equality.Semantic.DeepEqual(p.Status.LastAccepted, st.LastAccepted)
 	if !changed {
 		return false, nil
@@ -271,6 +273,7 @@ func (r *RetryPolicyReconciler) applyStatus(ctx context.Context, p *v1alpha1.Ret
 	p.Status.SelectedPods = st.SelectedPods
 	p.Status.ProgrammedPods = st.ProgrammedPods
 	p.Status.LastAccepted = st.LastAccepted.DeepCopy()
+	p.Status.UpstreamCount = st.UpstreamCount
 	// The optimistic lock makes a status computed from a stale cache fail (and
 	// be retried from fresh data) instead of overwriting a newer one.
 	if err := r.Status().Patch(ctx, p, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {

@@ -102,4 +102,8 @@ type ConfigStatus struct {
 	// Source is where they came from: "api" (the API server watch), "file"
 	// (the mounted ConfigMap) or "policy-file" (RetryPolicy YAML files).
 	Source string `json:"source"`
+	// SHA256 is the full sha256 of the same bytes, hex; Upstreams the upstream
+	// names selected for this pod. For people and dashboards.
+	SHA256    string   `json:"sha256,omitempty"`
+	Upstreams []string `json:"upstreams,omitempty"`
 }

@@ -38,6 +38,8 @@ type Config struct {
 	// Hash is the content hash of the policies (policyset.Hash): with only
 	// --config-dir it is the hash of policies.json, the one the manager reports.
 	Hash string
+	// SHA256 is the full sha256 of the same bytes, hex-encoded.
+	SHA256 string
 	// Upstreams are the names of the upstreams selected for this pod.
 	Upstreams []string
 	// tls holds the TLS origination of the policies that have one.
@@ -170,7 +172,10 @@ func (r raw) compile(s Sources) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{Set: set, Hash: policyset.Hash(r.policyBytes()), key: r.key(), tls: origins, Revision: r.revision, Source: r.source}
+	pb := r.policyBytes()
+	sum := sha256.Sum256(pb)
+	c := &Config{Set: set, Hash: policyset.Hash(pb), SHA256: hex.EncodeToString(sum[:]), key: r.key(), tls: origins,
+		Revision: r.revision, Source: r.source}
 	if c.Source == "" {
 		c.Source = SourcePolicyFile
 	}

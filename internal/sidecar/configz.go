@@ -9,6 +9,10 @@ import (
 	"github.com/retrydev/retry-operator/internal/policyset"
 )
 
+// DefaultStatsListen is the stats address: every interface of the pod, so
+// Prometheus and the manager reach it on the pod IP (docs/operations.md).
+const DefaultStatsListen = ":15090"
+
 // ConfigHandler serves GET /config: 200 with a policyset.ConfigStatus, or 503 before a
 // configuration is loaded.
 func ConfigHandler(r *Reloader) http.Handler {
@@ -24,7 +28,8 @@ func ConfigHandler(r *Reloader) http.Handler {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(policyset.ConfigStatus{Revision: c.Revision, Hash: c.Hash, Source: c.Source})
+		_ = json.NewEncoder(w).Encode(policyset.ConfigStatus{Revision: c.Revision, Hash: c.Hash, Source: c.Source,
+			SHA256: c.SHA256, Upstreams: c.Upstreams})
 	})
 }
 

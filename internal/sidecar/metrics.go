@@ -3,6 +3,7 @@ package sidecar
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,9 @@ import (
 // observing an event does not allocate on the request path.
 //
 //	retry_sidecar_requests_total{upstream,outcome}              logical requests by outcome (docs/retry-semantics.md#outcomes)
+//	retry_sidecar_request_duration_seconds{upstream,outcome}    start of a logical request to its response head
+//	retry_sidecar_in_flight_attempts{upstream}                  attempts sent and not finished, now
+//	retry_sidecar_queued_requests{upstream}                     requests waiting for admission, now
 //	retry_sidecar_attempts_total{upstream,status}               transmissions by status, or error class
 //	retry_sidecar_retry_delay_seconds{upstream}                 planned wait before each retry
 //	retry_sidecar_budget_exhausted_total{upstream}              requests stopped by the outage budget (R6)
@@ -45,6 +49,7 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	requests           *prometheus.CounterVec
+	duration           *prometheus.HistogramVec
 	attempts           *prometheus.CounterVec
 	delay              *prometheus.HistogramVec
 	budgetExhausted    *prometheus.CounterVec
@@ -68,7 +73,8 @@ type Metrics struct {
 	truncated                     prometheus.Counter
 	timeouts                      *prometheus.CounterVec
 
-	upstreams sync.Map // upstream name -> *upstreamMetrics
+	limits    atomic.Pointer[EachLimits] // feeds the occupancy gauges
+	upstreams sync.Map                   // upstream name -> *upstreamMetrics
 	infoMu    sync.Mutex
 	infoHash  string
 }
@@ -83,14 +89,15 @@ var outcomeIndex = func() map[retrypolicy.Outcome]int {
 }()
 
 type upstreamMetrics struct {
-	outcomes []prometheus.Counter // by outcomeIndex
-	delay    prometheus.Observer
-	budget   prometheus.Counter
-	shed     prometheus.Counter
-	skew     prometheus.Gauge
-	waited   prometheus.Counter // held requests that waited in line
-	answered prometheus.Counter // held requests answered locally
-	holdEnd  prometheus.Gauge
+	outcomes  []prometheus.Counter  // by outcomeIndex
+	durations []prometheus.Observer // by outcomeIndex
+	delay     prometheus.Observer
+	budget    prometheus.Counter
+	shed      prometheus.Counter
+	skew      prometheus.Gauge
+	waited    prometheus.Counter // held requests that waited in line
+	answered  prometheus.Counter // held requests answered locally
+	holdEnd   prometheus.Gauge
 
 	mu       sync.RWMutex
 	statuses map[int]prometheus.Counter // status code, or -ErrorClass
@@ -102,6 +109,10 @@ func NewMetrics() *Metrics {
 	m := &Metrics{Registry: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
 		Help: "Logical requests to upstreams with a policy, by upstream and outcome (X-Retry-Outcome)."}, []string{"upstream", "outcome"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "request_duration_seconds",
+		Help: "Time from the start of a logical request to the response head the application gets (every attempt and wait included), by upstream and outcome.",
+		// From a loopback hit to the default 10s deadline and past it (Retry-After waits up to maxWait).
+		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}}, []string{"upstream", "outcome"})
 	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "attempts_total",
 		Help: "Transmissions by upstream and response status (or error class when there was no response)."}, []string{"upstream", "status"})
 	m.delay = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "retry_delay_seconds",
@@ -148,9 +159,9 @@ func NewMetrics() *Metrics {
 		Help: "Attempts (and shed requests) that ran out of time, by phase: queue, connect, tls, headers."}, []string{"upstream", "phase"})
 	m.truncated = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "truncated_responses_total",
 		Help: "Upstream response bodies cut off before their announced end; the response to the app was aborted."})
-	m.Registry.MustRegister(m.requests, m.attempts, m.delay, m.budgetExhausted, m.shed, m.retryAfterFailures,
+	m.Registry.MustRegister(m.requests, m.duration, m.attempts, m.delay, m.budgetExhausted, m.shed, m.retryAfterFailures,
 		m.skew, m.held, m.holdEnd, m.rateLimitFailures, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.configRevision, m.configStale, m.apiUp, m.apiFallbacks, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		newOccupancy(m), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -173,6 +184,7 @@ func (m *Metrics) Observe(e retrypolicy.Event) {
 	case retrypolicy.EventOutcome:
 		if i, ok := outcomeIndex[e.Outcome]; ok {
 			u.outcomes[i].Inc()
+			u.durations[i].Observe(e.Elapsed.Seconds())
 		}
 		switch e.Outcome {
 		case retrypolicy.OutcomeBudgetExhausted:
@@ -242,6 +254,7 @@ func (m *Metrics) upstream(name string) *upstreamMetrics {
 	}
 	for _, o := range retrypolicy.Outcomes() {
 		u.outcomes = append(u.outcomes, m.requests.WithLabelValues(name, string(o)))
+		u.durations = append(u.durations, m.duration.WithLabelValues(name, string(o)))
 	}
 	v, _ := m.upstreams.LoadOrStore(name, u)
 	return v.(*upstreamMetrics)
@@ -264,6 +277,44 @@ func (m *Metrics) status(u *upstreamMetrics, name string, key int) prometheus.Co
 	u.mu.Unlock()
 	return c
 }
+
+// occupancy is the collector of the in-flight and queued gauges, read from
+// the admission state of each upstream in force when Prometheus scrapes:
+// nothing is counted twice on the request path.
+type occupancy struct {
+	m                *Metrics
+	inFlight, queued *prometheus.Desc
+}
+
+func newOccupancy(m *Metrics) *occupancy {
+	return &occupancy{
+		m: m,
+		inFlight: prometheus.NewDesc("retry_sidecar_in_flight_attempts",
+			"Attempts sent to the upstream and not finished yet (response body open), now.", []string{"upstream"}, nil),
+		queued: prometheus.NewDesc("retry_sidecar_queued_requests",
+			"Requests waiting for admission to the upstream (a rate-limit start token or a concurrency slot), now.", []string{"upstream"}, nil),
+	}
+}
+
+func (o *occupancy) Describe(ch chan<- *prometheus.Desc) { ch <- o.inFlight; ch <- o.queued }
+
+func (o *occupancy) Collect(ch chan<- prometheus.Metric) {
+	each := o.m.limits.Load()
+	if each == nil {
+		return
+	}
+	(*each)(func(name string, l *retrypolicy.Limits) {
+		ch <- prometheus.MustNewConstMetric(o.inFlight, prometheus.GaugeValue, float64(l.InFlight()), name)
+		ch <- prometheus.MustNewConstMetric(o.queued, prometheus.GaugeValue, float64(l.Queued()), name)
+	})
+}
+
+// EachLimits visits the admission state of every upstream in force.
+type EachLimits func(yield func(upstream string, l *retrypolicy.Limits))
+
+// WatchLimits makes the in-flight and queued gauges read from each at every
+// scrape (the Reloader's upstreams in force); until then they are empty.
+func (m *Metrics) WatchLimits(each EachLimits) { m.limits.Store(&each) }
 
 // configLoaded records a configuration put in force.
 func (m *Metrics) configLoaded(hash string, upstreams int, revision int64) {

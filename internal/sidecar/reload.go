@@ -79,6 +79,19 @@ func (r *Reloader) tlsUpstream(req *http.Request) *tlsUpstream {
 	return c.tls[p]
 }
 
+// EachLimits calls yield with the admission state of every upstream in force.
+func (r *Reloader) EachLimits(yield func(upstream string, l *retrypolicy.Limits)) {
+	c := r.current.Load()
+	if c == nil {
+		return
+	}
+	for _, name := range c.Upstreams {
+		if l := r.registry.Get(name); l != nil {
+			yield(name, l)
+		}
+	}
+}
+
 // Ready reports whether a configuration has been loaded.
 func (r *Reloader) Ready() bool { return r.current.Load() != nil }
 

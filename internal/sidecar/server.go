@@ -52,7 +52,7 @@ type Options struct {
 	ReloadDebounce time.Duration
 	ResyncInterval time.Duration
 
-	// ReadyFile, if set, receives {"listen": …, "admin": …} once both listeners
+	// ReadyFile, if set, receives {"listen": …, "admin": …, "stats": …} once the listeners
 	// are bound (how tests and scripts learn ephemeral ports).
 	ReadyFile   string
 	EnablePprof bool
@@ -65,7 +65,7 @@ func DefaultOptions() Options {
 	return Options{
 		Listen:              "127.0.0.1:15001",
 		AdminListen:         "127.0.0.1:15020",
-		StatsListen:         ":15090",
+		StatsListen:         DefaultStatsListen,
 		DrainTimeout:        20 * time.Second,
 		LogLevel:            slog.LevelInfo,
 		MaxIdleConns:        1024,
@@ -155,6 +155,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	metrics := NewMetrics()
 	reloader := NewReloader(o.Sources, log, metrics)
+	metrics.WatchLimits(reloader.EachLimits)
 	if err := reloader.Reload(); err != nil {
 		log.Warn("starting without a configuration: not ready until a valid one is loaded")
 	}

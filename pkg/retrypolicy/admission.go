@@ -202,6 +202,9 @@ func (g *Gate) capacityReturnsLocked() time.Duration {
 type Limits struct {
 	mu    sync.Mutex // serialises reconfigure
 	parts atomic.Pointer[limitParts]
+
+	inFlight atomic.Int64 // admitted attempts not yet released
+	pacing   atomic.Int64 // callers sleeping for a start token
 }
 
 type limitParts struct {
@@ -272,15 +275,34 @@ func (l *Limits) Pacer() *Pacer { return l.parts.Load().pacer }
 // Limiter is the upstream's start-rate limiter, nil if unlimited.
 func (l *Limits) Limiter() *rate.Limiter { return l.parts.Load().limiter }
 
+// InFlight is the number of attempts to the upstream admitted and not yet
+// released, limited or not (the sidecar's in-flight gauge).
+func (l *Limits) InFlight() int { return int(l.inFlight.Load()) }
+
+// Queued is the number of callers waiting in Admit: for a start token of the
+// rate limiter or in the concurrency gate's queue (the sidecar's queued gauge).
+func (l *Limits) Queued() int {
+	n := int(l.pacing.Load())
+	if g := l.parts.Load().gate; g != nil {
+		n += g.Queued()
+	}
+	return n
+}
+
 // Ticket is an admitted attempt. Release it exactly once when the attempt really
-// ends (its response body closed, or its error returned).
+// ends (its response body closed, or its error returned). The zero Ticket holds
+// nothing.
 type Ticket struct {
+	lim   *Limits
 	gate  *Gate
 	start time.Time
 }
 
 // Release returns the in-flight slot, if the attempt held one.
 func (t Ticket) Release(now time.Time) {
+	if t.lim != nil {
+		t.lim.inFlight.Add(-1)
+	}
 	if t.gate != nil {
 		t.gate.Release(now.Sub(t.start))
 	}
@@ -314,7 +336,10 @@ func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxW
 				r.CancelAt(now)
 				return Ticket{}, d, ErrShed
 			}
-			if err := sleep(ctx, d); err != nil {
+			l.pacing.Add(1)
+			err := sleep(ctx, d)
+			l.pacing.Add(-1)
+			if err != nil {
 				r.CancelAt(clk.Now())
 				return Ticket{}, 0, err
 			}
@@ -323,7 +348,8 @@ func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxW
 		}
 	}
 	if gate == nil {
-		return Ticket{}, 0, nil
+		l.inFlight.Add(1)
+		return Ticket{lim: l}, 0, nil
 	}
 	ra, err := gate.Acquire(ctx, clk, maxWait)
 	if err != nil {
@@ -334,7 +360,8 @@ func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxW
 		}
 		return Ticket{}, ra, err
 	}
-	return Ticket{gate: gate, start: clk.Now()}, 0, nil
+	l.inFlight.Add(1)
+	return Ticket{lim: l, gate: gate, start: clk.Now()}, 0, nil
 }
 
 // Registry keeps the Limits of each upstream, keyed by Config.Name, for the life

@@ -299,3 +299,67 @@ func TestAdmitGivesTheStartTokenBackWhenTheGateSheds(t *testing.T) {
 	}
 	held.Release(clk.Now())
 }
+
+// TestLimitsOccupancy: InFlight counts every admitted attempt until it is
+// released, limited upstream or not; Queued counts callers pacing for a start
+// token and callers in the gate's queue (the sidecar's gauges).
+func TestLimitsOccupancy(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("an upstream without limits counts its attempts in flight", func(t *testing.T) {
+		l := newLimits(Config{})
+		a, _, _ := l.Admit(ctx, clocktesting.NewFakeClock(now), nil, time.Second)
+		b, _, _ := l.Admit(ctx, clocktesting.NewFakeClock(now), nil, time.Second)
+		if l.InFlight() != 2 || l.Queued() != 0 {
+			t.Fatalf("two admitted: %d in flight, %d queued; want 2, 0", l.InFlight(), l.Queued())
+		}
+		a.Release(now)
+		b.Release(now)
+		Ticket{}.Release(now) // a refused attempt's zero ticket holds nothing
+		if l.InFlight() != 0 {
+			t.Fatalf("after release: %d in flight, want 0", l.InFlight())
+		}
+	})
+
+	t.Run("a caller pacing for a start token is queued, then in flight", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(now)
+		l := newLimits(Config{RateLimit: &RateLimitConfig{RequestsPerSecond: 1, Burst: 1}})
+		var queuedWhileSleeping int
+		sleep := func(_ context.Context, d time.Duration) error {
+			queuedWhileSleeping = l.Queued()
+			clk.Step(d)
+			return nil
+		}
+		first, _, _ := l.Admit(ctx, clk, sleep, time.Minute)
+		second, _, err := l.Admit(ctx, clk, sleep, time.Minute)
+		if err != nil || queuedWhileSleeping != 1 || l.Queued() != 0 || l.InFlight() != 2 {
+			t.Fatalf("err %v; queued while sleeping %d, after %d, in flight %d; want nil, 1, 0, 2", err, queuedWhileSleeping, l.Queued(), l.InFlight())
+		}
+		first.Release(clk.Now())
+		second.Release(clk.Now())
+	})
+
+	t.Run("a caller in the gate's queue is queued; a shed caller is neither", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(now)
+		l := newLimits(Config{Concurrency: &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second}})
+		held, _, _ := l.Admit(ctx, clk, nil, time.Minute)
+		done := make(chan Ticket)
+		go func() { tk, _, _ := l.Admit(ctx, clk, nil, time.Minute); done <- tk }()
+		waitFor(t, "a queued caller", func() bool { return l.Queued() == 1 })
+		if _, _, err := l.Admit(ctx, clk, nil, time.Minute); !errors.Is(err, ErrShed) {
+			t.Fatalf("third caller: %v, want ErrShed (queue full)", err)
+		}
+		if l.InFlight() != 1 || l.Queued() != 1 {
+			t.Fatalf("one held, one queued, one shed: %d in flight, %d queued; want 1, 1", l.InFlight(), l.Queued())
+		}
+		held.Release(clk.Now())
+		next := <-done
+		if l.InFlight() != 1 || l.Queued() != 0 {
+			t.Fatalf("after hand-over: %d in flight, %d queued; want 1, 0", l.InFlight(), l.Queued())
+		}
+		next.Release(clk.Now())
+		if l.InFlight() != 0 {
+			t.Fatalf("after the last release: %d in flight, want 0", l.InFlight())
+		}
+	})
+}

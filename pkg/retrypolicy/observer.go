@@ -74,6 +74,10 @@ type Event struct {
 	// "malformed", with RetryAfterReason the ParseError reason.
 	RetryAfter       string
 	RetryAfterReason string
+	// Elapsed, on outcome events, is the time from the start of the logical
+	// request to its outcome (the response head the caller gets), waits and
+	// every attempt included, on the Transport's clock.
+	Elapsed time.Duration
 	// Skew is local receipt time − the response's Date, if HasSkew.
 	Skew    time.Duration
 	HasSkew bool

@@ -159,6 +159,8 @@ type call struct {
 	id       string
 	idBuf    [16]byte // backing of a generated id
 
+	start time.Time // of the logical request, on clk
+
 	// the current attempt
 	actx     attemptContext // the first attempt's context (later ones allocate their own)
 	cancel   context.CancelFunc
@@ -202,6 +204,7 @@ func (c *call) run() (*http.Response, error) {
 	req := c.req
 	ctx := req.Context()
 	start := c.clk.Now()
+	c.start = start
 	c.deadline = start.Add(cfg.Deadline)
 	if d, ok := ctx.Deadline(); ok {
 		if rem := time.Until(d); start.Add(rem).Before(c.deadline) {
@@ -751,7 +754,7 @@ func (c *call) observeOutcomePhase(o Outcome, attempts, status int, notBefore ti
 	}
 	obs.Observe(Event{Kind: EventOutcome, RequestID: c.id, Upstream: c.p.cfg.Name,
 		Method: c.req.Method, Path: c.req.URL.Path, Attempt: attempts, Status: status,
-		Outcome: o, NotBefore: notBefore, Phase: phase})
+		Outcome: o, NotBefore: notBefore, Phase: phase, Elapsed: c.clk.Since(c.start)})
 }
 
 var attemptStrings = [...]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}

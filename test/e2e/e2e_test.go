@@ -1,21 +1,23 @@
 //go:build e2e
 
-// Package e2e is the end-to-end suite: the operator deployed from config/local on
+// Package e2e is the end-to-end suite: the operator installed from the release
+// artefact dist/install-selfsigned.yaml (no cert-manager needed) on
 // a real cluster (KUBECONFIG), a RetryPolicy applied, and real traffic from an
 // injected pod retried as the policy says. hack/test-e2e.sh runs it against the
 // local single-node cluster, kind, or any existing cluster:
 //
 //	KUBECONFIG=... go test -tags e2e ./test/e2e/ -v -count=1 -timeout 20m
 //
-// The pods use the images of hack/build-images.sh (retry.dev/*:dev,
-// imagePullPolicy Never), so they must be on the node already (hack/local-cluster.sh
+// The pods use the images of hack/build-images.sh (retry.dev/*:dev, the
+// images dist/ names), so they must be on the node already (hack/local-cluster.sh
 // and hack/kind.sh load them). The test reaches the demo app through the API
 // server's service proxy and measures retries at the upstream, which records the
 // arrival time of every attempt. The README ("End to end") lists the cases.
 //
 // Environment: KUBECONFIG (required), KUBECTL (default: bin/k8s/<version>/kubectl,
 // else kubectl on PATH), E2E_KEEP_NAMESPACE=1 keeps the test namespace for a
-// look after the run.
+// look after the run, E2E_HELM=<helm binary> installs from dist/chart instead
+// (`make test-e2e-chart`).
 package e2e
 
 import (
@@ -97,6 +99,8 @@ func TestEndToEnd(t *testing.T) {
 	s.run(t, "the app pod has exactly one retry-sidecar, a native sidecar with the restricted security context", s.sidecarInjected)
 	s.run(t, "a pod that opts out (retry.dev/inject=false) gets no sidecar", s.optedOutPod)
 	s.run(t, "a pod in kube-system gets no sidecar even when it asks for one", s.kubeSystemPod)
+	s.run(t, "the sidecar serves /metrics and /config on the pod IP, port retry-stats", s.statsPortOnPodIP)
+	s.run(t, "with the leader killed, the other replica takes the lease: policies are still reconciled and pods still injected", s.leaderKilled)
 	s.run(t, "the policy is Accepted and Programmed and the ConfigMap holds it", s.configMapHoldsPolicy)
 	s.run(t, "429 with Retry-After: 2 is retried no earlier than 2 s later, measured at the upstream, and succeeds", s.retryAfterHonoured)
 	s.run(t, "503 then 200 is retried after a local backoff and succeeds", s.flakyRetried)
@@ -178,14 +182,32 @@ func newSuite(t *testing.T) *suite {
 // ---------------------------------------------------------------------------
 // Setup
 
-// deployOperator applies config/local and waits until the pod webhook injects.
+// installFile is the release artefact the suite installs: the self-signed one,
+// since the local cluster and kind have no cert-manager.
+const installFile = "dist/install-selfsigned.yaml"
+
+// deployOperator applies dist/install-selfsigned.yaml and waits until the pod
+// webhook injects.
 // A manager that already runs an image other than bin/images/manager.tar is
 // restarted, so the suite always tests the images just built.
 func (s *suite) deployOperator(t *testing.T) {
 	t.Helper()
 	start := time.Now()
-	manifests := s.kubectlOut(t, nil, "kustomize", filepath.Join(s.root, "config", "local"))
-	s.kubectlOut(t, manifests, "apply", "--server-side", "--force-conflicts", "--field-manager=retry-e2e", "-f", "-")
+	from := installFile
+	if helm := os.Getenv("E2E_HELM"); helm != "" {
+		// The chart instead, self-signed like the file, CRD included.
+		from = "dist/chart (helm template, certificates.mode=self-signed)"
+		manifests, err := exec.Command(helm, "template", "retry-operator", filepath.Join(s.root, "dist", "chart"),
+			"--namespace", operatorNamespace, "--include-crds", "--kube-version", kubeVersion,
+			"--set", "certificates.mode=self-signed").Output()
+		if err != nil {
+			t.Fatalf("helm template: %v", err)
+		}
+		ns := fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n---\n", operatorNamespace)
+		s.kubectlOut(t, append([]byte(ns), manifests...), "apply", "--server-side", "--force-conflicts", "--field-manager=retry-e2e", "-f", "-")
+	} else {
+		s.kubectlOut(t, nil, "apply", "--server-side", "--force-conflicts", "--field-manager=retry-e2e", "-f", filepath.Join(s.root, installFile))
+	}
 
 	if want := tarballConfigDigest(filepath.Join(s.root, "bin", "images", "manager.tar")); want != "" {
 	stale:
@@ -200,7 +222,7 @@ func (s *suite) deployOperator(t *testing.T) {
 		}
 	}
 	s.waitManagerReady(t, 3*time.Minute)
-	t.Logf("operator deployed from config/local and serving its webhooks in %s", time.Since(start).Round(100*time.Millisecond))
+	t.Logf("operator installed from %s and serving its webhooks in %s", from, time.Since(start).Round(100*time.Millisecond))
 }
 
 // tarballConfigDigest is the image config digest in a docker-archive tarball,
@@ -952,9 +974,9 @@ func (s *suite) operatorDown(t *testing.T) {
 	}
 	scale(0)
 	t.Cleanup(func() {
-		scale(1)
+		scale(2)
 		s.waitManagerReady(t, 3*time.Minute)
-		t.Log("manager back: 1 replica, webhook injecting")
+		t.Log("manager back: 2 replicas, webhook injecting")
 	})
 	s.eventually(t, time.Minute, "the manager pods to be gone", func() (bool, string) {
 		n := len(s.managerPods(t))
@@ -984,6 +1006,128 @@ func (s *suite) operatorDown(t *testing.T) {
 	} else {
 		t.Logf("RetryPolicy refused while the operator is down: %v", err)
 	}
+}
+
+// statsPortOnPodIP reads the app pod's sidecar stats port through the API
+// server's pod proxy, which dials the pod IP: what Prometheus scrapes.
+func (s *suite) statsPortOnPodIP(t *testing.T) {
+	ctx := context.Background()
+	pod := s.podOf(t, "demo-app")
+	var port int32
+	for _, c := range pod.Spec.InitContainers {
+		for _, p := range c.Ports {
+			if c.Name == sidecarName && p.Name == "retry-stats" {
+				port = p.ContainerPort
+			}
+		}
+	}
+	if port != 15090 {
+		t.Fatalf("sidecar port retry-stats = %d, want 15090", port)
+	}
+	get := func(path string) []byte {
+		b, err := s.cs.CoreV1().Pods(s.ns).ProxyGet("http", pod.Name, "15090", path, nil).DoRaw(ctx)
+		if err != nil {
+			t.Fatalf("GET %s on %s:15090: %v", path, pod.Status.PodIP, err)
+		}
+		return b
+	}
+	var info policyset.ConfigStatus
+	if err := json.Unmarshal(get("/config"), &info); err != nil {
+		t.Fatalf("/config: %v", err)
+	}
+	if info.Revision == 0 || !strings.HasPrefix(info.Hash, "sha256:") || !slices.Contains(info.Upstreams, "flaky-upstream") {
+		t.Errorf("/config = %+v, want a revision, a sha256 hash and upstream flaky-upstream", info)
+	}
+	if m := string(get("/metrics")); !strings.Contains(m, "retry_sidecar_request_duration_seconds_bucket") {
+		t.Errorf("/metrics has no retry_sidecar_request_duration_seconds histogram")
+	}
+	t.Logf("pod %s (%s): /config hash %s upstreams %v", pod.Name, pod.Status.PodIP, info.Hash, info.Upstreams)
+}
+
+// leaderKilled force-deletes the replica that holds the lease (no graceful
+// release), then checks that the other one takes over: a new policy is
+// reconciled and a new pod injected.
+func (s *suite) leaderKilled(t *testing.T) {
+	ctx := context.Background()
+	holder := func() string {
+		l, err := s.cs.CoordinationV1().Leases(operatorNamespace).Get(ctx, "retry-operator.retry.dev", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+		return pod
+	}
+	var leader string
+	s.eventually(t, time.Minute, "a leader among 2 ready replicas", func() (bool, string) {
+		leader = holder()
+		ready := 0
+		for _, p := range s.managerPods(t) {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		return leader != "" && ready == 2, fmt.Sprintf("leader %q, %d ready replicas", leader, ready)
+	})
+	start := time.Now()
+	if err := s.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: leader}},
+		client.GracePeriodSeconds(0)); err != nil {
+		t.Fatalf("killing the leader %s: %v", leader, err)
+	}
+	t.Logf("killed the leader %s", leader)
+
+	// Admission does not wait for the lease: the surviving replica serves it
+	// once the killed one has left the Service (three dry runs in a row).
+	inARow := 0
+	s.eventually(t, time.Minute, "dry-run pods to be injected by the surviving replica", func() (bool, string) {
+		p := testPod(s.ns, "after-leader-killed", nil)
+		if err := s.c.Create(ctx, p, client.DryRunAll); err != nil || sidecarCount(p) != 1 {
+			inARow = 0
+			return false, fmt.Sprintf("dry-run pod not injected (err %v)", err)
+		}
+		inARow++
+		return inARow >= 3, fmt.Sprintf("%d injected in a row", inARow)
+	})
+	injected := time.Since(start)
+	p := testPod(s.ns, "after-leader-killed", nil)
+	if err := s.c.Create(ctx, p); err != nil {
+		t.Fatalf("creating a pod after the leader was killed: %v", err)
+	}
+	if sidecarCount(p) != 1 {
+		t.Errorf("pod created after the leader was killed has %d sidecars, want 1", sidecarCount(p))
+	}
+
+	rp := &v1alpha1.RetryPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "after-leader-killed"},
+		Spec:       v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{{Name: "failover", Hosts: []string{"failover." + s.ns + ".svc"}}}},
+	}
+	s.eventually(t, time.Minute, "the policy webhook to admit a policy", func() (bool, string) {
+		if err := s.c.Create(ctx, rp); err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	s.eventually(t, 2*time.Minute, "the new policy to be reconciled by a new leader", func() (bool, string) {
+		var got v1alpha1.RetryPolicy
+		if err := s.c.Get(ctx, client.ObjectKeyFromObject(rp), &got); err != nil {
+			return false, err.Error()
+		}
+		ready := meta.FindStatusCondition(got.Status.Conditions, "Ready")
+		if ready == nil || ready.Status != metav1.ConditionTrue {
+			return false, fmt.Sprintf("Ready = %+v (lease held by %q)", ready, holder())
+		}
+		return true, ""
+	})
+	newLeader := holder()
+	t.Logf("injection back after %s; policy reconciled after %s by the new leader %s", injected.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond), newLeader)
+	if newLeader == leader || newLeader == "" {
+		t.Errorf("lease holder after the kill = %q, want the other replica (killed %s)", newLeader, leader)
+	}
+	if err := s.c.Delete(ctx, rp); err != nil {
+		t.Errorf("deleting policy %s: %v", rp.Name, err)
+	}
+	s.waitManagerReady(t, 3*time.Minute) // the Deployment replaces the killed replica
 }
 
 // ---------------------------------------------------------------------------

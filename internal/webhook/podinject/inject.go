@@ -54,8 +54,10 @@ const (
 	// connections there.
 	TransparentPort = redirect.DefaultTo
 	// StatsPort serves /metrics and /config on the pod IP (--stats-listen): the
-	// manager reads each sidecar's configuration revision there.
-	StatsPort = 15090
+	// manager reads each sidecar's configuration revision there, Prometheus
+	// scrapes it by its name (StatsPortName; config/prometheus). Read-only.
+	StatsPort     = 15090
+	StatsPortName = "retry-stats"
 	// SidecarBinary is the sidecar's path in its image (hack/images and the
 	// Dockerfile both put it there).
 	SidecarBinary = "/retry-sidecar"
@@ -218,6 +220,7 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 			ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
 				ContainerName: ContainerName, Resource: "limits.memory"}},
 		}},
+		Ports:         []corev1.ContainerPort{{Name: StatsPortName, ContainerPort: StatsPort, Protocol: corev1.ProtocolTCP}},
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		// The startup probe gates the app containers (a native sidecar counts as
 		// started once it passes), so it asks only "is the process serving".

@@ -37,13 +37,22 @@ const (
 	EventInterceptionFallback = "InterceptionFallback"
 )
 
-// failurePolicy Ignore and the namespaceSelector keep a down or broken
-// operator from blocking pod creation cluster-wide, and from ever touching
-// kube-system or the operator's namespace (docs/manager.md); the objectSelector spares
-// the API server a call for pods that opted out. The patch's operator
-// namespace is replaced by kustomize (config/default) when it is deployed
-// elsewhere. sideEffects NoneOnDryRun: events are only emitted for real creates.
-// +kubebuilder:webhook:path=/mutate--v1-pod,mutating=true,failurePolicy=ignore,sideEffects=NoneOnDryRun,groups="",resources=pods,verbs=create,versions=v1,name=inject.retry.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=5,patch=`{"namespaceSelector":{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["kube-system","retry-operator-system"]}]},"objectSelector":{"matchExpressions":[{"key":"retry.dev/inject","operator":"NotIn","values":["false"]}]}}`
+// The API server calls the pod webhook only for pods that opted in, through
+// two entries with disjoint selectors so no pod is sent twice:
+//   - inject.retry.dev: namespaces labelled retry.dev/injection=enabled, pods
+//     not labelled retry.dev/inject=false;
+//   - pod-inject.retry.dev: every other namespace, pods labelled
+//     retry.dev/inject=true.
+//
+// Both exclude kube-system and the operator's namespace (the second value of
+// the NotIn, replaced by kustomize in config/default when deployed elsewhere),
+// so a broken sidecar cannot take down the control plane or the operator that
+// would fix it. failurePolicy Ignore keeps a down operator from blocking pod
+// creation. ShouldInject still decides every case on its own: the selectors
+// only spare the API server the calls. sideEffects NoneOnDryRun: events are
+// only emitted for real creates.
+// +kubebuilder:webhook:path=/mutate--v1-pod,mutating=true,failurePolicy=ignore,sideEffects=NoneOnDryRun,groups="",resources=pods,verbs=create,versions=v1,name=inject.retry.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=5,patch=`{"namespaceSelector":{"matchExpressions":[{"key":"retry.dev/injection","operator":"In","values":["enabled"]},{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["kube-system","retry-operator-system"]}]},"objectSelector":{"matchExpressions":[{"key":"retry.dev/inject","operator":"NotIn","values":["false"]}]}}`
+// +kubebuilder:webhook:path=/mutate--v1-pod,mutating=true,failurePolicy=ignore,sideEffects=NoneOnDryRun,groups="",resources=pods,verbs=create,versions=v1,name=pod-inject.retry.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=5,patch=`{"namespaceSelector":{"matchExpressions":[{"key":"retry.dev/injection","operator":"NotIn","values":["enabled"]},{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["kube-system","retry-operator-system"]}]},"objectSelector":{"matchLabels":{"retry.dev/inject":"true"}}}`
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // Handler is the admission handler of the pod webhook.

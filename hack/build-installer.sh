@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Writes the release artefacts under dist/ (`make build-installer`; `make test`
+# fails when they are stale):
+#
+#   dist/install.yaml             config/default: webhook certificates from cert-manager
+#   dist/install-selfsigned.yaml  config/selfsigned: no cert-manager, one rotated Secret
+#   dist/chart/crds/, files/      the generated parts of the Helm chart (CRD, manager
+#                                 ClusterRole rules, webhook entries)
+#
+# IMG and SIDECAR_IMG are the manager and sidecar images; kustomize's images list
+# sets the manager container and the SIDECAR_IMAGE its --sidecar-image reads
+# (config/manager/kustomizeconfig.yaml). Environment: KUSTOMIZE (required), IMG,
+# SIDECAR_IMG.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+IMG="${IMG:-retry.dev/manager:dev}"
+SIDECAR_IMG="${SIDECAR_IMG:-retry.dev/retry-sidecar:dev}"
+: "${KUSTOMIZE:?KUSTOMIZE must name the kustomize binary}"
+
+tmp="$(mktemp -d "$ROOT/bin/installer.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+
+render() { # overlay output
+  mkdir -p "$tmp/$1"
+  cat >"$tmp/$1/kustomization.yaml" <<YAML
+resources:
+- ../../../config/$1
+YAML
+  (cd "$tmp/$1" && "$KUSTOMIZE" edit set image "controller=$IMG" "retry.dev/retry-sidecar=$SIDECAR_IMG")
+  {
+    echo "# retry-operator, rendered from config/$1 by \`make build-installer\`; do not edit."
+    echo "# Manager image: $IMG; sidecar image: $SIDECAR_IMG. docs/operations.md explains the install."
+    "$KUSTOMIZE" build "$tmp/$1"
+  } >"$ROOT/$2"
+  echo "wrote $2"
+}
+
+mkdir -p "$ROOT/dist"
+render default dist/install.yaml
+render selfsigned dist/install-selfsigned.yaml
+
+# The chart's generated parts: copied, never edited by hand.
+chart="$ROOT/dist/chart"
+mkdir -p "$chart/crds" "$chart/files"
+cp "$ROOT"/config/crd/bases/*.yaml "$chart/crds/"
+{ echo "# Generated from config/rbac/role.yaml by \`make build-installer\`; do not edit."
+  sed -n '/^rules:/,$p' "$ROOT/config/rbac/role.yaml"; } >"$chart/files/manager-role-rules.yaml"
+{ echo "# Generated from config/webhook/manifests.yaml by \`make build-installer\`; do not edit."
+  cat "$ROOT/config/webhook/manifests.yaml"; } >"$chart/files/webhooks.yaml"
+echo "wrote dist/chart/crds and dist/chart/files"
