@@ -72,7 +72,7 @@ vet: ## Run go vet.
 
 .PHONY: lint
 lint: vet check-fmt $(GOLANGCI_LINT) ## Lint: go vet, gofmt and golangci-lint (.golangci.yml), e2e code included.
-	"$(GOLANGCI_LINT)" run --build-tags e2e ./...
+	"$(GOLANGCI_LINT)" run --allow-parallel-runners --build-tags e2e ./...
 
 .PHONY: api-docs
 api-docs: $(CRD_REF_DOCS) ## Generate docs/api.md from the API types.
