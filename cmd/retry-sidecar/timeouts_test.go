@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -14,37 +13,14 @@ import (
 
 // ---- cut-off bodies and timeouts by phase (docs/retry-semantics.md) ----
 
-// rawUpstream serves every connection with handle, on 127.0.0.1.
-func cutOffUpstream(t *testing.T, handle func(c net.Conn, br *bufio.Reader)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				handle(c, bufio.NewReader(c))
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // cutOff answers one request with head, then the first part of a body, then
 // drops the connection.
-func cutOff(head, partial string) func(c net.Conn, br *bufio.Reader) {
-	return func(c net.Conn, br *bufio.Reader) {
-		if _, err := http.ReadRequest(br); err != nil {
+func cutOff(head, partial string) func(c *rawConn) {
+	return func(c *rawConn) {
+		if _, ok := c.next(); !ok {
 			return
 		}
-		io.WriteString(c, head+partial)
+		c.write(head + partial)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
@@ -64,7 +40,7 @@ func TestCutOffBodyIsNeverPassedOffAsComplete(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			host := cutOffUpstream(t, cutOff(tc.head, tc.partial))
+			host := newRawUpstream(t, cutOff(tc.head, tc.partial)).host()
 			var args []string
 			if tc.policy {
 				args = append(args, "--policy-file="+policyFile(t, host, fields()...))
@@ -93,17 +69,17 @@ func TestCutOffBodyIsNeverPassedOffAsComplete(t *testing.T) {
 // app as they are sent, piece by piece, and complete cleanly.
 func TestHealthyStreamsPassUnbuffered(t *testing.T) {
 	t.Parallel()
-	host := cutOffUpstream(t, func(c net.Conn, br *bufio.Reader) {
-		if _, err := http.ReadRequest(br); err != nil {
+	host := newRawUpstream(t, func(c *rawConn) {
+		if _, ok := c.next(); !ok {
 			return
 		}
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+		c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
 		for i := 0; i < 3; i++ {
-			fmt.Fprintf(c, "6\r\nevent%d\r\n", i)
+			c.write(fmt.Sprintf("6\r\nevent%d\r\n", i))
 			time.Sleep(300 * time.Millisecond)
 		}
-		io.WriteString(c, "0\r\n\r\n")
-	})
+		c.write("0\r\n\r\n")
+	}).host()
 	s := startSidecar(t, "--policy-file="+policyFile(t, host, fields()...))
 	start := time.Now()
 	resp, err := s.client().Get("http://" + host + "/events")
@@ -130,10 +106,10 @@ func TestHealthyStreamsPassUnbuffered(t *testing.T) {
 // perTryTimeout has passed.
 func TestNoResponseHeadersIsAHeadersTimeout(t *testing.T) {
 	t.Parallel()
-	host := cutOffUpstream(t, func(c net.Conn, br *bufio.Reader) {
-		http.ReadRequest(br)
-		time.Sleep(5 * time.Second)
-	})
+	host := newRawUpstream(t, func(c *rawConn) {
+		c.next()
+		_, _ = io.Copy(io.Discard, c.Conn) // never answer; until the sidecar gives up
+	}).host()
 	s := startSidecar(t, "--policy-file="+policyFile(t, host, "maxAttempts: 1", "perTryTimeout: 300ms", "deadline: 5s"))
 	r := s.get("http://" + host + "/")
 	if r.status != 504 || r.header.Get("X-Retry-Timeout-Phase") != "headers" {
