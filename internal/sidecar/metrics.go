@@ -316,8 +316,13 @@ type EachLimits func(yield func(upstream string, l *retrypolicy.Limits))
 // scrape (the Reloader's upstreams in force); until then they are empty.
 func (m *Metrics) WatchLimits(each EachLimits) { m.limits.Store(&each) }
 
-// configLoaded records a configuration put in force.
-func (m *Metrics) configLoaded(hash string, upstreams int, revision int64) {
+// configLoaded records a configuration put in force. The series of each of its
+// upstreams are created now, at zero, so dashboards and scrapes see them before
+// the first request.
+func (m *Metrics) configLoaded(hash string, upstreams []string, revision int64) {
+	for _, name := range upstreams {
+		m.upstream(name)
+	}
 	m.configRevision.Set(float64(revision))
 	m.infoMu.Lock()
 	defer m.infoMu.Unlock()
@@ -326,6 +331,6 @@ func (m *Metrics) configLoaded(hash string, upstreams int, revision int64) {
 	}
 	m.infoHash = hash
 	m.configInfo.WithLabelValues(hash).Set(1)
-	m.configUpstreams.Set(float64(upstreams))
+	m.configUpstreams.Set(float64(len(upstreams)))
 	m.reloads.Inc()
 }

@@ -134,7 +134,7 @@ func (r *Reloader) Reload() error {
 			r.current.Store(c)
 			r.failedKey, r.staleKey = "", ""
 			r.inForce = c.Revision
-			r.Metrics.configLoaded(c.Hash, len(c.Upstreams), c.Revision)
+			r.Metrics.configLoaded(c.Hash, c.Upstreams, c.Revision)
 			r.Log.Info("configuration loaded", "hash", c.Hash, "revision", c.Revision, "source", c.Source, "upstreams", c.Upstreams)
 			return nil
 		}
