@@ -98,7 +98,7 @@ func TestScale(t *testing.T) {
 	for i := range namespaces {
 		labels := map[string]string{}
 		if i == 0 {
-			labels[podinject.LabelNamespaceInjection] = "enabled"
+			labels[v1alpha1.LabelNamespaceInjection] = "enabled"
 		}
 		must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i), Labels: labels}}))
 	}
@@ -154,7 +154,7 @@ func TestScale(t *testing.T) {
 			if ev.Type == watch.Bookmark || ev.Type == watch.Error {
 				continue
 			}
-			if o, ok := ev.Object.(client.Object); ok && onlyRendered && o.GetName() != policyset.ConfigMapName {
+			if o, ok := ev.Object.(client.Object); ok && onlyRendered && o.GetName() != v1alpha1.PoliciesConfigMapName {
 				continue
 			}
 			n.Add(1)
@@ -163,7 +163,7 @@ func TestScale(t *testing.T) {
 	go count(pw, &policyWrites, false)
 	go count(cw, &cmWrites, true)
 	for i := range namespaces {
-		if _, err := rec.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: nsName(i), Name: policyset.ConfigMapName}}); err != nil {
+		if _, err := rec.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: nsName(i), Name: v1alpha1.PoliciesConfigMapName}}); err != nil {
 			t.Fatalf("resync reconcile: %v", err)
 		}
 	}
@@ -236,7 +236,7 @@ func createPods(ctx context.Context, t *testing.T, c client.Client, ns string) [
 		s := time.Now()
 		must(t, c.Create(ctx, p))
 		out = append(out, time.Since(s))
-		if ns != excludedNS && p.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+		if ns != excludedNS && p.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
 			t.Fatalf("pod %s/%s was not injected", ns, p.Name)
 		}
 	}

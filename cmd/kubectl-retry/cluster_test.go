@@ -72,7 +72,7 @@ func TestCluster(t *testing.T) {
 	bg := context.Background()
 	// shop opts in; "late" opts in only after its pod exists.
 	must(t, c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop",
-		Labels: map[string]string{podinject.LabelNamespaceInjection: "enabled"}}}))
+		Labels: map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"}}}))
 	late := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "late"}}
 	must(t, c.Create(bg, late))
 	// payments is older (same second: name order) and wins payments.shop.svc.
@@ -80,9 +80,9 @@ func TestCluster(t *testing.T) {
 		"payments-api", "payments.shop.svc")))
 	must(t, c.Create(bg, policy("payments-b", nil, "payments", "payments.shop.svc", "*.partner.example")))
 	must(t, c.Create(bg, pod("shop", "checkout", map[string]string{"app": "checkout"})))
-	must(t, c.Create(bg, pod("shop", "legacy", map[string]string{podinject.LabelPodInject: "false"})))
+	must(t, c.Create(bg, pod("shop", "legacy", map[string]string{v1alpha1.LabelPodInject: "false"})))
 	must(t, c.Create(bg, pod("late", "early", nil)))
-	late.Labels = map[string]string{podinject.LabelNamespaceInjection: "enabled"}
+	late.Labels = map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"}
 	must(t, c.Update(bg, late))
 	eventually(t, func() bool {
 		var b v1alpha1.RetryPolicy

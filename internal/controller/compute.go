@@ -240,10 +240,10 @@ func Compute(in Input) (Output, error) {
 			st.ProgrammedPods = countProgrammed(in.Pods, w.selector, lastAcc[name].Revision)
 			st.Programmed = condition(ConditionProgrammed, metav1.ConditionTrue, ReasonRendered,
 				fmt.Sprintf("%d/%d pods run generation %d (ConfigMap %s revision %d, %s)", st.ProgrammedPods, st.SelectedPods,
-					w.generation, policyset.ConfigMapName, out.Document.Revision, out.Hash))
+					w.generation, v1alpha1.PoliciesConfigMapName, out.Document.Revision, out.Hash))
 		} else {
 			st.Programmed = condition(ConditionProgrammed, metav1.ConditionFalse, ReasonNotRendered,
-				fmt.Sprintf("not in ConfigMap %s: Accepted is False (%s)", policyset.ConfigMapName, acc.Reason))
+				fmt.Sprintf("not in ConfigMap %s: Accepted is False (%s)", v1alpha1.PoliciesConfigMapName, acc.Reason))
 		}
 		st.Ready = ReadyCondition(st.Accepted, st.Programmed)
 		out.Status[name] = st

@@ -162,8 +162,8 @@ func (h *harness) testCreate(t *testing.T) {
 	cm := h.configMap(t, ns)
 	rev := revisionOf(t, cm)
 	want := render(t, got, 0, rev)
-	if cm.Data[policyset.ConfigMapKey] != string(want) {
-		t.Fatalf("policies.json:\n%s\nwant:\n%s", cm.Data[policyset.ConfigMapKey], want)
+	if cm.Data[v1alpha1.PoliciesConfigMapKey] != string(want) {
+		t.Fatalf("policies.json:\n%s\nwant:\n%s", cm.Data[v1alpha1.PoliciesConfigMapKey], want)
 	}
 	if cm.Labels[ManagedByLabel] != ManagedByValue {
 		t.Errorf("labels = %v, want %s=%s", cm.Labels, ManagedByLabel, ManagedByValue)
@@ -197,7 +197,7 @@ func (h *harness) testUpdateAndNoOp(t *testing.T) {
 	must(t, h.c.Update(context.Background(), p))
 	eventually(t, 10*time.Second, func() error {
 		cm := h.configMap(t, ns)
-		doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+		doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
 		if err != nil {
 			return err
 		}
@@ -214,7 +214,7 @@ func (h *harness) testUpdateAndNoOp(t *testing.T) {
 
 	cmRV, pRV := h.configMap(t, ns).ResourceVersion, p.ResourceVersion
 	for range 3 {
-		if _, err := h.reconciler.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}}); err != nil {
+		if _, err := h.reconciler.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}}); err != nil {
 			t.Fatalf("reconcile: %v", err)
 		}
 	}
@@ -232,7 +232,7 @@ func (h *harness) testUpdateAndNoOp(t *testing.T) {
 	// one for the next edit.
 	fresh := &RetryPolicyReconciler{Client: h.c, SidecarConfigURL: h.sidecars.url,
 		Now: func() time.Time { return time.Unix(rev2-3600, 0) }} // a clock an hour behind
-	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}}
 	if _, err := fresh.Reconcile(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func (h *harness) testDelete(t *testing.T) {
 
 	must(t, h.c.Delete(context.Background(), b))
 	eventually(t, 10*time.Second, func() error {
-		err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &corev1.ConfigMap{})
+		err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &corev1.ConfigMap{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("ConfigMap still there (err=%w)", err)
 		}
@@ -337,7 +337,7 @@ func (h *harness) testWebhookRejects(t *testing.T) {
 }
 
 func (h *harness) testRateSharing(t *testing.T) {
-	ns := h.namespace(t, "rate", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	ns := h.namespace(t, "rate", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	u := upstream("partner", "api.partner.example")
 	u.RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: 90, Burst: ptr.To[int32](5)}
 	h.createPolicy(t, ns, "quota", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, u)
@@ -367,7 +367,7 @@ func (h *harness) testRateSharing(t *testing.T) {
 }
 
 func (h *harness) testProgrammedPods(t *testing.T) {
-	ns := h.namespace(t, "programmed", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	ns := h.namespace(t, "programmed", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	h.createPolicy(t, ns, "api", nil, upstream("api", "api.programmed.svc"))
 	h.readyPod(t, ns, "a", map[string]string{"app": "web"})
 	h.readyPod(t, ns, "b", map[string]string{"app": "web"})
@@ -408,7 +408,7 @@ func (h *harness) testProgrammedPods(t *testing.T) {
 }
 
 func (h *harness) testSidecarBinding(t *testing.T) {
-	ns := h.namespace(t, "binding", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	ns := h.namespace(t, "binding", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	h.noBinding(t, ns) // no injected pod yet
 	h.readyPod(t, ns, "a", nil)
 	rb := h.waitBinding(t, ns)
@@ -424,10 +424,10 @@ func (h *harness) testSidecarBinding(t *testing.T) {
 	// The namespace opts out: removed, and not restored.
 	var nsObj corev1.Namespace
 	must(t, h.c.Get(context.Background(), types.NamespacedName{Name: ns}, &nsObj))
-	nsObj.Annotations = map[string]string{AnnotationSidecarAPIAccess: SidecarAPIAccessDisabled}
+	nsObj.Annotations = map[string]string{v1alpha1.AnnotationSidecarAPIAccess: v1alpha1.SidecarAPIAccessDisabled}
 	must(t, h.c.Update(context.Background(), &nsObj))
 	h.noBinding(t, ns)
-	delete(nsObj.Annotations, AnnotationSidecarAPIAccess)
+	delete(nsObj.Annotations, v1alpha1.AnnotationSidecarAPIAccess)
 	must(t, h.c.Update(context.Background(), &nsObj))
 	h.waitBinding(t, ns)
 
@@ -437,8 +437,8 @@ func (h *harness) testSidecarBinding(t *testing.T) {
 }
 
 func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
-	ns := h.namespace(t, "least", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
-	other := h.namespace(t, "least-other", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	ns := h.namespace(t, "least", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
+	other := h.namespace(t, "least-other", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	for _, n := range []string{ns, other} {
 		h.createPolicy(t, n, "api", nil, upstream("api", "api.least.svc"))
 		h.readyPod(t, n, "app", nil)
@@ -450,10 +450,10 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 	cs, err := kubernetes.NewForConfig(testenv.TokenConfig(h.cfg, testenv.ServiceAccountToken(t, h.cfg, ns, "default")))
 	must(t, err)
 	ctx := context.Background()
-	byName := metav1.ListOptions{FieldSelector: "metadata.name=" + policyset.ConfigMapName}
+	byName := metav1.ListOptions{FieldSelector: "metadata.name=" + v1alpha1.PoliciesConfigMapName}
 	allowed := map[string]func() error{
 		"get retry-policies": func() error {
-			_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, policyset.ConfigMapName, metav1.GetOptions{})
+			_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, v1alpha1.PoliciesConfigMapName, metav1.GetOptions{})
 			return err
 		},
 		"list retry-policies by name": func() error {
@@ -478,7 +478,7 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 			return err
 		},
 		"get retry-policies of another namespace": func() error {
-			_, err := cs.CoreV1().ConfigMaps(other).Get(ctx, policyset.ConfigMapName, metav1.GetOptions{})
+			_, err := cs.CoreV1().ConfigMaps(other).Get(ctx, v1alpha1.PoliciesConfigMapName, metav1.GetOptions{})
 			return err
 		},
 		"watch retry-policies of another namespace": func() error {
@@ -489,7 +489,7 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 			return err
 		},
 		"update retry-policies": func() error {
-			cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, policyset.ConfigMapName, metav1.GetOptions{})
+			cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, v1alpha1.PoliciesConfigMapName, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
@@ -497,10 +497,10 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 			return err
 		},
 		"delete retry-policies": func() error {
-			return cs.CoreV1().ConfigMaps(ns).Delete(ctx, policyset.ConfigMapName, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+			return cs.CoreV1().ConfigMaps(ns).Delete(ctx, v1alpha1.PoliciesConfigMapName, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		},
 		"get a Secret": func() error {
-			_, err := cs.CoreV1().Secrets(ns).Get(ctx, policyset.ConfigMapName, metav1.GetOptions{})
+			_, err := cs.CoreV1().Secrets(ns).Get(ctx, v1alpha1.PoliciesConfigMapName, metav1.GetOptions{})
 			return err
 		},
 		"list RetryPolicies": func() error {
@@ -525,7 +525,7 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 }
 
 func (h *harness) testInjectOnce(t *testing.T) {
-	ns := h.namespace(t, "inject", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	ns := h.namespace(t, "inject", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	h.installRelabeler(t)
 	pod := testPod(ns, "app", map[string]string{"app": "web"})
 	must(t, h.c.Create(context.Background(), pod))
@@ -552,7 +552,7 @@ func (h *harness) testInjectOnce(t *testing.T) {
 			proxies++
 		}
 	}
-	if proxies != 1 || pod.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+	if proxies != 1 || pod.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
 		t.Errorf("HTTP_PROXY set %d times (want 1), labels %v", proxies, pod.Labels)
 	}
 	env := map[string]string{}
@@ -566,10 +566,10 @@ func (h *harness) testInjectOnce(t *testing.T) {
 }
 
 func (h *harness) testKubeSystem(t *testing.T) {
-	pod := testPod("kube-system", "must-stay-plain", map[string]string{podinject.LabelPodInject: "true"})
+	pod := testPod("kube-system", "must-stay-plain", map[string]string{v1alpha1.LabelPodInject: "true"})
 	must(t, h.c.Create(context.Background(), pod))
 	t.Cleanup(func() { _ = h.c.Delete(context.Background(), pod) })
-	if len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Containers[0].Env) != 0 || pod.Labels[podinject.LabelSidecar] != "" {
+	if len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Containers[0].Env) != 0 || pod.Labels[v1alpha1.LabelSidecar] != "" {
 		t.Errorf("kube-system pod was mutated: %+v", pod.Spec)
 	}
 	if n := h.calls.get("kube-system/must-stay-plain"); n != 0 {
@@ -587,10 +587,10 @@ func (h *harness) namespaceCached(t *testing.T, ns string) {
 }
 
 func (h *harness) testTransparent(t *testing.T) {
-	ns := h.namespace(t, "transparent", map[string]string{podinject.LabelNamespaceInjection: "enabled", podinject.LabelInterception: podinject.InterceptionTransparent})
+	ns := h.namespace(t, "transparent", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled", v1alpha1.LabelInterception: v1alpha1.InterceptionTransparent})
 	h.namespaceCached(t, ns)
 	pod := testPod(ns, "app", nil)
-	pod.Annotations = map[string]string{podinject.AnnotationInterceptPorts: "80,8080"}
+	pod.Annotations = map[string]string{v1alpha1.AnnotationInterceptPorts: "80,8080"}
 	must(t, h.c.Create(context.Background(), pod))
 
 	inits := pod.Spec.InitContainers
@@ -620,10 +620,10 @@ func (h *harness) testTransparent(t *testing.T) {
 
 func (h *harness) testTransparentBadPorts(t *testing.T) {
 	ns := h.namespace(t, "bad-ports", nil)
-	pod := testPod(ns, "app", map[string]string{podinject.LabelPodInject: "true", podinject.LabelInterception: podinject.InterceptionTransparent})
-	pod.Annotations = map[string]string{podinject.AnnotationInterceptPorts: "80,443"}
+	pod := testPod(ns, "app", map[string]string{v1alpha1.LabelPodInject: "true", v1alpha1.LabelInterception: v1alpha1.InterceptionTransparent})
+	pod.Annotations = map[string]string{v1alpha1.AnnotationInterceptPorts: "80,443"}
 	must(t, h.c.Create(context.Background(), pod))
-	if pod.Spec.InitContainers[0].Name != podinject.ContainerName || pod.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+	if pod.Spec.InitContainers[0].Name != podinject.ContainerName || pod.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
 		t.Fatalf("want the sidecar without the redirect container; init containers %+v", pod.Spec.InitContainers)
 	}
 	if env := pod.Spec.Containers[0].Env; len(env) == 0 || env[0].Name != "HTTP_PROXY" {
@@ -633,8 +633,8 @@ func (h *harness) testTransparentBadPorts(t *testing.T) {
 }
 
 func (h *harness) testTransparentRestricted(t *testing.T) {
-	ns := h.namespace(t, "restricted", map[string]string{podinject.LabelNamespaceInjection: "enabled",
-		podinject.LabelInterception: podinject.InterceptionTransparent, "pod-security.kubernetes.io/enforce": "restricted"})
+	ns := h.namespace(t, "restricted", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled",
+		v1alpha1.LabelInterception: v1alpha1.InterceptionTransparent, "pod-security.kubernetes.io/enforce": "restricted"})
 	h.namespaceCached(t, ns)
 	restricted := func(name string, labels map[string]string) *corev1.Pod {
 		p := testPod(ns, name, labels)
@@ -645,7 +645,7 @@ func (h *harness) testTransparentRestricted(t *testing.T) {
 		return p
 	}
 	// What the fallback avoids: the API server refuses NET_ADMIN here.
-	netAdmin := restricted("net-admin", map[string]string{podinject.LabelPodInject: "false"})
+	netAdmin := restricted("net-admin", map[string]string{v1alpha1.LabelPodInject: "false"})
 	netAdmin.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
 	if err := h.c.Create(context.Background(), netAdmin); !apierrors.IsForbidden(err) {
 		t.Fatalf("a NET_ADMIN pod in a restricted namespace: err = %v, want Forbidden by Pod Security", err)
@@ -682,27 +682,27 @@ func (h *harness) testWebhookScope(t *testing.T) {
 	if n := h.calls.get(ns + "/plain"); n != 0 || len(plain.Spec.InitContainers) != 0 {
 		t.Errorf("a pod nobody opted in: webhook called %d time(s), %d init containers; want 0 and 0", n, len(plain.Spec.InitContainers))
 	}
-	optIn := testPod(ns, "opt-in", map[string]string{podinject.LabelPodInject: "true"})
+	optIn := testPod(ns, "opt-in", map[string]string{v1alpha1.LabelPodInject: "true"})
 	must(t, h.c.Create(context.Background(), optIn))
-	if n := h.calls.get(ns + "/opt-in"); n != 1 || optIn.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
-		t.Errorf("a pod labelled %s=true: webhook called %d time(s), labels %v; want 1 call and injected", podinject.LabelPodInject, n, optIn.Labels)
+	if n := h.calls.get(ns + "/opt-in"); n != 1 || optIn.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
+		t.Errorf("a pod labelled %s=true: webhook called %d time(s), labels %v; want 1 call and injected", v1alpha1.LabelPodInject, n, optIn.Labels)
 	}
 
-	enabled := h.namespace(t, "scope-enabled", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
-	both := testPod(enabled, "both", map[string]string{podinject.LabelPodInject: "true"})
+	enabled := h.namespace(t, "scope-enabled", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
+	both := testPod(enabled, "both", map[string]string{v1alpha1.LabelPodInject: "true"})
 	must(t, h.c.Create(context.Background(), both))
-	if n := h.calls.get(enabled + "/both"); n != 1 || both.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+	if n := h.calls.get(enabled + "/both"); n != 1 || both.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
 		t.Errorf("a pod opted in twice (namespace and label): webhook called %d time(s), labels %v; want 1 call and injected", n, both.Labels)
 	}
-	out := testPod(enabled, "opted-out", map[string]string{podinject.LabelPodInject: "false"})
+	out := testPod(enabled, "opted-out", map[string]string{v1alpha1.LabelPodInject: "false"})
 	must(t, h.c.Create(context.Background(), out))
 	if n := h.calls.get(enabled + "/opted-out"); n != 0 || len(out.Spec.InitContainers) != 0 {
-		t.Errorf("a pod labelled %s=false: webhook called %d time(s); want 0, untouched", podinject.LabelPodInject, n)
+		t.Errorf("a pod labelled %s=false: webhook called %d time(s); want 0, untouched", v1alpha1.LabelPodInject, n)
 	}
 }
 
 func (h *harness) testPrinterColumns(t *testing.T) {
-	ns := h.namespace(t, "columns", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	ns := h.namespace(t, "columns", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	h.createPolicy(t, ns, "three", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
 		upstream("a", "a.columns.svc"), upstream("b", "b.columns.svc"), upstream("c", "c.columns.svc"))
 	h.waitAccepted(t, ns, "three", metav1.ConditionTrue, ReasonValid)
@@ -785,7 +785,7 @@ func (h *harness) testInvalidBypassingWebhook(t *testing.T) {
 	ns := h.namespace(t, "bypass", nil)
 	h.createPolicy(t, ns, "api", nil, upstream("api", "api.bypass.svc"))
 	h.waitAccepted(t, ns, "api", metav1.ConditionTrue, ReasonValid)
-	before := h.configMap(t, ns).Data[policyset.ConfigMapKey]
+	before := h.configMap(t, ns).Data[v1alpha1.PoliciesConfigMapKey]
 
 	must(t, h.c.Delete(context.Background(), &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "validating-webhook-configuration"}}))
 	// The API server drops the webhook asynchronously: retry until the update
@@ -806,7 +806,7 @@ func (h *harness) testInvalidBypassingWebhook(t *testing.T) {
 		!strings.HasPrefix(prog.Message, "0/0 pods run generation 1 ") {
 		t.Errorf("Programmed = %+v, want True for generation 1", prog)
 	}
-	if after := h.configMap(t, ns).Data[policyset.ConfigMapKey]; after != before {
+	if after := h.configMap(t, ns).Data[v1alpha1.PoliciesConfigMapKey]; after != before {
 		t.Errorf("the last accepted rendering changed:\n%s\nwas:\n%s", after, before)
 	}
 	h.waitEvent(t, ns, "api", ReasonInvalid)
@@ -819,7 +819,7 @@ func (h *harness) testInvalidBypassingWebhook(t *testing.T) {
 	cm := h.configMap(t, ns)
 	must(t, h.c.Delete(context.Background(), cm))
 	restored := h.waitRendering(t, ns, cm.UID, prevDoc)
-	restored.Data[policyset.ConfigMapKey] = "{garbage"
+	restored.Data[v1alpha1.PoliciesConfigMapKey] = "{garbage"
 	must(t, h.c.Update(context.Background(), restored))
 	h.waitRendering(t, ns, "", prevDoc)
 }
@@ -859,7 +859,7 @@ func (h *harness) configMap(t *testing.T, ns string) *corev1.ConfigMap {
 	t.Helper()
 	var cm corev1.ConfigMap
 	eventually(t, 10*time.Second, func() error {
-		return h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &cm)
+		return h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm)
 	})
 	return &cm
 }
@@ -894,7 +894,7 @@ func (h *harness) waitObserved(t *testing.T, ns, name string, gen int64) *v1alph
 func (h *harness) waitShare(t *testing.T, ns string, share float64, burst, pods int32) {
 	t.Helper()
 	eventually(t, 10*time.Second, func() error {
-		doc, err := policyset.Unmarshal([]byte(h.configMap(t, ns).Data[policyset.ConfigMapKey]))
+		doc, err := policyset.Unmarshal([]byte(h.configMap(t, ns).Data[v1alpha1.PoliciesConfigMapKey]))
 		if err != nil {
 			return err
 		}
@@ -918,13 +918,13 @@ func (h *harness) waitRendering(t *testing.T, ns string, gone types.UID, prev po
 	t.Helper()
 	var cm corev1.ConfigMap
 	eventually(t, 10*time.Second, func() error {
-		if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &cm); err != nil {
+		if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm); err != nil {
 			return err
 		}
 		if cm.UID == gone {
 			return errors.New("the deleted ConfigMap is still there")
 		}
-		doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+		doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
 		if err != nil {
 			return err
 		}
@@ -982,7 +982,7 @@ func (h *harness) noBinding(t *testing.T, ns string) {
 
 func revisionOf(t *testing.T, cm *corev1.ConfigMap) int64 {
 	t.Helper()
-	doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+	doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
 	must(t, err)
 	return doc.Revision
 }
@@ -1053,7 +1053,7 @@ func (h *harness) readyPod(t *testing.T, ns, name string, labels map[string]stri
 	t.Helper()
 	pod := testPod(ns, name, labels)
 	must(t, h.c.Create(context.Background(), pod))
-	if pod.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+	if pod.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
 		t.Fatalf("pod %s not injected: labels %v", name, pod.Labels)
 	}
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
@@ -1079,7 +1079,7 @@ func (h *harness) installRelabeler(t *testing.T) {
 	// Wait until the API server calls it: a throwaway pod comes back relabelled.
 	eventually(t, 20*time.Second, func() error {
 		probe := testPod("inject", fmt.Sprintf("probe-%d", time.Now().UnixNano()), nil)
-		probe.Labels = map[string]string{podinject.LabelPodInject: "false"}
+		probe.Labels = map[string]string{v1alpha1.LabelPodInject: "false"}
 		if err := h.c.Create(context.Background(), probe); err != nil {
 			return err
 		}
@@ -1119,7 +1119,7 @@ func render(t *testing.T, p *v1alpha1.RetryPolicy, pods int32, revision int64) [
 }
 
 func renderedNames(cm *corev1.ConfigMap, want ...string) error {
-	doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+	doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
 	if err != nil {
 		return err
 	}

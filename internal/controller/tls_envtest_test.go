@@ -103,7 +103,7 @@ func (h *harness) testTLS(t *testing.T) {
 func waitBundle(t *testing.T, h *harness, ns, want string) {
 	t.Helper()
 	eventually(t, 10*time.Second, func() error {
-		doc, err := policyset.Unmarshal([]byte(h.configMap(t, ns).Data[policyset.ConfigMapKey]))
+		doc, err := policyset.Unmarshal([]byte(h.configMap(t, ns).Data[v1alpha1.PoliciesConfigMapKey]))
 		if err != nil {
 			return err
 		}
