@@ -40,7 +40,7 @@ import (
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
-	"github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
+	webhookv1alpha1 "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
 )
 
 const (
@@ -78,7 +78,7 @@ func TestScale(t *testing.T) {
 	must(t, err)
 	rec := &controller.RetryPolicyReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("retrypolicy-controller"), MaxConcurrentReconciles: 4}
 	must(t, rec.SetupWithManager(mgr))
-	must(t, retrypolicy.SetupWithManager(mgr))
+	must(t, webhookv1alpha1.SetupWithManager(mgr))
 	must(t, podinject.WarmCache(mgr))
 	timer := &handlerTimer{}
 	injectCfg := podinject.Config{Image: podinject.DefaultImage, NoProxy: podinject.DefaultNoProxy,

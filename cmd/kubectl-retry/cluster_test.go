@@ -27,7 +27,7 @@ import (
 	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
-	rpwebhook "github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
+	rpwebhook "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
 )
 
 // TestCluster runs explain and check, as a user would (the command line, a

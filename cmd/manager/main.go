@@ -38,8 +38,8 @@ import (
 	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/webhook/certsync"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
-	"github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
 	"github.com/retrydev/retry-operator/internal/webhook/selfsigned"
+	webhookv1alpha1 "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
 )
 
 var (
@@ -222,7 +222,7 @@ func run(o options) error {
 		close(certsReady)
 	}
 	setupWebhooks := func() error {
-		if err := retrypolicy.SetupWithManager(mgr); err != nil {
+		if err := webhookv1alpha1.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the RetryPolicy webhook: %w", err)
 		}
 		if err := podinject.SetupWithManager(mgr, injectCfg); err != nil {

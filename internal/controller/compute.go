@@ -183,7 +183,7 @@ func Compute(in Input) (Output, error) {
 		pods := countReady(in.Pods, w.selector)
 		rp := policyset.Policy{Namespace: w.policy.Namespace, Name: w.policy.Name, Generation: w.generation, PodSelector: w.selector.DeepCopy()}
 		for j, u := range w.upstreams {
-			cu := policyset.CompileUpstream(u, pods)
+			cu := policyset.RenderUpstream(u, pods)
 			if j < len(w.bundles) {
 				cu.CABundle = w.bundles[j]
 			}
@@ -225,7 +225,7 @@ func Compute(in Input) (Output, error) {
 		}
 		la := &v1alpha1.AcceptedRendering{Generation: w.generation, Revision: rev, PodSelector: w.selector.DeepCopy()}
 		for _, u := range w.upstreams {
-			la.Upstreams = append(la.Upstreams, policyset.CompileUpstream(u, 0).Upstream)
+			la.Upstreams = append(la.Upstreams, policyset.RenderUpstream(u, 0).Upstream)
 		}
 		lastAcc[w.policy.Name] = la
 	}

@@ -41,7 +41,7 @@ import (
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
-	"github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
+	webhookv1alpha1 "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
 )
 
 // harness is a manager (controller + both webhooks) running in-process against
@@ -92,7 +92,7 @@ func startManager(t *testing.T) *harness {
 	rec := &RetryPolicyReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("retrypolicy-controller"), MaxConcurrentReconciles: 4,
 		SidecarConfigURL: sidecars.url}
 	must(t, rec.SetupWithManager(mgr))
-	must(t, retrypolicy.SetupWithManager(mgr))
+	must(t, webhookv1alpha1.SetupWithManager(mgr))
 	must(t, podinject.WarmCache(mgr))
 	calls := &callCounter{n: map[string]int{}}
 	injectCfg := podinject.Config{Image: "retry.dev/retry-sidecar:test", NoProxy: podinject.DefaultNoProxy,
@@ -1111,7 +1111,7 @@ func render(t *testing.T, p *v1alpha1.RetryPolicy, pods int32, revision int64) [
 	t.Helper()
 	rp := policyset.Policy{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, PodSelector: p.Spec.PodSelector}
 	for _, u := range p.Spec.Upstreams {
-		rp.Upstreams = append(rp.Upstreams, policyset.CompileUpstream(u, pods))
+		rp.Upstreams = append(rp.Upstreams, policyset.RenderUpstream(u, pods))
 	}
 	data, err := policyset.Marshal(policyset.Document{Revision: revision, Policies: []policyset.Policy{rp}})
 	must(t, err)

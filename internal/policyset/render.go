@@ -74,7 +74,7 @@ func Hash(data []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:8])
 }
 
-// CompileUpstream returns u with every default applied (so the sidecar needs no
+// RenderUpstream returns u with every default applied (so the sidecar needs no
 // knowledge of API defaults) and its per-pod share of the fleet-wide rate limit:
 //
 //	rateLimit {requestsPerMinute: 90, burst: 3}, ready selected pods = 4  ->  podRequestsPerMinute 22.5, podBurst 1
@@ -83,7 +83,7 @@ func Hash(data []byte) string {
 //	no rateLimit                                                          ->  both 0 (omitted)
 //
 // u is not modified.
-func CompileUpstream(u v1alpha1.Upstream, readyPods int32) Upstream {
+func RenderUpstream(u v1alpha1.Upstream, readyPods int32) Upstream {
 	p := v1alpha1.RetryPolicy{Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{*u.DeepCopy()}}}
 	v1alpha1.SetDefaults(&p)
 	out := Upstream{Upstream: p.Spec.Upstreams[0]}
