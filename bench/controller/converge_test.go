@@ -31,7 +31,6 @@ import (
 	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/testenv"
-	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
 
 // TestConvergence measures what one policy edit costs the manager until

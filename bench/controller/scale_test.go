@@ -22,10 +22,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,10 +35,9 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
-	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/manager"
 	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
-	webhookv1alpha1 "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
 )
 
 const (
@@ -67,23 +64,22 @@ func TestScale(t *testing.T) {
 	cfg.QPS, cfg.Burst = -1, -1 // as ctrl.GetConfig does: rely on API priority and fairness
 	wio := &env.WebhookInstallOptions
 
-	scheme := runtime.NewScheme()
-	must(t, clientgoscheme.AddToScheme(scheme))
-	must(t, v1alpha1.AddToScheme(scheme))
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme, Cache: controller.CacheOptions(),
+	opts := manager.Options(ctrl.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		WebhookServer: webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
 	})
+	scheme := opts.Scheme
+	mgr, err := ctrl.NewManager(cfg, opts)
 	must(t, err)
-	rec := &controller.RetryPolicyReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("retrypolicy-controller"), MaxConcurrentReconciles: 4}
-	must(t, rec.SetupWithManager(mgr))
-	must(t, webhookv1alpha1.SetupWithManager(mgr))
-	must(t, podinject.WarmCache(mgr))
 	timer := &handlerTimer{}
-	injectCfg := podinject.Config{Image: podinject.DefaultImage, NoProxy: podinject.DefaultNoProxy,
-		Resources: podinject.DefaultResources(), ExcludedNamespaces: []string{"kube-system", excludedNS}}
-	mgr.GetWebhookServer().Register(podinject.Path, &webhook.Admission{Handler: timer.wrap(podinject.NewHandler(mgr, injectCfg))})
+	rec, err := manager.Setup(mgr, manager.SetupOptions{
+		MaxConcurrentReconciles: 4,
+		Webhooks:                true,
+		Inject: podinject.Config{Image: podinject.DefaultImage, NoProxy: podinject.DefaultNoProxy,
+			Resources: podinject.DefaultResources(), ExcludedNamespaces: []string{"kube-system", excludedNS}},
+		WrapInject: timer.wrap,
+	})
+	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = mgr.Start(ctx) }()

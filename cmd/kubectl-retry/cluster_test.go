@@ -25,9 +25,9 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
+	"github.com/retrydev/retry-operator/internal/manager"
 	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
-	rpwebhook "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
 )
 
 // TestCluster runs explain and check, as a user would (the command line, a
@@ -47,19 +47,16 @@ func TestCluster(t *testing.T) {
 	must(t, os.WriteFile(kubeconfig, env.KubeConfig, 0o600))
 
 	wio := &env.WebhookInstallOptions
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: clusterScheme(), Cache: controller.CacheOptions(),
+	mgr, err := ctrl.NewManager(cfg, manager.Options(ctrl.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
-	})
+	}))
 	must(t, err)
-	must(t, (&controller.RetryPolicyReconciler{Client: mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("retrypolicy-controller")}).SetupWithManager(mgr))
-	must(t, rpwebhook.SetupWithManager(mgr))
-	must(t, podinject.SetupWithManager(mgr, podinject.Config{Image: "retry.dev/retry-sidecar:test",
+	_, err = manager.Setup(mgr, manager.SetupOptions{Webhooks: true, Inject: podinject.Config{Image: "retry.dev/retry-sidecar:test",
 		NoProxy: podinject.DefaultNoProxy, Resources: podinject.DefaultResources(),
-		ExcludedNamespaces: []string{"kube-system", defaultOperatorNamespace}}))
+		ExcludedNamespaces: []string{"kube-system", defaultOperatorNamespace}}})
+	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

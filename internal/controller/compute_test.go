@@ -11,6 +11,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/testenv"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -350,7 +351,7 @@ func TestComputeProgrammedPods(t *testing.T) {
 }
 
 func TestComputeResolvesCACertificateRefs(t *testing.T) {
-	ca := testCA(t, "partner")
+	ca := testenv.CAPEM(t, "partner")
 	withRef := pol("p", 0, 2, nil, "api.partner.example")
 	withRef.Spec.Upstreams[0].TLS = &v1alpha1.UpstreamTLS{CACertificateRefs: []v1alpha1.CACertificateRef{{Name: "partner-ca"}}}
 	prev := policyset.RenderUpstream(withRef.Spec.Upstreams[0], 0)
