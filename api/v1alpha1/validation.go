@@ -36,8 +36,8 @@ import (
 const (
 	MaxUpstreams          = 16
 	MaxHostsPerUpstream   = 32
-	MinAttempts           = 1
-	MaxAttemptsLimit      = 10
+	MinAttempts           = retrypolicy.MinAttempts
+	MaxAttemptsLimit      = retrypolicy.MaxAttempts
 	MaxReplayBodyLimit    = 16 << 20
 	MaxReplayableMethods  = 16
 	MaxRequestsPerMinute  = 6_000_000
@@ -45,20 +45,12 @@ const (
 	MaxInFlightLimit      = 10_000
 	MaxQueuedLimit        = 100_000
 	MaxMinRetriesPerSec   = 10_000
-	MaxHeaderNameLength   = 128
-	MaxMethodTokenLength  = 32
+	MaxHeaderNameLength   = retrypolicy.MaxHeaderNameLength
+	MaxMethodTokenLength  = retrypolicy.MaxMethodTokenLength
 	maxDurationTextLength = 32
 )
 
-// AllowedStatusCodes are the statuses a policy may retry. Anything else (a 501, a
-// 4xx that will never change) would only multiply load.
-var AllowedStatusCodes = []StatusCode{408, 425, 429, 500, 502, 503, 504}
-
-var (
-	durationPattern = regexp.MustCompile(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`)
-	// RFC 9110 §5.6.2 token characters.
-	tokenPattern = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
-)
+var durationPattern = regexp.MustCompile(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`)
 
 // Validate checks a RetryPolicy against every rule of the API: the ones the CRD
 // schema and CEL enforce (repeated here so a policy file given to the sidecar, or an
@@ -111,14 +103,37 @@ func validateUpstreams(ups []Upstream, path *field.Path) field.ErrorList {
 	return errs
 }
 
+// validateUpstream checks one upstream. The rules it shares with the sidecar's
+// Compile (statuses, methods, header names, attempts, duration relations) are
+// pkg/retrypolicy's checkers (rules.go there); this adds the field paths.
 func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
+	errs := validateIdentity(u, p)
+	errs = append(errs, validateTiming(u, p)...)
+	errs = append(errs, validateRetryOn(u, p)...)
+	errs = append(errs, validateReplay(u, p)...)
+	errs = append(errs, validateLimits(u, p)...)
+	if pc := u.Pacing; pc != nil && pc.HoldOnDeferral != nil && *pc.HoldOnDeferral {
+		noRetry := u.MaxAttempts != nil && *u.MaxAttempts <= 1
+		noStatus := u.RetryOn != nil && u.RetryOn.StatusCodes != nil && len(u.RetryOn.StatusCodes) == 0
+		if noRetry || noStatus {
+			errs = append(errs, field.Invalid(p.Child("pacing", "holdOnDeferral"), true,
+				"needs maxAttempts > 1 and at least one retryOn.statusCodes entry: only a response that would be retried can be deferred"))
+		}
+	}
+	if t := u.TLS; t != nil {
+		errs = append(errs, validateTLS(t, p.Child("tls"))...)
+	}
+	return errs
+}
+
+// validateIdentity: name and hosts.
+func validateIdentity(u *Upstream, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if u.Name == "" {
 		errs = append(errs, field.Required(p.Child("name"), "a DNS-1123 label such as payments-api"))
 	} else if msgs := validation.IsDNS1123Label(u.Name); len(msgs) > 0 {
 		errs = append(errs, field.Invalid(p.Child("name"), u.Name, strings.Join(msgs, "; ")))
 	}
-
 	switch {
 	case len(u.Hosts) == 0:
 		errs = append(errs, field.Required(p.Child("hosts"), `at least one of "host", "host:port" or "*.suffix"`))
@@ -130,105 +145,129 @@ func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("hosts").Index(j), h, msg))
 		}
 	}
+	return errs
+}
 
-	if u.MaxAttempts != nil && (*u.MaxAttempts < MinAttempts || *u.MaxAttempts > MaxAttemptsLimit) {
-		errs = append(errs, field.Invalid(p.Child("maxAttempts"), *u.MaxAttempts,
-			fmt.Sprintf("must be between %d and %d (transmissions including the first)", MinAttempts, MaxAttemptsLimit)))
+// validateTiming: attempts, deadline, timeouts and backoff.
+func validateTiming(u *Upstream, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if u.MaxAttempts != nil {
+		if msg := retrypolicy.AttemptsProblem(int(*u.MaxAttempts)); msg != "" {
+			errs = append(errs, field.Invalid(p.Child("maxAttempts"), *u.MaxAttempts, msg))
+		}
 	}
 	deadline, dErrs := parseDuration(u.Deadline, p.Child("deadline"))
 	errs = append(errs, dErrs...)
 	perTry, pErrs := parseDuration(u.PerTryTimeout, p.Child("perTryTimeout"))
 	errs = append(errs, pErrs...)
-	if deadline > 0 && perTry > 0 && perTry >= deadline {
-		errs = append(errs, field.Invalid(p.Child("perTryTimeout"), string(*u.PerTryTimeout),
-			fmt.Sprintf("must be < deadline (%s)", *u.Deadline)))
+	if deadline > 0 && perTry > 0 {
+		errs = appendProblem(errs, p.Child("perTryTimeout"), u.PerTryTimeout, retrypolicy.PerTryTimeoutProblem(perTry, deadline))
 	}
 	connect, cErrs := parseDuration(u.ConnectTimeout, p.Child("connectTimeout"))
 	errs = append(errs, cErrs...)
-	if deadline > 0 && connect > deadline {
-		errs = append(errs, field.Invalid(p.Child("connectTimeout"), string(*u.ConnectTimeout),
-			fmt.Sprintf("must be <= deadline (%s)", *u.Deadline)))
+	if deadline > 0 && connect > 0 {
+		errs = appendProblem(errs, p.Child("connectTimeout"), u.ConnectTimeout, retrypolicy.ConnectTimeoutProblem(connect, deadline))
 	}
-
-	if b := u.Backoff; b != nil {
-		bp := p.Child("backoff")
-		base, e1 := parseDuration(b.Base, bp.Child("base"))
-		maxD, e2 := parseDuration(b.Max, bp.Child("max"))
-		errs = append(errs, e1...)
-		errs = append(errs, e2...)
-		if base > 0 && maxD > 0 && maxD < base {
-			errs = append(errs, field.Invalid(bp.Child("max"), string(*b.Max),
-				fmt.Sprintf("must be >= backoff.base (%s)", *b.Base)))
-		}
-		if b.Jitter != nil {
-			switch *b.Jitter {
-			case JitterFull, JitterEqual, JitterNone:
-			default:
-				errs = append(errs, field.NotSupported(bp.Child("jitter"), *b.Jitter,
-					[]Jitter{JitterFull, JitterEqual, JitterNone}))
-			}
+	b := u.Backoff
+	if b == nil {
+		return errs
+	}
+	bp := p.Child("backoff")
+	base, e1 := parseDuration(b.Base, bp.Child("base"))
+	maxD, e2 := parseDuration(b.Max, bp.Child("max"))
+	errs = append(append(errs, e1...), e2...)
+	if base > 0 && maxD > 0 {
+		errs = appendProblem(errs, bp.Child("max"), b.Max, retrypolicy.BackoffMaxProblem(base, maxD))
+	}
+	if b.Jitter != nil {
+		switch *b.Jitter {
+		case JitterFull, JitterEqual, JitterNone:
+		default:
+			errs = append(errs, field.NotSupported(bp.Child("jitter"), *b.Jitter,
+				[]Jitter{JitterFull, JitterEqual, JitterNone}))
 		}
 	}
+	return errs
+}
 
-	if r := u.RetryOn; r != nil {
-		rp := p.Child("retryOn", "statusCodes")
-		seen := map[StatusCode]bool{}
-		for i, c := range r.StatusCodes {
-			if !isAllowedStatus(c) {
-				errs = append(errs, field.NotSupported(rp.Index(i), strconv.Itoa(int(c)),
-					[]string{"408", "425", "429", "500", "502", "503", "504"}))
-			}
-			if seen[c] {
-				errs = append(errs, field.Duplicate(rp.Index(i), c))
-			}
-			seen[c] = true
-		}
+// appendProblem adds problem (a relation checked by pkg/retrypolicy) about the
+// duration d at path, if there is one.
+func appendProblem(errs field.ErrorList, path *field.Path, d *Duration, problem string) field.ErrorList {
+	if problem == "" {
+		return errs
 	}
+	return append(errs, field.Invalid(path, string(*d), problem))
+}
 
+// validateRetryOn: the statuses retried.
+func validateRetryOn(u *Upstream, p *field.Path) field.ErrorList {
+	if u.RetryOn == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	rp := p.Child("retryOn", "statusCodes")
+	seen := map[StatusCode]bool{}
+	for i, c := range u.RetryOn.StatusCodes {
+		if retrypolicy.StatusProblem(int(c)) != "" {
+			allowed := []string{}
+			for _, s := range retrypolicy.RetryableStatuses() {
+				allowed = append(allowed, strconv.Itoa(s))
+			}
+			errs = append(errs, field.NotSupported(rp.Index(i), strconv.Itoa(int(c)), allowed))
+		}
+		if seen[c] {
+			errs = append(errs, field.Duplicate(rp.Index(i), c))
+		}
+		seen[c] = true
+	}
+	return errs
+}
+
+// validateReplay: the methods and the idempotency key that make a request
+// replayable, and the body kept to replay it.
+func validateReplay(u *Upstream, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	mp := p.Child("replayableMethods")
 	if len(u.ReplayableMethods) > MaxReplayableMethods {
 		errs = append(errs, field.TooMany(mp, len(u.ReplayableMethods), MaxReplayableMethods))
 	}
 	seenMethods := sets.New[string]()
 	for i, m := range u.ReplayableMethods {
-		switch {
-		case len(m) > MaxMethodTokenLength || !tokenPattern.MatchString(m):
-			errs = append(errs, field.Invalid(mp.Index(i), m, "must be an HTTP method token such as GET, HEAD, OPTIONS, PUT or DELETE"))
-		case m != strings.ToUpper(m):
-			errs = append(errs, field.Invalid(mp.Index(i), m, fmt.Sprintf("must be upper-case (%s); methods are case-sensitive", strings.ToUpper(m))))
-		case m == "POST" || m == "PATCH":
-			errs = append(errs, field.Forbidden(mp.Index(i),
-				"POST and PATCH are not replayable by method; set idempotencyKey.header so requests that carry the key are replayed"))
+		switch problem, forbidden := retrypolicy.MethodProblem(m); {
+		case forbidden:
+			errs = append(errs, field.Forbidden(mp.Index(i), problem))
+		case problem != "":
+			errs = append(errs, field.Invalid(mp.Index(i), m, problem))
 		}
 		if seenMethods.Has(m) {
 			errs = append(errs, field.Duplicate(mp.Index(i), m))
 		}
 		seenMethods.Insert(m)
 	}
-
 	if k := u.IdempotencyKey; k != nil {
 		hp := p.Child("idempotencyKey", "header")
-		switch {
-		case k.Header == "":
+		if k.Header == "" {
 			errs = append(errs, field.Required(hp, "an HTTP header name such as Idempotency-Key"))
-		case len(k.Header) > MaxHeaderNameLength || !tokenPattern.MatchString(k.Header):
-			errs = append(errs, field.Invalid(hp, k.Header, "must be an HTTP header name (RFC 9110 token: letters, digits and !#$%&'*+-.^_`|~), such as Idempotency-Key"))
+		} else if msg := retrypolicy.HeaderNameProblem(k.Header); msg != "" {
+			errs = append(errs, field.Invalid(hp, k.Header, msg))
 		}
 	}
-
 	if n := u.MaxReplayBodyBytes; n != nil && (*n < 0 || *n > MaxReplayBodyLimit) {
 		errs = append(errs, field.Invalid(p.Child("maxReplayBodyBytes"), *n,
 			fmt.Sprintf("must be between 0 and %d", MaxReplayBodyLimit)))
 	}
+	return errs
+}
 
+// validateLimits: Retry-After, budget, rate limit and concurrency.
+func validateLimits(u *Upstream, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	if ra := u.RetryAfter; ra != nil {
 		rap := p.Child("retryAfter")
 		_, e1 := parseDuration(ra.MaxWait, rap.Child("maxWait"))
 		_, e2 := parseDuration(ra.Spread, rap.Child("spread"))
-		errs = append(errs, e1...)
-		errs = append(errs, e2...)
+		errs = append(append(errs, e1...), e2...)
 	}
-
 	if b := u.Budget; b != nil {
 		bp := p.Child("budget")
 		if v := b.RetryPercent; v != nil && (*v < 0 || *v > 100) {
@@ -239,7 +278,6 @@ func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
 				fmt.Sprintf("must be between 0 and %d", MaxMinRetriesPerSec)))
 		}
 	}
-
 	if r := u.RateLimit; r != nil {
 		rp := p.Child("rateLimit")
 		if r.RequestsPerMinute < 1 || r.RequestsPerMinute > MaxRequestsPerMinute {
@@ -250,7 +288,6 @@ func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(rp.Child("burst"), *v, fmt.Sprintf("must be between 1 and %d", MaxBurst)))
 		}
 	}
-
 	if c := u.Concurrency; c != nil {
 		cp := p.Child("concurrency")
 		if c.MaxInFlight < 1 || c.MaxInFlight > MaxInFlightLimit {
@@ -262,18 +299,6 @@ func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
 		}
 		_, e := parseDuration(c.QueueTimeout, cp.Child("queueTimeout"))
 		errs = append(errs, e...)
-	}
-
-	if pc := u.Pacing; pc != nil && pc.HoldOnDeferral != nil && *pc.HoldOnDeferral {
-		noRetry := u.MaxAttempts != nil && *u.MaxAttempts <= 1
-		noStatus := u.RetryOn != nil && u.RetryOn.StatusCodes != nil && len(u.RetryOn.StatusCodes) == 0
-		if noRetry || noStatus {
-			errs = append(errs, field.Invalid(p.Child("pacing", "holdOnDeferral"), true,
-				"needs maxAttempts > 1 and at least one retryOn.statusCodes entry: only a response that would be retried can be deferred"))
-		}
-	}
-	if t := u.TLS; t != nil {
-		errs = append(errs, validateTLS(t, p.Child("tls"))...)
 	}
 	return errs
 }
@@ -338,15 +363,6 @@ func parseDuration(d *Duration, p *field.Path) (time.Duration, field.ErrorList) 
 		return 0, field.ErrorList{field.Invalid(p, s, "must be a positive duration such as 100ms, 1.5s or 2m (units ns, us, ms, s, m, h)")}
 	}
 	return v, nil
-}
-
-func isAllowedStatus(c StatusCode) bool {
-	for _, a := range AllowedStatusCodes {
-		if a == c {
-			return true
-		}
-	}
-	return false
 }
 
 // ValidateHostPattern checks one entry of hosts and returns "" when it is valid.

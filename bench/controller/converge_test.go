@@ -31,7 +31,6 @@ import (
 	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/testenv"
-	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
 
 // TestConvergence measures what one policy edit costs the manager until
@@ -103,7 +102,7 @@ func TestConvergence(t *testing.T) {
 	must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	for i := range n {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("pod-%d", i),
-			Labels: map[string]string{podinject.LabelSidecar: podinject.LabelSidecarInjected, "app": "web"}},
+			Labels: map[string]string{v1alpha1.LabelSidecar: v1alpha1.LabelSidecarInjected, "app": "web"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}}}
 		must(t, c.Create(ctx, p))
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
@@ -118,8 +117,8 @@ func TestConvergence(t *testing.T) {
 		var last int64
 		for ctx.Err() == nil {
 			var cm corev1.ConfigMap
-			if c.Get(ctx, types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &cm) == nil {
-				if doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey])); err == nil && doc.Revision != last {
+			if c.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm) == nil {
+				if doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey])); err == nil && doc.Revision != last {
 					last = doc.Revision
 					mu.Lock()
 					history = append(history, change{at: time.Now(), rev: doc.Revision})

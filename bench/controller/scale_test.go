@@ -22,10 +22,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,10 +35,9 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
-	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/manager"
 	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
-	"github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
 )
 
 const (
@@ -67,23 +64,22 @@ func TestScale(t *testing.T) {
 	cfg.QPS, cfg.Burst = -1, -1 // as ctrl.GetConfig does: rely on API priority and fairness
 	wio := &env.WebhookInstallOptions
 
-	scheme := runtime.NewScheme()
-	must(t, clientgoscheme.AddToScheme(scheme))
-	must(t, v1alpha1.AddToScheme(scheme))
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme, Cache: controller.CacheOptions(),
+	opts := manager.Options(ctrl.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		WebhookServer: webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
 	})
+	scheme := opts.Scheme
+	mgr, err := ctrl.NewManager(cfg, opts)
 	must(t, err)
-	rec := &controller.RetryPolicyReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("retrypolicy-controller"), MaxConcurrentReconciles: 4}
-	must(t, rec.SetupWithManager(mgr))
-	must(t, retrypolicy.SetupWithManager(mgr))
-	must(t, podinject.WarmCache(mgr))
 	timer := &handlerTimer{}
-	injectCfg := podinject.Config{Image: podinject.DefaultImage, NoProxy: podinject.DefaultNoProxy,
-		Resources: podinject.DefaultResources(), ExcludedNamespaces: []string{"kube-system", excludedNS}}
-	mgr.GetWebhookServer().Register(podinject.Path, &webhook.Admission{Handler: timer.wrap(podinject.NewHandler(mgr, injectCfg))})
+	rec, err := manager.Setup(mgr, manager.SetupOptions{
+		MaxConcurrentReconciles: 4,
+		Webhooks:                true,
+		Inject: podinject.Config{Image: podinject.DefaultImage, NoProxy: podinject.DefaultNoProxy,
+			Resources: podinject.DefaultResources(), ExcludedNamespaces: []string{"kube-system", excludedNS}},
+		WrapInject: timer.wrap,
+	})
+	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = mgr.Start(ctx) }()
@@ -98,7 +94,7 @@ func TestScale(t *testing.T) {
 	for i := range namespaces {
 		labels := map[string]string{}
 		if i == 0 {
-			labels[podinject.LabelNamespaceInjection] = "enabled"
+			labels[v1alpha1.LabelNamespaceInjection] = "enabled"
 		}
 		must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i), Labels: labels}}))
 	}
@@ -154,7 +150,7 @@ func TestScale(t *testing.T) {
 			if ev.Type == watch.Bookmark || ev.Type == watch.Error {
 				continue
 			}
-			if o, ok := ev.Object.(client.Object); ok && onlyRendered && o.GetName() != policyset.ConfigMapName {
+			if o, ok := ev.Object.(client.Object); ok && onlyRendered && o.GetName() != v1alpha1.PoliciesConfigMapName {
 				continue
 			}
 			n.Add(1)
@@ -163,7 +159,7 @@ func TestScale(t *testing.T) {
 	go count(pw, &policyWrites, false)
 	go count(cw, &cmWrites, true)
 	for i := range namespaces {
-		if _, err := rec.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: nsName(i), Name: policyset.ConfigMapName}}); err != nil {
+		if _, err := rec.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: nsName(i), Name: v1alpha1.PoliciesConfigMapName}}); err != nil {
 			t.Fatalf("resync reconcile: %v", err)
 		}
 	}
@@ -236,7 +232,7 @@ func createPods(ctx context.Context, t *testing.T, c client.Client, ns string) [
 		s := time.Now()
 		must(t, c.Create(ctx, p))
 		out = append(out, time.Since(s))
-		if ns != excludedNS && p.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+		if ns != excludedNS && p.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
 			t.Fatalf("pod %s/%s was not injected", ns, p.Name)
 		}
 	}

@@ -111,14 +111,14 @@ func excludedNamespaces(ctx context.Context, c client.Client) []string {
 func reasonText(r podinject.Reason, ns string) string {
 	switch r {
 	case podinject.ReasonNamespaceOptIn:
-		return fmt.Sprintf("namespace %s has %s=enabled", ns, podinject.LabelNamespaceInjection)
+		return fmt.Sprintf("namespace %s has %s=enabled", ns, v1alpha1.LabelNamespaceInjection)
 	case podinject.ReasonPodOptIn:
-		return fmt.Sprintf("the pod has %s=true", podinject.LabelPodInject)
+		return fmt.Sprintf("the pod has %s=true", v1alpha1.LabelPodInject)
 	case podinject.ReasonNotOptedIn:
 		return fmt.Sprintf("neither namespace %s (%s=enabled) nor the pod (%s=true) opted in",
-			ns, podinject.LabelNamespaceInjection, podinject.LabelPodInject)
+			ns, v1alpha1.LabelNamespaceInjection, v1alpha1.LabelPodInject)
 	case podinject.ReasonPodOptOut:
-		return fmt.Sprintf("the pod has %s=false", podinject.LabelPodInject)
+		return fmt.Sprintf("the pod has %s=false", v1alpha1.LabelPodInject)
 	case podinject.ReasonExcludedNamespace:
 		return fmt.Sprintf("namespace %s is never injected (the control plane or the operator's own)", ns)
 	case podinject.ReasonHostNetwork:
@@ -205,11 +205,11 @@ func explainPod(ctx context.Context, c client.Client, ns, name, host string) (Ex
 	}
 	var cm corev1.ConfigMap
 	var doc policyset.Document
-	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: policyset.ConfigMapName}, &cm); {
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm); {
 	case err == nil:
-		d, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+		d, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
 		if err != nil {
-			ex.Findings = append(ex.Findings, fmt.Sprintf("ConfigMap %s: %v", policyset.ConfigMapName, err))
+			ex.Findings = append(ex.Findings, fmt.Sprintf("ConfigMap %s: %v", v1alpha1.PoliciesConfigMapName, err))
 		}
 		doc = d
 	case !apierrors.IsNotFound(err):
@@ -390,7 +390,7 @@ func checkCluster(ctx context.Context, c client.Client) (CheckReport, error) {
 	for i := range nss.Items {
 		ns := &nss.Items[i]
 		byName[ns.Name] = ns
-		if ns.Labels[podinject.LabelNamespaceInjection] == "enabled" {
+		if ns.Labels[v1alpha1.LabelNamespaceInjection] == "enabled" {
 			r.OptedInNamespaces = append(r.OptedInNamespaces, ns.Name)
 		}
 	}

@@ -25,9 +25,9 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
+	"github.com/retrydev/retry-operator/internal/manager"
 	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
-	rpwebhook "github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
 )
 
 // TestCluster runs explain and check, as a user would (the command line, a
@@ -47,19 +47,16 @@ func TestCluster(t *testing.T) {
 	must(t, os.WriteFile(kubeconfig, env.KubeConfig, 0o600))
 
 	wio := &env.WebhookInstallOptions
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: clusterScheme(), Cache: controller.CacheOptions(),
+	mgr, err := ctrl.NewManager(cfg, manager.Options(ctrl.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
-	})
+	}))
 	must(t, err)
-	must(t, (&controller.RetryPolicyReconciler{Client: mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("retrypolicy-controller")}).SetupWithManager(mgr))
-	must(t, rpwebhook.SetupWithManager(mgr))
-	must(t, podinject.SetupWithManager(mgr, podinject.Config{Image: "retry.dev/retry-sidecar:test",
+	_, err = manager.Setup(mgr, manager.SetupOptions{Webhooks: true, Inject: podinject.Config{Image: "retry.dev/retry-sidecar:test",
 		NoProxy: podinject.DefaultNoProxy, Resources: podinject.DefaultResources(),
-		ExcludedNamespaces: []string{"kube-system", defaultOperatorNamespace}}))
+		ExcludedNamespaces: []string{"kube-system", defaultOperatorNamespace}}})
+	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -72,7 +69,7 @@ func TestCluster(t *testing.T) {
 	bg := context.Background()
 	// shop opts in; "late" opts in only after its pod exists.
 	must(t, c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop",
-		Labels: map[string]string{podinject.LabelNamespaceInjection: "enabled"}}}))
+		Labels: map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"}}}))
 	late := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "late"}}
 	must(t, c.Create(bg, late))
 	// payments is older (same second: name order) and wins payments.shop.svc.
@@ -80,9 +77,9 @@ func TestCluster(t *testing.T) {
 		"payments-api", "payments.shop.svc")))
 	must(t, c.Create(bg, policy("payments-b", nil, "payments", "payments.shop.svc", "*.partner.example")))
 	must(t, c.Create(bg, pod("shop", "checkout", map[string]string{"app": "checkout"})))
-	must(t, c.Create(bg, pod("shop", "legacy", map[string]string{podinject.LabelPodInject: "false"})))
+	must(t, c.Create(bg, pod("shop", "legacy", map[string]string{v1alpha1.LabelPodInject: "false"})))
 	must(t, c.Create(bg, pod("late", "early", nil)))
-	late.Labels = map[string]string{podinject.LabelNamespaceInjection: "enabled"}
+	late.Labels = map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"}
 	must(t, c.Update(bg, late))
 	eventually(t, func() bool {
 		var b v1alpha1.RetryPolicy

@@ -21,10 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,23 +31,17 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
+	"github.com/retrydev/retry-operator/internal/manager"
 	"github.com/retrydev/retry-operator/internal/webhook/certsync"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
-	"github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
 	"github.com/retrydev/retry-operator/internal/webhook/selfsigned"
 )
 
 var (
-	scheme   = runtime.NewScheme()
+	scheme   = manager.Scheme()
 	setupLog = ctrl.Log.WithName("setup")
 )
-
-func init() {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(v1alpha1.AddToScheme(scheme))
-}
 
 type options struct {
 	metricsAddr, probeAddr                           string
@@ -186,9 +177,7 @@ func run(o options) error {
 		}
 	}
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  controller.CacheOptions(),
+	mgr, err := ctrl.NewManager(cfg, manager.Options(ctrl.Options{
 		Metrics:                metricsOpts,
 		WebhookServer:          webhookServer,
 		HealthProbeBindAddress: o.probeAddr,
@@ -197,18 +186,18 @@ func run(o options) error {
 		// main returns as soon as the manager stops, so stepping down at once is safe
 		// and lets a new leader start without waiting out the lease.
 		LeaderElectionReleaseOnCancel: true,
-	})
+	}))
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 
-	if err := (&controller.RetryPolicyReconciler{
-		Client:                  mgr.GetClient(),
-		Recorder:                mgr.GetEventRecorder("retrypolicy-controller"),
+	setup := manager.SetupOptions{
 		MaxConcurrentReconciles: o.maxConcurrentReconciles,
 		SidecarClusterRole:      o.sidecarClusterRole,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the RetryPolicy controller: %w", err)
+		Inject:                  injectCfg,
+	}
+	if _, err := manager.Setup(mgr, setup); err != nil {
+		return err
 	}
 	// With --webhook-cert-secret the webhook server starts once the rotator has
 	// the certificate on disk and the CA in the caBundles: controller-runtime's
@@ -222,10 +211,7 @@ func run(o options) error {
 		close(certsReady)
 	}
 	setupWebhooks := func() error {
-		if err := retrypolicy.SetupWithManager(mgr); err != nil {
-			return fmt.Errorf("setting up the RetryPolicy webhook: %w", err)
-		}
-		if err := podinject.SetupWithManager(mgr, injectCfg); err != nil {
+		if err := manager.SetupWebhooks(mgr, setup); err != nil {
 			return err
 		}
 		setupLog.Info("webhooks enabled", "sidecarImage", injectCfg.Image, "excludedNamespaces", injectCfg.ExcludedNamespaces)

@@ -21,6 +21,7 @@ import (
 	"github.com/google/nftables"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/redirect"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
@@ -352,9 +353,9 @@ spec:
 `, apiHost, apiHost)), 0o644))
 	ready := filepath.Join(run, "sidecar.ready")
 	sc := n.commandAs(context.Background(), sidecarUID, n.bin,
-		fmt.Sprintf("--listen=127.0.0.1:%d", podinject.ProxyPort),
-		fmt.Sprintf("--admin-listen=127.0.0.1:%d", podinject.AdminPort),
-		fmt.Sprintf("--transparent-listen=127.0.0.1:%d", podinject.TransparentPort),
+		fmt.Sprintf("--listen=127.0.0.1:%d", v1alpha1.ProxyPort),
+		fmt.Sprintf("--admin-listen=127.0.0.1:%d", v1alpha1.AdminPort),
+		fmt.Sprintf("--transparent-listen=127.0.0.1:%d", v1alpha1.TransparentPort),
 		"--policy-file="+policy, "--ready-file="+ready, "--drain-timeout=1s")
 	n.background(sc, ready)
 }
@@ -378,7 +379,7 @@ func injectedEnv(t *testing.T) []string {
 func injectedRedirectArgs(t *testing.T) []string {
 	cfg := podinject.Config{Image: podinject.DefaultImage, NoProxy: podinject.DefaultNoProxy, Resources: podinject.DefaultResources()}
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
-	pod.Annotations = map[string]string{podinject.LabelInterception: podinject.InterceptionTransparent, podinject.AnnotationInterceptPorts: "80,8080"}
+	pod.Annotations = map[string]string{v1alpha1.LabelInterception: v1alpha1.InterceptionTransparent, v1alpha1.AnnotationInterceptPorts: "80,8080"}
 	ic := podinject.DecideInterception(&corev1.Namespace{}, pod)
 	out := cfg.InjectMode(pod, ic)
 	if ic.Mode != podinject.ModeTransparent || out.Spec.InitContainers[0].Name != podinject.RedirectContainerName {

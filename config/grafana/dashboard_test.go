@@ -20,7 +20,7 @@ import (
 	// election, client) on crmetrics.Registry, as in the binary.
 	_ "github.com/retrydev/retry-operator/internal/controller"
 	_ "github.com/retrydev/retry-operator/internal/webhook/podinject"
-	_ "github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
+	_ "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
 
 	"github.com/retrydev/retry-operator/internal/sidecar"
 )

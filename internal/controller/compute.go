@@ -183,7 +183,7 @@ func Compute(in Input) (Output, error) {
 		pods := countReady(in.Pods, w.selector)
 		rp := policyset.Policy{Namespace: w.policy.Namespace, Name: w.policy.Name, Generation: w.generation, PodSelector: w.selector.DeepCopy()}
 		for j, u := range w.upstreams {
-			cu := policyset.CompileUpstream(u, pods)
+			cu := policyset.RenderUpstream(u, pods)
 			if j < len(w.bundles) {
 				cu.CABundle = w.bundles[j]
 			}
@@ -225,7 +225,7 @@ func Compute(in Input) (Output, error) {
 		}
 		la := &v1alpha1.AcceptedRendering{Generation: w.generation, Revision: rev, PodSelector: w.selector.DeepCopy()}
 		for _, u := range w.upstreams {
-			la.Upstreams = append(la.Upstreams, policyset.CompileUpstream(u, 0).Upstream)
+			la.Upstreams = append(la.Upstreams, policyset.RenderUpstream(u, 0).Upstream)
 		}
 		lastAcc[w.policy.Name] = la
 	}
@@ -240,10 +240,10 @@ func Compute(in Input) (Output, error) {
 			st.ProgrammedPods = countProgrammed(in.Pods, w.selector, lastAcc[name].Revision)
 			st.Programmed = condition(ConditionProgrammed, metav1.ConditionTrue, ReasonRendered,
 				fmt.Sprintf("%d/%d pods run generation %d (ConfigMap %s revision %d, %s)", st.ProgrammedPods, st.SelectedPods,
-					w.generation, policyset.ConfigMapName, out.Document.Revision, out.Hash))
+					w.generation, v1alpha1.PoliciesConfigMapName, out.Document.Revision, out.Hash))
 		} else {
 			st.Programmed = condition(ConditionProgrammed, metav1.ConditionFalse, ReasonNotRendered,
-				fmt.Sprintf("not in ConfigMap %s: Accepted is False (%s)", policyset.ConfigMapName, acc.Reason))
+				fmt.Sprintf("not in ConfigMap %s: Accepted is False (%s)", v1alpha1.PoliciesConfigMapName, acc.Reason))
 		}
 		st.Ready = ReadyCondition(st.Accepted, st.Programmed)
 		out.Status[name] = st

@@ -11,6 +11,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/testenv"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -33,7 +34,7 @@ func TestCompute(t *testing.T) {
 	}
 	invalid := pol("p", 0, 2, nil, "Bad.Host")
 	prevGood := policyset.Policy{Namespace: "ns", Name: "p", Generation: 1,
-		Upstreams: []policyset.Upstream{policyset.CompileUpstream(v1alpha1.Upstream{Name: "u", Hosts: []string{"good.svc"}}, 0)}}
+		Upstreams: []policyset.Upstream{policyset.RenderUpstream(v1alpha1.Upstream{Name: "u", Hosts: []string{"good.svc"}}, 0)}}
 	tests := map[string]struct {
 		in       Input
 		want     map[string]want
@@ -226,7 +227,7 @@ func TestComputeRevisionAndLastAccepted(t *testing.T) {
 	now := time.Unix(1796083200, 0)
 	valid := pol("p", 0, 3, nil, "good.svc")
 	kept := &v1alpha1.AcceptedRendering{Generation: 1, Revision: 1796000000,
-		Upstreams: []v1alpha1.Upstream{policyset.CompileUpstream(v1alpha1.Upstream{Name: "u", Hosts: []string{"kept.svc"}}, 0).Upstream}}
+		Upstreams: []v1alpha1.Upstream{policyset.RenderUpstream(v1alpha1.Upstream{Name: "u", Hosts: []string{"kept.svc"}}, 0).Upstream}}
 	invalidWithKept := pol("p", 0, 2, nil, "Bad.Host")
 	invalidWithKept.Status.LastAccepted = kept
 	rendered := func(in Input) policyset.Document {
@@ -278,7 +279,7 @@ func TestComputeRevisionAndLastAccepted(t *testing.T) {
 		"status.lastAccepted wins over a hand-edited ConfigMap entry": {
 			in: Input{Policies: []v1alpha1.RetryPolicy{invalidWithKept}, Now: now,
 				Previous: policyset.Document{Version: 1, Revision: 1796000000, Policies: []policyset.Policy{{Namespace: "ns", Name: "p", Generation: 1,
-					Upstreams: []policyset.Upstream{policyset.CompileUpstream(v1alpha1.Upstream{Name: "u", Hosts: []string{"edited.svc"}}, 0)}}}}},
+					Upstreams: []policyset.Upstream{policyset.RenderUpstream(v1alpha1.Upstream{Name: "u", Hosts: []string{"edited.svc"}}, 0)}}}}},
 			wantRevision: 1796083200, wantHosts: "kept.svc",
 			wantLA: kept,
 		},
@@ -298,7 +299,7 @@ func TestComputeRevisionAndLastAccepted(t *testing.T) {
 			got := out.Status["p"].LastAccepted
 			want := tc.wantLA.DeepCopy()
 			for i := range want.Upstreams { // the status holds the defaulted upstream
-				want.Upstreams[i] = policyset.CompileUpstream(want.Upstreams[i], 0).Upstream
+				want.Upstreams[i] = policyset.RenderUpstream(want.Upstreams[i], 0).Upstream
 			}
 			if !equality.Semantic.DeepEqual(got, want) {
 				t.Errorf("lastAccepted = %+v, want %+v", got, want)
@@ -310,7 +311,7 @@ func TestComputeRevisionAndLastAccepted(t *testing.T) {
 func TestComputeProgrammedPods(t *testing.T) {
 	p := pol("p", 0, 3, map[string]string{"app": "web"}, "a.svc")
 	p.Status.LastAccepted = &v1alpha1.AcceptedRendering{Generation: 3, Revision: 100,
-		Upstreams: []v1alpha1.Upstream{policyset.CompileUpstream(p.Spec.Upstreams[0], 0).Upstream}}
+		Upstreams: []v1alpha1.Upstream{policyset.RenderUpstream(p.Spec.Upstreams[0], 0).Upstream}}
 	web := map[string]string{"app": "web"}
 	prev, err := Compute(Input{Policies: []v1alpha1.RetryPolicy{p}, Now: time.Unix(200, 0)})
 	if err != nil {
@@ -350,10 +351,10 @@ func TestComputeProgrammedPods(t *testing.T) {
 }
 
 func TestComputeResolvesCACertificateRefs(t *testing.T) {
-	ca := testCA(t, "partner")
+	ca := testenv.CAPEM(t, "partner")
 	withRef := pol("p", 0, 2, nil, "api.partner.example")
 	withRef.Spec.Upstreams[0].TLS = &v1alpha1.UpstreamTLS{CACertificateRefs: []v1alpha1.CACertificateRef{{Name: "partner-ca"}}}
-	prev := policyset.CompileUpstream(withRef.Spec.Upstreams[0], 0)
+	prev := policyset.RenderUpstream(withRef.Spec.Upstreams[0], 0)
 	prev.CABundle = "previous bundle"
 	previous := policyset.Document{Version: 1, Policies: []policyset.Policy{{Namespace: "ns", Name: "p", Generation: 1, Upstreams: []policyset.Upstream{prev}}}}
 	tests := map[string]struct {

@@ -15,8 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
-	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
 
 // How the manager learns which revision each sidecar runs (status.programmedPods,
@@ -155,7 +155,7 @@ func DefaultSidecarConfigURL(p *corev1.Pod) string {
 	if p.Status.PodIP == "" {
 		return ""
 	}
-	return "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(podinject.StatsPort)) + "/config"
+	return "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(v1alpha1.StatsPort)) + "/config"
 }
 
 // revision asks one sidecar for the revision in force.

@@ -43,7 +43,6 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
-	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
 
 const (
@@ -101,15 +100,15 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(ns),
-		client.MatchingLabels{podinject.LabelSidecar: podinject.LabelSidecarInjected}); err != nil {
+		client.MatchingLabels{v1alpha1.LabelSidecar: v1alpha1.LabelSidecarInjected}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing injected pods in %s: %w", ns, err)
 	}
 	var cm corev1.ConfigMap
 	cmExists := true
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &cm); apierrors.IsNotFound(err) {
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm); apierrors.IsNotFound(err) {
 		cmExists = false
 	} else if err != nil {
-		return ctrl.Result{}, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
+		return ctrl.Result{}, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, v1alpha1.PoliciesConfigMapName, err)
 	}
 	var nsObj corev1.Namespace
 	if err := r.Get(ctx, types.NamespacedName{Name: ns}, &nsObj); client.IgnoreNotFound(err) != nil {
@@ -128,10 +127,10 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		in.ConfigMaps[name] = ca.Data
 	}
 	if cmExists {
-		if doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey])); err != nil {
+		if doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey])); err != nil {
 			// Someone edited it by hand: rebuild from the policies and their
 			// status.lastAccepted, with a revision past every one they remember.
-			log.Info("ignoring unreadable ConfigMap content; rendering from the policies", "configMap", policyset.ConfigMapName, "error", err.Error())
+			log.Info("ignoring unreadable ConfigMap content; rendering from the policies", "configMap", v1alpha1.PoliciesConfigMapName, "error", err.Error())
 		} else {
 			in.Previous = doc
 		}
@@ -204,29 +203,29 @@ func (r *RetryPolicyReconciler) applyConfigMap(ctx context.Context, ns string, c
 		// Owner references would let the garbage collector do this once the last
 		// policy is gone, but not when policies remain that are all rejected.
 		if err := r.Delete(ctx, cm, client.Preconditions{UID: &cm.UID}); client.IgnoreNotFound(err) != nil {
-			return false, fmt.Errorf("deleting ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
+			return false, fmt.Errorf("deleting ConfigMap %s/%s: %w", ns, v1alpha1.PoliciesConfigMapName, err)
 		}
-		log.Info("deleted ConfigMap: no policy is rendered", "configMap", policyset.ConfigMapName)
+		log.Info("deleted ConfigMap: no policy is rendered", "configMap", v1alpha1.PoliciesConfigMapName)
 		return true, nil
 	}
 
 	owners := r.ownerRefs(ns, out)
-	if exists && cm.Data[policyset.ConfigMapKey] == string(out.Data) && len(cm.Data) == 1 &&
+	if exists && cm.Data[v1alpha1.PoliciesConfigMapKey] == string(out.Data) && len(cm.Data) == 1 &&
 		cm.Labels[ManagedByLabel] == ManagedByValue && sameOwners(cm.OwnerReferences, owners) {
 		return false, nil
 	}
-	apply := corev1ac.ConfigMap(policyset.ConfigMapName, ns).
+	apply := corev1ac.ConfigMap(v1alpha1.PoliciesConfigMapName, ns).
 		WithLabels(map[string]string{ManagedByLabel: ManagedByValue}).
-		WithData(map[string]string{policyset.ConfigMapKey: string(out.Data)})
+		WithData(map[string]string{v1alpha1.PoliciesConfigMapKey: string(out.Data)})
 	for _, o := range owners {
 		apply.WithOwnerReferences(metav1ac.OwnerReference().
 			WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind("RetryPolicy").
 			WithName(o.Name).WithUID(o.UID))
 	}
 	if err := r.Apply(ctx, apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return false, fmt.Errorf("applying ConfigMap %s/%s: %w", ns, policyset.ConfigMapName, err)
+		return false, fmt.Errorf("applying ConfigMap %s/%s: %w", ns, v1alpha1.PoliciesConfigMapName, err)
 	}
-	log.Info("rendered ConfigMap", "configMap", policyset.ConfigMapName, "hash", out.Hash, "revision", out.Document.Revision, "policies", len(out.Document.Policies))
+	log.Info("rendered ConfigMap", "configMap", v1alpha1.PoliciesConfigMapName, "hash", out.Hash, "revision", out.Document.Revision, "policies", len(out.Document.Policies))
 	return true, nil
 }
 
@@ -345,7 +344,7 @@ func CacheOptions() cache.Options {
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}:   {Transform: slimConfigMap},
-			&corev1.Pod{}:         {Label: labels.SelectorFromSet(labels.Set{podinject.LabelSidecar: podinject.LabelSidecarInjected})},
+			&corev1.Pod{}:         {Label: labels.SelectorFromSet(labels.Set{v1alpha1.LabelSidecar: v1alpha1.LabelSidecarInjected})},
 			&rbacv1.RoleBinding{}: {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})},
 		},
 	}
@@ -427,16 +426,16 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("indexing RetryPolicies by CA ConfigMap: %w", err)
 	}
 	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: policyset.ConfigMapName}}}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: v1alpha1.PoliciesConfigMapName}}}
 	})
 	referencedCA := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		var refs v1alpha1.RetryPolicyList
 		if err := r.List(ctx, &refs, client.InNamespace(o.GetNamespace()), client.MatchingFields{caRefIndex: o.GetName()}); err != nil || len(refs.Items) == 0 {
 			return nil
 		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: policyset.ConfigMapName}}}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: v1alpha1.PoliciesConfigMapName}}}
 	})
-	isRendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == policyset.ConfigMapName })
+	isRendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == v1alpha1.PoliciesConfigMapName })
 	caChanged := predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*corev1.ConfigMap)
@@ -452,14 +451,14 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	isBinding := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == SidecarRoleBindingName })
 	namespaceToItself := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetName(), Name: policyset.ConfigMapName}}}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetName(), Name: v1alpha1.PoliciesConfigMapName}}}
 	})
 	apiAccessChanged := predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 		UpdateFunc: func(e event.UpdateEvent) bool {
-			return e.ObjectOld.GetAnnotations()[AnnotationSidecarAPIAccess] != e.ObjectNew.GetAnnotations()[AnnotationSidecarAPIAccess]
+			return e.ObjectOld.GetAnnotations()[v1alpha1.AnnotationSidecarAPIAccess] != e.ObjectNew.GetAnnotations()[v1alpha1.AnnotationSidecarAPIAccess]
 		},
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -468,7 +467,7 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.RetryPolicy{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(isRendered)).
 		Watches(&corev1.ConfigMap{}, referencedCA, builder.WithPredicates(caChanged, predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return o.GetName() != policyset.ConfigMapName
+			return o.GetName() != v1alpha1.PoliciesConfigMapName
 		}))).
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
 		Watches(&rbacv1.RoleBinding{}, toNamespace, builder.WithPredicates(isBinding)).

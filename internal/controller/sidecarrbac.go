@@ -11,6 +11,8 @@ import (
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 )
 
 // The sidecars' read access to their namespace's retry-policies ConfigMap
@@ -28,13 +30,6 @@ const (
 	// SidecarRoleBindingName is the RoleBinding the manager keeps in each
 	// namespace with injected pods.
 	SidecarRoleBindingName = "retry-sidecar"
-	// AnnotationSidecarAPIAccess on a namespace, value "disabled", keeps the
-	// RoleBinding out of it: its sidecars follow the mounted ConfigMap file only
-	// (updated on the kubelet's sync period, about a minute).
-	AnnotationSidecarAPIAccess = "retry.dev/sidecar-api-access"
-	// SidecarAPIAccessDisabled is the value of AnnotationSidecarAPIAccess that
-	// disables the API access.
-	SidecarAPIAccessDisabled = "disabled"
 )
 
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;patch;delete
@@ -47,7 +42,7 @@ func ServiceAccountsGroup(ns string) string { return "system:serviceaccounts:" +
 // wantSidecarBinding reports whether namespace ns must have the RoleBinding:
 // it has injected pods and does not opt out.
 func wantSidecarBinding(nsObj *corev1.Namespace, injectedPods int) bool {
-	return injectedPods > 0 && nsObj.Annotations[AnnotationSidecarAPIAccess] != SidecarAPIAccessDisabled
+	return injectedPods > 0 && nsObj.Annotations[v1alpha1.AnnotationSidecarAPIAccess] != v1alpha1.SidecarAPIAccessDisabled
 }
 
 // applySidecarBinding creates, corrects or deletes the RoleBinding of namespace

@@ -13,10 +13,6 @@ import (
 )
 
 const (
-	// ConfigMapName is the per-namespace ConfigMap the manager renders.
-	ConfigMapName = "retry-policies"
-	// ConfigMapKey holds the Document as JSON.
-	ConfigMapKey = "policies.json"
 	// DocumentVersion is bumped on any incompatible change of Document. A sidecar
 	// refuses a document whose version it does not know (and keeps its old config).
 	DocumentVersion = 1

@@ -119,14 +119,14 @@ func FromPolicyFiles(files ...[]byte) (Document, error) {
 }
 
 // FromRetryPolicy renders one valid policy as the manager does, for readyPods
-// ready selected pods (see CompileUpstream).
+// ready selected pods (see RenderUpstream).
 func FromRetryPolicy(p *v1alpha1.RetryPolicy, readyPods int32) Policy {
 	out := Policy{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation}
 	if p.Spec.PodSelector != nil {
 		out.PodSelector = p.Spec.PodSelector.DeepCopy()
 	}
 	for _, u := range p.Spec.Upstreams {
-		out.Upstreams = append(out.Upstreams, CompileUpstream(u, readyPods))
+		out.Upstreams = append(out.Upstreams, RenderUpstream(u, readyPods))
 	}
 	return out
 }

@@ -1,13 +1,6 @@
 package policyset
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -260,25 +254,8 @@ func checkHostPatternAgreement(t *testing.T, h string) {
 	}
 }
 
-// testCAPEM is a self-signed CA certificate generated for the test.
-func testCAPEM(t *testing.T, cn string) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}
-
 func TestPolicyFilesResolveCACertificateRefsFromConfigMapDocuments(t *testing.T) {
-	ca1, ca2 := testCAPEM(t, "one"), testCAPEM(t, "two")
+	ca1, ca2 := testenv.CAPEM(t, "one"), testenv.CAPEM(t, "two")
 	indent := func(s string) string { return "    " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n    ") }
 	policy := `apiVersion: policy.retry.dev/v1alpha1
 kind: RetryPolicy

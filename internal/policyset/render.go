@@ -37,7 +37,7 @@ func Marshal(doc Document) ([]byte, error) {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false) // hosts and selectors are not HTML; keep them readable
 	if err := enc.Encode(doc); err != nil {
-		return nil, fmt.Errorf("encoding %s: %w", ConfigMapKey, err)
+		return nil, fmt.Errorf("encoding %s: %w", v1alpha1.PoliciesConfigMapKey, err)
 	}
 	return buf.Bytes(), nil
 }
@@ -49,7 +49,7 @@ func PeekRevision(data []byte) (int64, error) {
 		Revision int64 `json:"revision"`
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
-		return 0, fmt.Errorf("decoding %s: %w", ConfigMapKey, err)
+		return 0, fmt.Errorf("decoding %s: %w", v1alpha1.PoliciesConfigMapKey, err)
 	}
 	return head.Revision, nil
 }
@@ -59,10 +59,10 @@ func PeekRevision(data []byte) (int64, error) {
 func Unmarshal(data []byte) (Document, error) {
 	var doc Document
 	if err := json.Unmarshal(data, &doc); err != nil {
-		return Document{}, fmt.Errorf("decoding %s: %w", ConfigMapKey, err)
+		return Document{}, fmt.Errorf("decoding %s: %w", v1alpha1.PoliciesConfigMapKey, err)
 	}
 	if doc.Version != DocumentVersion {
-		return Document{}, fmt.Errorf("decoding %s: version %d is not supported (supported: %d)", ConfigMapKey, doc.Version, DocumentVersion)
+		return Document{}, fmt.Errorf("decoding %s: version %d is not supported (supported: %d)", v1alpha1.PoliciesConfigMapKey, doc.Version, DocumentVersion)
 	}
 	return doc, nil
 }
@@ -74,7 +74,7 @@ func Hash(data []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:8])
 }
 
-// CompileUpstream returns u with every default applied (so the sidecar needs no
+// RenderUpstream returns u with every default applied (so the sidecar needs no
 // knowledge of API defaults) and its per-pod share of the fleet-wide rate limit:
 //
 //	rateLimit {requestsPerMinute: 90, burst: 3}, ready selected pods = 4  ->  podRequestsPerMinute 22.5, podBurst 1
@@ -83,7 +83,7 @@ func Hash(data []byte) string {
 //	no rateLimit                                                          ->  both 0 (omitted)
 //
 // u is not modified.
-func CompileUpstream(u v1alpha1.Upstream, readyPods int32) Upstream {
+func RenderUpstream(u v1alpha1.Upstream, readyPods int32) Upstream {
 	p := v1alpha1.RetryPolicy{Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{*u.DeepCopy()}}}
 	v1alpha1.SetDefaults(&p)
 	out := Upstream{Upstream: p.Spec.Upstreams[0]}

@@ -41,7 +41,7 @@ func TestPodShare(t *testing.T) {
 func TestCompileUpstreamAppliesDefaultsWithoutTouchingInput(t *testing.T) {
 	in := v1alpha1.Upstream{Name: "api", Hosts: []string{"api.shop.svc"},
 		RateLimit: &v1alpha1.RateLimit{RequestsPerMinute: 90}}
-	got := CompileUpstream(in, 3)
+	got := RenderUpstream(in, 3)
 	if in.MaxAttempts != nil || in.RateLimit.Burst != nil {
 		t.Fatalf("input was modified: %+v", in)
 	}
@@ -55,7 +55,7 @@ func TestCompileUpstreamAppliesDefaultsWithoutTouchingInput(t *testing.T) {
 // TestPacingIsRenderedWithDefaultsAndReadBack: the sidecar gets both pacing
 // fields spelled out, and they reach the compiled policy.
 func TestPacingIsRenderedWithDefaultsAndReadBack(t *testing.T) {
-	up := CompileUpstream(v1alpha1.Upstream{Name: "partner", Hosts: []string{"api.partner.example"},
+	up := RenderUpstream(v1alpha1.Upstream{Name: "partner", Hosts: []string{"api.partner.example"},
 		Pacing: &v1alpha1.Pacing{RateLimitHeaders: ptr.To(true)}}, 1)
 	data, err := Marshal(Document{Policies: []Policy{{Namespace: "shop", Name: "p", Upstreams: []Upstream{up}}}})
 	if err != nil {
@@ -79,17 +79,17 @@ func TestPacingIsRenderedWithDefaultsAndReadBack(t *testing.T) {
 	if !cfg.Pacing.RateLimitHeaders || cfg.Pacing.HoldOnDeferral {
 		t.Fatalf("compiled pacing = %+v, want rateLimitHeaders only", cfg.Pacing)
 	}
-	noPacing, _ := ToConfig(CompileUpstream(v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"}}, 1))
+	noPacing, _ := ToConfig(RenderUpstream(v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"}}, 1))
 	if noPacing.Pacing.Enabled() {
 		t.Fatalf("an upstream without pacing compiled to %+v, want off", noPacing.Pacing)
 	}
 }
 
 func TestMarshalIsIndependentOfInputOrder(t *testing.T) {
-	a := Policy{Namespace: "shop", Name: "a", Generation: 1, Upstreams: []Upstream{CompileUpstream(v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"}}, 0)}}
+	a := Policy{Namespace: "shop", Name: "a", Generation: 1, Upstreams: []Upstream{RenderUpstream(v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"}}, 0)}}
 	b := Policy{Namespace: "shop", Name: "b", Generation: 2,
 		PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"z": "1", "app": "checkout", "m": "2"}},
-		Upstreams:   []Upstream{CompileUpstream(v1alpha1.Upstream{Name: "y", Hosts: []string{"y.svc"}}, 0)}}
+		Upstreams:   []Upstream{RenderUpstream(v1alpha1.Upstream{Name: "y", Hosts: []string{"y.svc"}}, 0)}}
 	one, err := Marshal(Document{Policies: []Policy{a, b}})
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestGoldenRendering(t *testing.T) {
 	doc := Document{Revision: 1796083200, Policies: []Policy{{
 		Namespace: "shop", Name: "payments", Generation: 3,
 		PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}},
-		Upstreams: []Upstream{CompileUpstream(v1alpha1.Upstream{
+		Upstreams: []Upstream{RenderUpstream(v1alpha1.Upstream{
 			Name: "payments-api", Hosts: []string{"payments.shop.svc", "api.partner.example:8443"},
 			MaxAttempts:    ptr.To[int32](4),
 			IdempotencyKey: &v1alpha1.IdempotencyKey{Header: "Idempotency-Key"},

@@ -29,6 +29,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 )
 
 // Defaults of the redirect subcommand and the injector.
@@ -41,7 +43,7 @@ const (
 	// upstream by calling http:// and letting the sidecar originate TLS.
 	TLSPort = 443
 	// DefaultTo is the injected sidecar's --transparent-listen port.
-	DefaultTo = 15006
+	DefaultTo = v1alpha1.TransparentPort
 	// DefaultExcludeUID is the injected sidecar's UID.
 	DefaultExcludeUID = 65532
 	// TableName is the nftables table (family ip) holding the rules.

@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
-	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 )
 
 // APIWatch follows the namespace's retry-policies ConfigMap through the API
@@ -131,7 +131,7 @@ func (w *APIWatch) Run(ctx context.Context) {
 // listAndWatch lists retry-policies, hands it on, then follows the watch until
 // it ends. It returns an error only when the list or the watch request fails.
 func (w *APIWatch) listAndWatch(ctx context.Context) error {
-	sel := fields.OneTermEqualSelector("metadata.name", policyset.ConfigMapName).String()
+	sel := fields.OneTermEqualSelector("metadata.name", v1alpha1.PoliciesConfigMapName).String()
 	var list corev1.ConfigMapList
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err := w.Client.Get().Namespace(w.Namespace).Resource("configmaps").
@@ -178,7 +178,7 @@ func (w *APIWatch) listAndWatch(ctx context.Context) error {
 
 func firstConfigMap(items []corev1.ConfigMap) *corev1.ConfigMap {
 	for i := range items {
-		if items[i].Name == policyset.ConfigMapName {
+		if items[i].Name == v1alpha1.PoliciesConfigMapName {
 			return &items[i]
 		}
 	}
@@ -190,7 +190,7 @@ func firstConfigMap(items []corev1.ConfigMap) *corev1.ConfigMap {
 func (w *APIWatch) deliver(cm *corev1.ConfigMap) {
 	var data []byte
 	if cm != nil {
-		if v, ok := cm.Data[policyset.ConfigMapKey]; ok {
+		if v, ok := cm.Data[v1alpha1.PoliciesConfigMapKey]; ok {
 			data = []byte(v)
 		}
 	}

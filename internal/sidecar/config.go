@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
@@ -69,7 +70,7 @@ type raw struct {
 func (s Sources) read() (raw, error) {
 	var r raw
 	if s.ConfigDir != "" {
-		b, err := os.ReadFile(filepath.Join(s.ConfigDir, policyset.ConfigMapKey))
+		b, err := os.ReadFile(filepath.Join(s.ConfigDir, v1alpha1.PoliciesConfigMapKey))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return r, fmt.Errorf("--config-dir: %w", err)
 		}
@@ -138,7 +139,7 @@ func (r raw) compile(s Sources) (*Config, error) {
 		d, err := policyset.Unmarshal(r.dir)
 		if err != nil {
 			if r.source == SourceAPI {
-				return nil, fmt.Errorf("ConfigMap %s through the API server: %w", policyset.ConfigMapName, err)
+				return nil, fmt.Errorf("ConfigMap %s through the API server: %w", v1alpha1.PoliciesConfigMapName, err)
 			}
 			return nil, fmt.Errorf("--config-dir %s: %w", s.ConfigDir, err)
 		}

@@ -3,15 +3,17 @@ package sidecar
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
 )
 
 // DefaultStatsListen is the stats address: every interface of the pod, so
 // Prometheus and the manager reach it on the pod IP (docs/operations.md).
-const DefaultStatsListen = ":15090"
+var DefaultStatsListen = ":" + strconv.Itoa(v1alpha1.StatsPort)
 
 // ConfigHandler serves GET /config: 200 with a policyset.ConfigStatus, or 503 before a
 // configuration is loaded.

@@ -13,8 +13,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"time"
 
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/h1client"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
@@ -63,8 +65,8 @@ type Options struct {
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
 	return Options{
-		Listen:              "127.0.0.1:15001",
-		AdminListen:         "127.0.0.1:15020",
+		Listen:              net.JoinHostPort("127.0.0.1", strconv.Itoa(v1alpha1.ProxyPort)),
+		AdminListen:         net.JoinHostPort("127.0.0.1", strconv.Itoa(v1alpha1.AdminPort)),
 		StatsListen:         DefaultStatsListen,
 		DrainTimeout:        20 * time.Second,
 		LogLevel:            slog.LevelInfo,

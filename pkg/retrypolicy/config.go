@@ -115,20 +115,6 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
 
-// retryableStatuses are the statuses retryOn may list; anything else is refused
-// because retrying it is either pointless (4xx) or unsafe to assume.
-var retryableStatuses = [...]int{408, 425, 429, 500, 502, 503, 504}
-
-// statusBit maps a retryable status to its bit in Policy.statusMask; 0 if none.
-func statusBit(code int) uint8 {
-	for i, s := range retryableStatuses {
-		if s == code {
-			return 1 << i
-		}
-	}
-	return 0
-}
-
 // MinReserve is the time kept free after a wait for the next attempt when the
 // policy has no perTryTimeout (R3): a retry that could not even start a useful
 // attempt before the deadline is not made.
@@ -152,116 +138,14 @@ type Policy struct {
 // *FieldError per problem. The Config's slices are copied, so the caller may reuse
 // them.
 func Compile(c Config) (*Policy, error) {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, &FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+	var v configErrors
+	v.identity(c)
+	v.timing(c)
+	mask, methods, idem := v.replay(c)
+	v.limits(c)
+	if len(v.errs) > 0 {
+		return nil, errors.Join(v.errs...)
 	}
-	if c.Name == "" {
-		bad("name", "must not be empty")
-	}
-	if len(c.Hosts) == 0 {
-		bad("hosts", `must list at least one "host", "host:port" or "*.suffix"`)
-	}
-	for i, h := range c.Hosts {
-		if err := HostPatternProblem(h); err != "" {
-			bad(fmt.Sprintf("hosts[%d]", i), `%s: must be "host", "host:port" or "*.suffix" in lower case (%q)`, err, h)
-		}
-	}
-	if c.MaxAttempts < 1 || c.MaxAttempts > 10 {
-		bad("maxAttempts", "must be 1..10 (got %d)", c.MaxAttempts)
-	}
-	if c.Deadline <= 0 {
-		bad("deadline", "must be > 0 (got %s)", c.Deadline)
-	}
-	if c.ConnectTimeout < 0 {
-		bad("connectTimeout", "must be >= 0, 0 = the default %s (got %s)", DefaultConnectTimeout, c.ConnectTimeout)
-	} else if c.ConnectTimeout > 0 && c.Deadline > 0 && c.ConnectTimeout > c.Deadline {
-		bad("connectTimeout", "must be <= deadline (%s)", c.Deadline)
-	}
-	if c.PerTryTimeout < 0 {
-		bad("perTryTimeout", "must be >= 0, 0 = none (got %s)", c.PerTryTimeout)
-	} else if c.PerTryTimeout > 0 && c.Deadline > 0 && c.PerTryTimeout >= c.Deadline {
-		bad("perTryTimeout", "must be < deadline (%s)", c.Deadline)
-	}
-	if c.Backoff.Base <= 0 {
-		bad("backoff.base", "must be > 0 (got %s)", c.Backoff.Base)
-	}
-	if c.Backoff.Max < c.Backoff.Base {
-		bad("backoff.max", "must be >= backoff.base (%s)", c.Backoff.Base)
-	}
-	switch c.Backoff.Jitter {
-	case JitterFull, JitterEqual, JitterNone:
-	default:
-		bad("backoff.jitter", "must be one of Full, Equal, None (got %q)", string(c.Backoff.Jitter))
-	}
-	var mask uint8
-	for i, s := range c.RetryOnStatus {
-		b := statusBit(s)
-		if b == 0 {
-			bad(fmt.Sprintf("retryOn.statusCodes[%d]", i), "must be one of 408, 425, 429, 500, 502, 503, 504 (got %d)", s)
-		}
-		mask |= b
-	}
-	methods := make([]string, 0, len(c.ReplayableMethods))
-	for i, m := range c.ReplayableMethods {
-		field := fmt.Sprintf("replayableMethods[%d]", i)
-		switch {
-		case m == "POST" || m == "PATCH":
-			bad(field, "%s is not replayable by method; set idempotencyKey.header so requests that carry the key are replayed", m)
-		case !isToken(m) || strings.ToUpper(m) != m:
-			bad(field, "must be an upper-case method token such as GET, HEAD, OPTIONS, PUT, DELETE (got %q)", m)
-		default:
-			methods = append(methods, m)
-		}
-	}
-	idem := ""
-	if c.IdempotencyKeyHeader != "" {
-		if !isToken(c.IdempotencyKeyHeader) {
-			bad("idempotencyKey.header", "must be an HTTP header name (token), e.g. Idempotency-Key (got %q)", c.IdempotencyKeyHeader)
-		} else {
-			idem = textproto.CanonicalMIMEHeaderKey(c.IdempotencyKeyHeader)
-		}
-	}
-	if c.MaxReplayBodyBytes < 0 {
-		bad("maxReplayBodyBytes", "must be >= 0 (got %d)", c.MaxReplayBodyBytes)
-	}
-	if c.RetryAfterMaxWait < 0 {
-		bad("retryAfter.maxWait", "must be >= 0 (got %s)", c.RetryAfterMaxWait)
-	}
-	if c.RetryAfterSpread < 0 {
-		bad("retryAfter.spread", "must be >= 0 (got %s)", c.RetryAfterSpread)
-	}
-	if b := c.Budget; b != nil {
-		if b.RetryPercent < 0 || b.RetryPercent > 100 {
-			bad("budget.retryPercent", "must be 0..100 (got %d)", b.RetryPercent)
-		}
-		if b.MinRetriesPerSecond < 0 {
-			bad("budget.minRetriesPerSecond", "must be >= 0 (got %d)", b.MinRetriesPerSecond)
-		}
-	}
-	if r := c.RateLimit; r != nil {
-		if !(r.RequestsPerSecond > 0) || math.IsInf(r.RequestsPerSecond, 0) {
-			bad("rateLimit.requestsPerSecond", "must be a finite number > 0 (got %v)", r.RequestsPerSecond)
-		}
-		if r.Burst < 1 {
-			bad("rateLimit.burst", "must be >= 1 (got %d)", r.Burst)
-		}
-	}
-	if q := c.Concurrency; q != nil {
-		if q.MaxInFlight < 1 {
-			bad("concurrency.maxInFlight", "must be >= 1 (got %d)", q.MaxInFlight)
-		}
-		if q.MaxQueued < 0 {
-			bad("concurrency.maxQueued", "must be >= 0, 0 = shed at once when full (got %d)", q.MaxQueued)
-		}
-		if q.QueueTimeout < 0 {
-			bad("concurrency.queueTimeout", "must be >= 0 (got %s)", q.QueueTimeout)
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-
 	p := &Policy{cfg: c, statusMask: mask, methods: methods, idemKey: idem, reserve: MinReserve}
 	p.cfg.Hosts = append([]string(nil), c.Hosts...)
 	p.cfg.RetryOnStatus = append([]int(nil), c.RetryOnStatus...)
@@ -287,6 +171,133 @@ func Compile(c Config) (*Policy, error) {
 	}
 	p.limits.Store(newLimits(p.cfg))
 	return p, nil
+}
+
+// configErrors collects Compile's *FieldErrors, in field order.
+type configErrors struct{ errs []error }
+
+func (v *configErrors) bad(field, format string, args ...any) {
+	v.errs = append(v.errs, &FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+}
+
+// check records problem (from a checker of rules.go) with the value it was
+// about; a relation between two fields (got == nil) names the other in problem.
+func (v *configErrors) check(field, problem string, got any) {
+	switch {
+	case problem == "":
+	case got == nil:
+		v.bad(field, "%s", problem)
+	default:
+		v.bad(field, "%s (got %v)", problem, got)
+	}
+}
+
+// identity: the name and the hosts.
+func (v *configErrors) identity(c Config) {
+	if c.Name == "" {
+		v.bad("name", "must not be empty")
+	}
+	if len(c.Hosts) == 0 {
+		v.bad("hosts", `must list at least one "host", "host:port" or "*.suffix"`)
+	}
+	for i, h := range c.Hosts {
+		if err := HostPatternProblem(h); err != "" {
+			v.bad(fmt.Sprintf("hosts[%d]", i), `%s: must be "host", "host:port" or "*.suffix" in lower case (%q)`, err, h)
+		}
+	}
+}
+
+// timing: attempts, deadline, timeouts and backoff.
+func (v *configErrors) timing(c Config) {
+	v.check("maxAttempts", AttemptsProblem(c.MaxAttempts), c.MaxAttempts)
+	if c.Deadline <= 0 {
+		v.bad("deadline", "must be > 0 (got %s)", c.Deadline)
+	}
+	if c.ConnectTimeout < 0 {
+		v.bad("connectTimeout", "must be >= 0, 0 = the default %s (got %s)", DefaultConnectTimeout, c.ConnectTimeout)
+	} else if c.ConnectTimeout > 0 && c.Deadline > 0 {
+		v.check("connectTimeout", ConnectTimeoutProblem(c.ConnectTimeout, c.Deadline), nil)
+	}
+	if c.PerTryTimeout < 0 {
+		v.bad("perTryTimeout", "must be >= 0, 0 = none (got %s)", c.PerTryTimeout)
+	} else if c.PerTryTimeout > 0 && c.Deadline > 0 {
+		v.check("perTryTimeout", PerTryTimeoutProblem(c.PerTryTimeout, c.Deadline), nil)
+	}
+	if c.Backoff.Base <= 0 {
+		v.bad("backoff.base", "must be > 0 (got %s)", c.Backoff.Base)
+	} else {
+		v.check("backoff.max", BackoffMaxProblem(c.Backoff.Base, c.Backoff.Max), nil)
+	}
+	switch c.Backoff.Jitter {
+	case JitterFull, JitterEqual, JitterNone:
+	default:
+		v.bad("backoff.jitter", "must be one of Full, Equal, None (got %q)", string(c.Backoff.Jitter))
+	}
+}
+
+// replay: what is retried and what may be replayed. It returns the status
+// mask, the replayable methods and the canonical idempotency key header.
+func (v *configErrors) replay(c Config) (mask uint8, methods []string, idem string) {
+	for i, s := range c.RetryOnStatus {
+		v.check(fmt.Sprintf("retryOn.statusCodes[%d]", i), StatusProblem(s), s)
+		mask |= statusBit(s)
+	}
+	methods = make([]string, 0, len(c.ReplayableMethods))
+	for i, m := range c.ReplayableMethods {
+		if problem, _ := MethodProblem(m); problem != "" {
+			v.check(fmt.Sprintf("replayableMethods[%d]", i), problem, strconv.Quote(m))
+			continue
+		}
+		methods = append(methods, m)
+	}
+	if h := c.IdempotencyKeyHeader; h != "" {
+		if problem := HeaderNameProblem(h); problem != "" {
+			v.check("idempotencyKey.header", problem, strconv.Quote(h))
+		} else {
+			idem = textproto.CanonicalMIMEHeaderKey(h)
+		}
+	}
+	if c.MaxReplayBodyBytes < 0 {
+		v.bad("maxReplayBodyBytes", "must be >= 0 (got %d)", c.MaxReplayBodyBytes)
+	}
+	return mask, methods, idem
+}
+
+// limits: Retry-After, budget, rate limit and concurrency.
+func (v *configErrors) limits(c Config) {
+	if c.RetryAfterMaxWait < 0 {
+		v.bad("retryAfter.maxWait", "must be >= 0 (got %s)", c.RetryAfterMaxWait)
+	}
+	if c.RetryAfterSpread < 0 {
+		v.bad("retryAfter.spread", "must be >= 0 (got %s)", c.RetryAfterSpread)
+	}
+	if b := c.Budget; b != nil {
+		if b.RetryPercent < 0 || b.RetryPercent > 100 {
+			v.bad("budget.retryPercent", "must be 0..100 (got %d)", b.RetryPercent)
+		}
+		if b.MinRetriesPerSecond < 0 {
+			v.bad("budget.minRetriesPerSecond", "must be >= 0 (got %d)", b.MinRetriesPerSecond)
+		}
+	}
+	if r := c.RateLimit; r != nil {
+		if !(r.RequestsPerSecond > 0) || math.IsInf(r.RequestsPerSecond, 0) {
+			v.bad("rateLimit.requestsPerSecond", "must be a finite number > 0 (got %v)", r.RequestsPerSecond)
+		}
+		if r.Burst < 1 {
+			v.bad("rateLimit.burst", "must be >= 1 (got %d)", r.Burst)
+		}
+	}
+	if q := c.Concurrency; q != nil {
+		if q.MaxInFlight < 1 {
+			v.bad("concurrency.maxInFlight", "must be >= 1 (got %d)", q.MaxInFlight)
+		}
+		if q.MaxQueued < 0 {
+			v.bad("concurrency.maxQueued", "must be >= 0, 0 = shed at once when full (got %d)", q.MaxQueued)
+		}
+		if q.QueueTimeout < 0 {
+			v.bad("concurrency.queueTimeout", "must be >= 0 (got %s)", q.QueueTimeout)
+		}
+	}
 }
 
 // Name is the upstream name (Config.Name).
@@ -322,23 +333,6 @@ func (p *Policy) MethodReplayable(method string) bool {
 // IdempotencyKeyHeader is the canonical header name whose presence makes a
 // request replayable, or "".
 func (p *Policy) IdempotencyKeyHeader() string { return p.idemKey }
-
-// isToken reports whether s is an RFC 9110 token (method names, header names).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
 
 // HostPatternProblem is the one grammar of a hosts entry, shared by the API's
 // validation and Compile: "" when h is valid, else what is wrong with it.

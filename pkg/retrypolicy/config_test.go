@@ -16,8 +16,8 @@ func TestCompileRejects(t *testing.T) {
 		"an upper-case host":           {func(c *Config) { c.Hosts = []string{"a.example", "API.example"} }, `hosts[1]: must be lower-case (api.example): must be "host", "host:port" or "*.suffix" in lower case ("API.example")`},
 		"port zero":                    {func(c *Config) { c.Hosts = []string{"a.example:0"} }, `hosts[0]: port must be a number between 1 and 65535: must be "host", "host:port" or "*.suffix" in lower case ("a.example:0")`},
 		"a wildcard in the middle":     {func(c *Config) { c.Hosts = []string{"a.*.example"} }, `hosts[0]: a wildcard is only allowed as the whole first label ("*.suffix"): must be "host", "host:port" or "*.suffix" in lower case ("a.*.example")`},
-		"zero attempts":                {func(c *Config) { c.MaxAttempts = 0 }, "maxAttempts: must be 1..10 (got 0)"},
-		"eleven attempts":              {func(c *Config) { c.MaxAttempts = 11 }, "maxAttempts: must be 1..10 (got 11)"},
+		"zero attempts":                {func(c *Config) { c.MaxAttempts = 0 }, "maxAttempts: must be between 1 and 10 (transmissions including the first) (got 0)"},
+		"eleven attempts":              {func(c *Config) { c.MaxAttempts = 11 }, "maxAttempts: must be between 1 and 10 (transmissions including the first) (got 11)"},
 		"no deadline":                  {func(c *Config) { c.Deadline = 0 }, "deadline: must be > 0 (got 0s)"},
 		"a per-try timeout = deadline": {func(c *Config) { c.PerTryTimeout = 30 * time.Second }, "perTryTimeout: must be < deadline (30s)"},
 		"a negative per-try timeout":   {func(c *Config) { c.PerTryTimeout = -time.Second }, "perTryTimeout: must be >= 0, 0 = none (got -1s)"},
@@ -25,10 +25,10 @@ func TestCompileRejects(t *testing.T) {
 		"max below base":               {func(c *Config) { c.Backoff.Max = 500 * time.Millisecond }, "backoff.max: must be >= backoff.base (1s)"},
 		"an unknown jitter":            {func(c *Config) { c.Backoff.Jitter = "full" }, `backoff.jitter: must be one of Full, Equal, None (got "full")`},
 		"a 404 to retry":               {func(c *Config) { c.RetryOnStatus = []int{503, 404} }, "retryOn.statusCodes[1]: must be one of 408, 425, 429, 500, 502, 503, 504 (got 404)"},
-		"POST as a replayable method":  {func(c *Config) { c.ReplayableMethods = []string{"GET", "POST"} }, "replayableMethods[1]: POST is not replayable by method; set idempotencyKey.header so requests that carry the key are replayed"},
-		"PATCH as a replayable method": {func(c *Config) { c.ReplayableMethods = []string{"PATCH"} }, "replayableMethods[0]: PATCH is not replayable by method; set idempotencyKey.header so requests that carry the key are replayed"},
-		"a lower-case method":          {func(c *Config) { c.ReplayableMethods = []string{"get"} }, `replayableMethods[0]: must be an upper-case method token such as GET, HEAD, OPTIONS, PUT, DELETE (got "get")`},
-		"a header name with a space":   {func(c *Config) { c.IdempotencyKeyHeader = "Idempotency Key" }, `idempotencyKey.header: must be an HTTP header name (token), e.g. Idempotency-Key (got "Idempotency Key")`},
+		"POST as a replayable method":  {func(c *Config) { c.ReplayableMethods = []string{"GET", "POST"} }, `replayableMethods[1]: POST and PATCH are not replayable by method; set idempotencyKey.header so requests that carry the key are replayed (got "POST")`},
+		"PATCH as a replayable method": {func(c *Config) { c.ReplayableMethods = []string{"PATCH"} }, `replayableMethods[0]: POST and PATCH are not replayable by method; set idempotencyKey.header so requests that carry the key are replayed (got "PATCH")`},
+		"a lower-case method":          {func(c *Config) { c.ReplayableMethods = []string{"get"} }, `replayableMethods[0]: must be upper-case (GET); methods are case-sensitive (got "get")`},
+		"a header name with a space":   {func(c *Config) { c.IdempotencyKeyHeader = "Idempotency Key" }, "idempotencyKey.header: must be an HTTP header name (RFC 9110 token: letters, digits and !#$%&'*+-.^_`|~), such as Idempotency-Key (got \"Idempotency Key\")"},
 		"a negative body limit":        {func(c *Config) { c.MaxReplayBodyBytes = -1 }, "maxReplayBodyBytes: must be >= 0 (got -1)"},
 		"a negative max wait":          {func(c *Config) { c.RetryAfterMaxWait = -1 }, "retryAfter.maxWait: must be >= 0 (got -1ns)"},
 		"a negative spread":            {func(c *Config) { c.RetryAfterSpread = -1 }, "retryAfter.spread: must be >= 0 (got -1ns)"},
@@ -59,7 +59,7 @@ func TestCompileReportsEveryProblem(t *testing.T) {
 	c := baseConfig()
 	c.MaxAttempts, c.Deadline = 0, 0
 	_, err := Compile(c)
-	want := "maxAttempts: must be 1..10 (got 0)\ndeadline: must be > 0 (got 0s)"
+	want := "maxAttempts: must be between 1 and 10 (transmissions including the first) (got 0)\ndeadline: must be > 0 (got 0s)"
 	if err == nil || err.Error() != want {
 		t.Fatalf("Compile error = %v, want %q", err, want)
 	}

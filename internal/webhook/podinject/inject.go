@@ -14,49 +14,19 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
-	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/redirect"
-)
-
-// Labels and annotations (the opt-in/opt-out names are part of the API: docs/manager.md).
-const (
-	// LabelNamespaceInjection on a namespace, value "enabled", injects every pod
-	// of the namespace that does not opt out.
-	LabelNamespaceInjection = "retry.dev/injection"
-	// LabelPodInject on a pod: "true" opts in (whatever the namespace says),
-	// "false" opts out.
-	LabelPodInject = "retry.dev/inject"
-	// LabelSidecar is set by the injector on every pod it injects, value
-	// LabelSidecarInjected. The controller watches (and caches) only pods with it.
-	LabelSidecar         = "retry.dev/sidecar"
-	LabelSidecarInjected = "injected"
-
-	// Resource overrides of the sidecar container, any Kubernetes quantity.
-	AnnotationCPURequest    = "retry.dev/sidecar-cpu-request"
-	AnnotationCPULimit      = "retry.dev/sidecar-cpu-limit"
-	AnnotationMemoryRequest = "retry.dev/sidecar-memory-request"
-	AnnotationMemoryLimit   = "retry.dev/sidecar-memory-limit"
 )
 
 // The injected container and how it is wired.
 const (
 	ContainerName = "retry-sidecar"
-	// ProxyPort is the forward proxy, bound to loopback: only the pod's own
-	// containers can use it.
-	ProxyPort = 15001
-	// AdminPort serves /healthz, /readyz and /metrics, on loopback too (docs/sidecar.md:
-	// the sidecar binds loopback only). The kubelet cannot reach a pod's loopback
-	// with an HTTP probe, so the probes exec the sidecar binary's probe mode, which
-	// GETs the endpoint from inside the pod's network namespace.
-	AdminPort = 15020
-	// TransparentPort is the sidecar's --transparent-listen port (on loopback)
-	// in transparent interception: the redirect rules send intercepted
-	// connections there.
-	TransparentPort = redirect.DefaultTo
-	// StatsPort serves /metrics and /config on the pod IP (--stats-listen): the
-	// manager reads each sidecar's configuration revision there, Prometheus
-	// scrapes it by its name (StatsPortName; config/prometheus). Read-only.
-	StatsPort     = 15090
+	// The ports are v1alpha1.ProxyPort, AdminPort, TransparentPort and StatsPort.
+	// The kubelet cannot reach a pod's loopback (where the admin port listens)
+	// with an HTTP probe, so the probes exec the sidecar binary's probe mode,
+	// which GETs the endpoint from inside the pod's network namespace.
+	// StatsPortName names the stats port, by which Prometheus scrapes it
+	// (config/prometheus).
 	StatsPortName = "retry-stats"
 	// SidecarBinary is the sidecar's path in its image (hack/images and the
 	// Dockerfile both put it there).
@@ -78,9 +48,7 @@ const (
 	sidecarUID      = redirect.DefaultExcludeUID
 	DefaultNoProxy  = "localhost,127.0.0.1,::1,kubernetes.default.svc"
 	DefaultImage    = "retry.dev/retry-sidecar:dev"
-	proxyURL        = "http://127.0.0.1:15001"
 	memoryLimitEnv  = "GOMEMLIMIT"
-	namespaceEnable = "enabled"
 )
 
 // Reason says why a pod is or is not injected. It is the event reason's detail
@@ -157,11 +125,11 @@ func (c Config) ShouldInject(ns *corev1.Namespace, pod *corev1.Pod) (bool, Reaso
 	}
 	var why Reason
 	switch {
-	case pod.Labels[LabelPodInject] == "false":
+	case pod.Labels[v1alpha1.LabelPodInject] == "false":
 		return false, ReasonPodOptOut
-	case pod.Labels[LabelPodInject] == "true":
+	case pod.Labels[v1alpha1.LabelPodInject] == "true":
 		why = ReasonPodOptIn
-	case ns.Labels[LabelNamespaceInjection] == namespaceEnable:
+	case ns.Labels[v1alpha1.LabelNamespaceInjection] == v1alpha1.NamespaceInjectionEnabled:
 		why = ReasonNamespaceOptIn
 	default:
 		return false, ReasonNotOptedIn
@@ -175,7 +143,7 @@ func (c Config) ShouldInject(ns *corev1.Namespace, pod *corev1.Pod) (bool, Reaso
 // OptedIn reports whether the namespace or the pod asked for the sidecar: a
 // skip is only worth an event for a pod that somebody wanted injected.
 func OptedIn(ns *corev1.Namespace, pod *corev1.Pod) bool {
-	return pod.Labels[LabelPodInject] == "true" || ns.Labels[LabelNamespaceInjection] == namespaceEnable
+	return pod.Labels[v1alpha1.LabelPodInject] == "true" || ns.Labels[v1alpha1.LabelNamespaceInjection] == v1alpha1.NamespaceInjectionEnabled
 }
 
 // Inject is InjectMode with the proxy environment (ModeEnvironment).
@@ -207,9 +175,9 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 		Image:           c.Image,
 		ImagePullPolicy: c.ImagePullPolicy,
 		Args: []string{
-			fmt.Sprintf("--listen=127.0.0.1:%d", ProxyPort),
-			fmt.Sprintf("--admin-listen=127.0.0.1:%d", AdminPort),
-			fmt.Sprintf("--stats-listen=:%d", StatsPort),
+			fmt.Sprintf("--listen=127.0.0.1:%d", v1alpha1.ProxyPort),
+			fmt.Sprintf("--admin-listen=127.0.0.1:%d", v1alpha1.AdminPort),
+			fmt.Sprintf("--stats-listen=:%d", v1alpha1.StatsPort),
 			"--config-dir=" + PoliciesDir,
 			"--pod-labels=" + PodLabelsFile,
 			"--api-credentials-dir=" + APIDir,
@@ -220,7 +188,7 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 			ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
 				ContainerName: ContainerName, Resource: "limits.memory"}},
 		}},
-		Ports:         []corev1.ContainerPort{{Name: StatsPortName, ContainerPort: StatsPort, Protocol: corev1.ProtocolTCP}},
+		Ports:         []corev1.ContainerPort{{Name: StatsPortName, ContainerPort: v1alpha1.StatsPort, Protocol: corev1.ProtocolTCP}},
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		// The startup probe gates the app containers (a native sidecar counts as
 		// started once it passes), so it asks only "is the process serving".
@@ -247,7 +215,7 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 	}
 	first := []corev1.Container{sidecar}
 	if ic.Mode == ModeTransparent {
-		sidecar.Args = append(sidecar.Args, fmt.Sprintf("--transparent-listen=127.0.0.1:%d", TransparentPort))
+		sidecar.Args = append(sidecar.Args, fmt.Sprintf("--transparent-listen=127.0.0.1:%d", v1alpha1.TransparentPort))
 		first = []corev1.Container{c.redirectContainer(ic.Ports), sidecar}
 	}
 	out.Spec.InitContainers = append(first, out.Spec.InitContainers...)
@@ -264,7 +232,7 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 
 	addVolume(&out.Spec, corev1.Volume{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: policyset.ConfigMapName},
+			LocalObjectReference: corev1.LocalObjectReference{Name: v1alpha1.PoliciesConfigMapName},
 			Optional:             ptr.To(true),
 		}}})
 	addVolume(&out.Spec, corev1.Volume{Name: PodInfoVolume, VolumeSource: corev1.VolumeSource{
@@ -294,7 +262,7 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
 	}
-	out.Labels[LabelSidecar] = LabelSidecarInjected
+	out.Labels[v1alpha1.LabelSidecar] = v1alpha1.LabelSidecarInjected
 	return out
 }
 
@@ -333,10 +301,10 @@ func (c Config) SidecarResources(annotations map[string]string) (corev1.Resource
 		list corev1.ResourceList
 		name corev1.ResourceName
 	}{
-		{AnnotationCPURequest, res.Requests, corev1.ResourceCPU},
-		{AnnotationCPULimit, res.Limits, corev1.ResourceCPU},
-		{AnnotationMemoryRequest, res.Requests, corev1.ResourceMemory},
-		{AnnotationMemoryLimit, res.Limits, corev1.ResourceMemory},
+		{v1alpha1.AnnotationSidecarCPURequest, res.Requests, corev1.ResourceCPU},
+		{v1alpha1.AnnotationSidecarCPULimit, res.Limits, corev1.ResourceCPU},
+		{v1alpha1.AnnotationSidecarMemoryRequest, res.Requests, corev1.ResourceMemory},
+		{v1alpha1.AnnotationSidecarMemoryLimit, res.Limits, corev1.ResourceMemory},
 	} {
 		v, ok := annotations[o.key]
 		if !ok {
@@ -369,7 +337,7 @@ func (c Config) SidecarResources(annotations map[string]string) (corev1.Resource
 func probe(path string, period, failures int32) *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-			Command: []string{SidecarBinary, "probe", fmt.Sprintf("http://127.0.0.1:%d%s", AdminPort, path)}}},
+			Command: []string{SidecarBinary, "probe", fmt.Sprintf("http://127.0.0.1:%d%s", v1alpha1.AdminPort, path)}}},
 		PeriodSeconds:    period,
 		FailureThreshold: failures,
 		TimeoutSeconds:   1,
@@ -422,12 +390,12 @@ func (c Config) setProxyEnv(ctr *corev1.Container) {
 		setEnvPair(ctr, "NO_PROXY", "no_proxy", c.NoProxy)
 		return
 	}
-	setEnvPair(ctr, "HTTP_PROXY", "http_proxy", proxyURL)
+	setEnvPair(ctr, "HTTP_PROXY", "http_proxy", fmt.Sprintf("http://127.0.0.1:%d", v1alpha1.ProxyPort))
 	setEnvPair(ctr, "NO_PROXY", "no_proxy", c.NoProxy)
 	if !hasEnv(ctr, nodeUseEnvProxy) {
 		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: nodeUseEnvProxy, Value: "1"})
 	}
-	props := fmt.Sprintf("%s127.0.0.1 -Dhttp.proxyPort=%d", javaProxyHostProperty, ProxyPort)
+	props := fmt.Sprintf("%s127.0.0.1 -Dhttp.proxyPort=%d", javaProxyHostProperty, v1alpha1.ProxyPort)
 	if hosts := JavaNonProxyHosts(c.NoProxy); hosts != "" {
 		props += " -Dhttp.nonProxyHosts=" + hosts
 	}

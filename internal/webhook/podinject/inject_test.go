@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 )
 
 // go test ./internal/webhook/podinject -run TestGolden -update
@@ -90,7 +92,7 @@ func admit(cfg Config, ns *corev1.Namespace, pod *corev1.Pod) *corev1.Pod {
 }
 
 func TestShouldInject(t *testing.T) {
-	enabled := map[string]string{LabelNamespaceInjection: "enabled"}
+	enabled := map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"}
 	tests := map[string]struct {
 		nsName   string
 		nsLabels map[string]string
@@ -99,13 +101,13 @@ func TestShouldInject(t *testing.T) {
 		reason   Reason
 	}{
 		"namespace opted in":                              {nsLabels: enabled, want: true, reason: ReasonNamespaceOptIn},
-		"namespace label with another value is no opt-in": {nsLabels: map[string]string{LabelNamespaceInjection: "true"}, reason: ReasonNotOptedIn},
-		"pod opted in, namespace not":                     {pod: podWith(map[string]string{LabelPodInject: "true"}, false), want: true, reason: ReasonPodOptIn},
-		"pod opted out in an opted-in namespace":          {nsLabels: enabled, pod: podWith(map[string]string{LabelPodInject: "false"}, false), reason: ReasonPodOptOut},
+		"namespace label with another value is no opt-in": {nsLabels: map[string]string{v1alpha1.LabelNamespaceInjection: "true"}, reason: ReasonNotOptedIn},
+		"pod opted in, namespace not":                     {pod: podWith(map[string]string{v1alpha1.LabelPodInject: "true"}, false), want: true, reason: ReasonPodOptIn},
+		"pod opted out in an opted-in namespace":          {nsLabels: enabled, pod: podWith(map[string]string{v1alpha1.LabelPodInject: "false"}, false), reason: ReasonPodOptOut},
 		"nobody opted in":                                 {reason: ReasonNotOptedIn},
-		"hostNetwork pod that opted in":                   {pod: podWith(map[string]string{LabelPodInject: "true"}, true), reason: ReasonHostNetwork},
+		"hostNetwork pod that opted in":                   {pod: podWith(map[string]string{v1alpha1.LabelPodInject: "true"}, true), reason: ReasonHostNetwork},
 		"hostNetwork pod nobody opted in":                 {pod: podWith(nil, true), reason: ReasonNotOptedIn},
-		"kube-system, even with a pod opt-in":             {nsName: "kube-system", nsLabels: enabled, pod: podWith(map[string]string{LabelPodInject: "true"}, false), reason: ReasonExcludedNamespace},
+		"kube-system, even with a pod opt-in":             {nsName: "kube-system", nsLabels: enabled, pod: podWith(map[string]string{v1alpha1.LabelPodInject: "true"}, false), reason: ReasonExcludedNamespace},
 		"the operator's own namespace":                    {nsName: "retry-operator-system", nsLabels: enabled, reason: ReasonExcludedNamespace},
 		"already injected": {nsLabels: enabled, pod: corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: ContainerName}}}},
 			reason: ReasonAlreadyInjected},
@@ -190,7 +192,7 @@ func TestJavaNonProxyHosts(t *testing.T) {
 }
 
 func TestDecideInterception(t *testing.T) {
-	transparent := map[string]string{LabelInterception: InterceptionTransparent}
+	transparent := map[string]string{v1alpha1.LabelInterception: v1alpha1.InterceptionTransparent}
 	tests := map[string]struct {
 		nsLabels, nsAnnotations, podLabels, podAnnotations map[string]string
 		want                                               Interception
@@ -198,35 +200,35 @@ func TestDecideInterception(t *testing.T) {
 		"nothing asked: the proxy environment": {want: Interception{Mode: ModeEnvironment}},
 		"pod label, default port 80":           {podLabels: transparent, want: Interception{Mode: ModeTransparent, Ports: []uint16{80}}},
 		"pod annotation with its ports": {
-			podAnnotations: map[string]string{LabelInterception: "transparent", AnnotationInterceptPorts: "8080, 80"},
+			podAnnotations: map[string]string{v1alpha1.LabelInterception: "transparent", v1alpha1.AnnotationInterceptPorts: "8080, 80"},
 			want:           Interception{Mode: ModeTransparent, Ports: []uint16{8080, 80}}},
 		"namespace label, ports from the namespace annotation": {
-			nsLabels: transparent, nsAnnotations: map[string]string{AnnotationInterceptPorts: "9000"},
+			nsLabels: transparent, nsAnnotations: map[string]string{v1alpha1.AnnotationInterceptPorts: "9000"},
 			want: Interception{Mode: ModeTransparent, Ports: []uint16{9000}}},
 		"the pod's ports override the namespace's": {
-			nsLabels: transparent, nsAnnotations: map[string]string{AnnotationInterceptPorts: "9000"},
-			podAnnotations: map[string]string{AnnotationInterceptPorts: "8080"},
+			nsLabels: transparent, nsAnnotations: map[string]string{v1alpha1.AnnotationInterceptPorts: "9000"},
+			podAnnotations: map[string]string{v1alpha1.AnnotationInterceptPorts: "8080"},
 			want:           Interception{Mode: ModeTransparent, Ports: []uint16{8080}}},
 		"privileged Pod Security allows it": {
-			nsLabels: map[string]string{LabelInterception: "transparent", "pod-security.kubernetes.io/enforce": "privileged"},
+			nsLabels: map[string]string{v1alpha1.LabelInterception: "transparent", "pod-security.kubernetes.io/enforce": "privileged"},
 			want:     Interception{Mode: ModeTransparent, Ports: []uint16{80}}},
 		"baseline Pod Security falls back": {
 			nsLabels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}, podLabels: transparent,
 			want: Interception{Mode: ModeEnvironment, Fallback: `namespace shop enforces Pod Security "baseline", which refuses the NET_ADMIN and NET_RAW capabilities transparent interception needs; the proxy environment is used (a CNI-based redirect avoids the capabilities, docs/clients.md)`}},
 		"an unknown mode falls back": {
-			podLabels: map[string]string{LabelInterception: "iptables"},
+			podLabels: map[string]string{v1alpha1.LabelInterception: "iptables"},
 			want:      Interception{Mode: ModeEnvironment, Fallback: `pod metadata.labels[retry.dev/interception]: "iptables" is not a known interception mode (allowed: transparent); the proxy environment is used`}},
 		"the pod's value overrides the namespace's": {
-			nsLabels: transparent, podAnnotations: map[string]string{LabelInterception: "off"},
+			nsLabels: transparent, podAnnotations: map[string]string{v1alpha1.LabelInterception: "off"},
 			want: Interception{Mode: ModeEnvironment, Fallback: `pod metadata.annotations[retry.dev/interception]: "off" is not a known interception mode (allowed: transparent); the proxy environment is used`}},
 		"invalid ports fall back": {
-			podLabels: transparent, podAnnotations: map[string]string{AnnotationInterceptPorts: "http"},
+			podLabels: transparent, podAnnotations: map[string]string{v1alpha1.AnnotationInterceptPorts: "http"},
 			want: Interception{Mode: ModeEnvironment, Fallback: `pod metadata.annotations[retry.dev/intercept-ports]: "http" is not a port: want comma-separated ports 1-65535 such as 80,8080; transparent interception is off, the proxy environment is used`}},
 		"the sidecar's own port falls back": {
-			podLabels: transparent, podAnnotations: map[string]string{AnnotationInterceptPorts: "80,15006"},
+			podLabels: transparent, podAnnotations: map[string]string{v1alpha1.AnnotationInterceptPorts: "80,15006"},
 			want: Interception{Mode: ModeEnvironment, Fallback: `pod metadata.annotations[retry.dev/intercept-ports]: port 15006 is the sidecar's own (15001, 15020 and 15006 are); transparent interception is off, the proxy environment is used`}},
 		"the namespace's invalid ports fall back too": {
-			nsLabels: transparent, nsAnnotations: map[string]string{AnnotationInterceptPorts: "15006,"},
+			nsLabels: transparent, nsAnnotations: map[string]string{v1alpha1.AnnotationInterceptPorts: "15006,"},
 			want: Interception{Mode: ModeEnvironment, Fallback: `namespace metadata.annotations[retry.dev/intercept-ports]: "" is not a port: want comma-separated ports 1-65535 such as 80,8080; transparent interception is off, the proxy environment is used`}},
 	}
 	for name, tc := range tests {

@@ -10,20 +10,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/redirect"
 )
 
 // How app traffic reaches the sidecar (docs/clients.md).
 const (
-	// LabelInterception, as a label or an annotation on the namespace or the
-	// pod, with the value InterceptionTransparent, asks for transparent
-	// interception instead of the proxy environment.
-	LabelInterception       = "retry.dev/interception"
-	InterceptionTransparent = "transparent"
-	// AnnotationInterceptPorts on the pod (or else the namespace) lists the
-	// destination ports intercepted, as "80,8080"; default redirect.DefaultPorts.
+	// v1alpha1.LabelInterception and v1alpha1.AnnotationInterceptPorts choose
+	// the mode and the ports; the default ports are redirect.DefaultPorts, and
 	// 443 is never intercepted (redirect.TLSPort).
-	AnnotationInterceptPorts = "retry.dev/intercept-ports"
 	// RedirectContainerName is the init container that installs the
 	// interception rules, before the sidecar starts.
 	RedirectContainerName = "retry-redirect"
@@ -75,24 +70,24 @@ func DecideInterception(ns *corev1.Namespace, pod *corev1.Pod) Interception {
 	if where == "" {
 		return env
 	}
-	if value != InterceptionTransparent {
+	if value != v1alpha1.InterceptionTransparent {
 		env.Fallback = fmt.Sprintf("%s[%s]: %q is not a known interception mode (allowed: %s); the proxy environment is used",
-			where, LabelInterception, value, InterceptionTransparent)
+			where, v1alpha1.LabelInterception, value, v1alpha1.InterceptionTransparent)
 		return env
 	}
 	portsWhere, ports := "", redirect.DefaultPorts
-	if v, ok := pod.Annotations[AnnotationInterceptPorts]; ok {
+	if v, ok := pod.Annotations[v1alpha1.AnnotationInterceptPorts]; ok {
 		portsWhere, ports = "pod metadata.annotations", v
-	} else if v, ok := ns.Annotations[AnnotationInterceptPorts]; ok {
+	} else if v, ok := ns.Annotations[v1alpha1.AnnotationInterceptPorts]; ok {
 		portsWhere, ports = "namespace metadata.annotations", v
 	}
 	parsed, err := redirect.ParsePorts(ports)
 	if i := slices.IndexFunc(parsed, isSidecarPort); err == nil && i >= 0 {
-		err = fmt.Errorf("port %d is the sidecar's own (%d, %d and %d are)", parsed[i], ProxyPort, AdminPort, TransparentPort)
+		err = fmt.Errorf("port %d is the sidecar's own (%d, %d and %d are)", parsed[i], v1alpha1.ProxyPort, v1alpha1.AdminPort, v1alpha1.TransparentPort)
 	}
 	if err != nil {
 		env.Fallback = fmt.Sprintf("%s[%s]: %v; transparent interception is off, the proxy environment is used",
-			portsWhere, AnnotationInterceptPorts, err)
+			portsWhere, v1alpha1.AnnotationInterceptPorts, err)
 		return env
 	}
 	if level := ns.Labels[labelPodSecurityEnforce]; level == "baseline" || level == "restricted" {
@@ -104,7 +99,7 @@ func DecideInterception(ns *corev1.Namespace, pod *corev1.Pod) Interception {
 }
 
 func isSidecarPort(p uint16) bool {
-	return p == ProxyPort || p == AdminPort || p == TransparentPort
+	return p == v1alpha1.ProxyPort || p == v1alpha1.AdminPort || p == v1alpha1.TransparentPort
 }
 
 // interceptionSetting finds retry.dev/interception: pod label, pod
@@ -120,7 +115,7 @@ func interceptionSetting(ns *corev1.Namespace, pod *corev1.Pod) (where, value st
 		{"namespace metadata.labels", ns.Labels},
 		{"namespace metadata.annotations", ns.Annotations},
 	} {
-		if v, ok := s.m[LabelInterception]; ok {
+		if v, ok := s.m[v1alpha1.LabelInterception]; ok {
 			return s.where, v
 		}
 	}
@@ -159,7 +154,7 @@ func (c Config) redirectContainer(ports []uint16) corev1.Container {
 }
 
 // RedirectArgs are the arguments of the sidecar binary in the redirect init
-// container: intercept ports, send them to TransparentPort, spare the
+// container: intercept ports, send them to v1alpha1.TransparentPort, spare the
 // sidecar's own UID.
 func RedirectArgs(ports []uint16) []string {
 	ps := make([]string, len(ports))
@@ -167,7 +162,7 @@ func RedirectArgs(ports []uint16) []string {
 		ps[i] = strconv.Itoa(int(p))
 	}
 	return []string{"redirect", "--ports=" + strings.Join(ps, ","),
-		fmt.Sprintf("--to=%d", TransparentPort), fmt.Sprintf("--exclude-uid=%d", sidecarUID)}
+		fmt.Sprintf("--to=%d", v1alpha1.TransparentPort), fmt.Sprintf("--exclude-uid=%d", sidecarUID)}
 }
 
 // sharesSidecarUID names the containers that run as the sidecar's UID by

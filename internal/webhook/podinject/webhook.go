@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
@@ -62,15 +61,6 @@ type Handler struct {
 	Decoder  admission.Decoder
 	Config   Config
 	Recorder recorder.EventRecorder
-}
-
-// SetupWithManager registers the handler on the manager's webhook server.
-func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
-	if err := WarmCache(mgr); err != nil {
-		return err
-	}
-	mgr.GetWebhookServer().Register(Path, &webhook.Admission{Handler: NewHandler(mgr, cfg)})
-	return nil
 }
 
 // WarmCache registers the namespace informer before the manager starts, so it

@@ -1,7 +1,7 @@
-// Package retrypolicy is the RetryPolicy validating webhook: the second of the
+// Package v1alpha1 is the RetryPolicy validating webhook: the second of the
 // three validation layers (docs/policy.md). It runs the same Validate as the reconciler
 // and the sidecar, and warns about settings that are legal but risky.
-package retrypolicy
+package v1alpha1
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package controller
+package manager
 
 import (
 	"context"
@@ -26,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,10 +37,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
-	"github.com/retrydev/retry-operator/internal/webhook/retrypolicy"
 )
 
 // harness is a manager (controller + both webhooks) running in-process against
@@ -51,7 +50,7 @@ type harness struct {
 	c          client.Client // direct, uncached: what the API server says now
 	warnings   *warningLog
 	env        *envtest.Environment
-	reconciler *RetryPolicyReconciler
+	reconciler *controller.RetryPolicyReconciler
 	calls      *callCounter
 	wio        *envtest.WebhookInstallOptions
 	scheme     *runtime.Scheme
@@ -74,30 +73,27 @@ func startManager(t *testing.T) *harness {
 	cfg := testenv.Start(t, env)
 	wio := &env.WebhookInstallOptions
 
-	scheme := runtime.NewScheme()
-	must(t, clientgoscheme.AddToScheme(scheme))
-	must(t, v1alpha1.AddToScheme(scheme))
-
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  CacheOptions(),
+	opts := Options(ctrl.Options{
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
 		}),
 	})
+	scheme := opts.Scheme
+	mgr, err := ctrl.NewManager(cfg, opts)
 	must(t, err)
 	sidecars := newFakeSidecars(t)
-	rec := &RetryPolicyReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("retrypolicy-controller"), MaxConcurrentReconciles: 4,
-		SidecarConfigURL: sidecars.url}
-	must(t, rec.SetupWithManager(mgr))
-	must(t, retrypolicy.SetupWithManager(mgr))
-	must(t, podinject.WarmCache(mgr))
 	calls := &callCounter{n: map[string]int{}}
-	injectCfg := podinject.Config{Image: "retry.dev/retry-sidecar:test", NoProxy: podinject.DefaultNoProxy,
-		Resources: podinject.DefaultResources(), ExcludedNamespaces: []string{"kube-system", operatorNamespace}}
-	mgr.GetWebhookServer().Register(podinject.Path, &webhook.Admission{Handler: calls.wrap(podinject.NewHandler(mgr, injectCfg))})
+	rec, err := Setup(mgr, SetupOptions{
+		MaxConcurrentReconciles: 4,
+		SidecarConfigURL:        sidecars.url,
+		Webhooks:                true,
+		Inject: podinject.Config{Image: "retry.dev/retry-sidecar:test", NoProxy: podinject.DefaultNoProxy,
+			Resources: podinject.DefaultResources(), ExcludedNamespaces: []string{"kube-system", operatorNamespace}},
+		WrapInject: calls.wrap,
+	})
+	must(t, err)
 	// A second mutating webhook that changes every pod after ours, so the API
 	// server reinvokes ours (reinvocationPolicy IfNeeded): the idempotency test.
 	mgr.GetWebhookServer().Register("/test-relabel", &webhook.Admission{Handler: admission.HandlerFunc(relabel)})
@@ -119,7 +115,7 @@ func startManager(t *testing.T) *harness {
 	direct.WarningHandler = warnings
 	c, err := client.New(direct, client.Options{Scheme: scheme})
 	must(t, err)
-	must(t, c.Create(context.Background(), testenv.SidecarClusterRole(t, DefaultSidecarClusterRole)))
+	must(t, c.Create(context.Background(), testenv.SidecarClusterRole(t, controller.DefaultSidecarClusterRole)))
 	// The reconciler's own instance, called directly to prove a no-op reconcile
 	// writes nothing; it reads through the same cache as the running one.
 	return &harness{c: c, warnings: warnings, reconciler: rec, calls: calls, wio: wio, scheme: scheme, env: env, cfg: cfg, sidecars: sidecars}
@@ -158,22 +154,22 @@ func (h *harness) testCreate(t *testing.T) {
 	p := h.createPolicy(t, ns, "payments", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}},
 		upstream("payments-api", "payments.shop.svc", "api.partner.example:8443"))
 
-	got := h.waitAccepted(t, ns, "payments", metav1.ConditionTrue, ReasonValid)
+	got := h.waitAccepted(t, ns, "payments", metav1.ConditionTrue, controller.ReasonValid)
 	cm := h.configMap(t, ns)
 	rev := revisionOf(t, cm)
 	want := render(t, got, 0, rev)
-	if cm.Data[policyset.ConfigMapKey] != string(want) {
-		t.Fatalf("policies.json:\n%s\nwant:\n%s", cm.Data[policyset.ConfigMapKey], want)
+	if cm.Data[v1alpha1.PoliciesConfigMapKey] != string(want) {
+		t.Fatalf("policies.json:\n%s\nwant:\n%s", cm.Data[v1alpha1.PoliciesConfigMapKey], want)
 	}
-	if cm.Labels[ManagedByLabel] != ManagedByValue {
-		t.Errorf("labels = %v, want %s=%s", cm.Labels, ManagedByLabel, ManagedByValue)
+	if cm.Labels[controller.ManagedByLabel] != controller.ManagedByValue {
+		t.Errorf("labels = %v, want %s=%s", cm.Labels, controller.ManagedByLabel, controller.ManagedByValue)
 	}
 	if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != p.UID || cm.OwnerReferences[0].Kind != "RetryPolicy" {
 		t.Errorf("ownerReferences = %+v, want the policy %s", cm.OwnerReferences, p.UID)
 	}
-	prog := meta.FindStatusCondition(got.Status.Conditions, ConditionProgrammed)
+	prog := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionProgrammed)
 	wantMsg := fmt.Sprintf("0/0 pods run generation 1 (ConfigMap retry-policies revision %d, %s)", rev, policyset.Hash(want))
-	if prog == nil || prog.Status != metav1.ConditionTrue || prog.Reason != ReasonRendered || prog.Message != wantMsg || prog.ObservedGeneration != 1 {
+	if prog == nil || prog.Status != metav1.ConditionTrue || prog.Reason != controller.ReasonRendered || prog.Message != wantMsg || prog.ObservedGeneration != 1 {
 		t.Errorf("Programmed = %+v, want True/Rendered %q at generation 1", prog, wantMsg)
 	}
 	if got.Status.ObservedGeneration != 1 {
@@ -183,21 +179,21 @@ func (h *harness) testCreate(t *testing.T) {
 		*la.Upstreams[0].MaxAttempts != v1alpha1.DefaultMaxAttempts {
 		t.Errorf("status.lastAccepted = %+v, want generation 1 at revision %d with the defaulted upstream", la, rev)
 	}
-	h.waitEvent(t, ns, "payments", ReasonValid)
-	h.waitEvent(t, ns, "payments", ReasonRendered)
+	h.waitEvent(t, ns, "payments", controller.ReasonValid)
+	h.waitEvent(t, ns, "payments", controller.ReasonRendered)
 }
 
 func (h *harness) testUpdateAndNoOp(t *testing.T) {
 	ns := h.namespace(t, "update", nil)
 	h.createPolicy(t, ns, "api", nil, upstream("api", "api.update.svc"))
-	p := h.waitAccepted(t, ns, "api", metav1.ConditionTrue, ReasonValid)
+	p := h.waitAccepted(t, ns, "api", metav1.ConditionTrue, controller.ReasonValid)
 	rev1 := revisionOf(t, h.configMap(t, ns))
 
 	p.Spec.Upstreams[0].MaxAttempts = ptr.To[int32](4)
 	must(t, h.c.Update(context.Background(), p))
 	eventually(t, 10*time.Second, func() error {
 		cm := h.configMap(t, ns)
-		doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+		doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
 		if err != nil {
 			return err
 		}
@@ -214,7 +210,7 @@ func (h *harness) testUpdateAndNoOp(t *testing.T) {
 
 	cmRV, pRV := h.configMap(t, ns).ResourceVersion, p.ResourceVersion
 	for range 3 {
-		if _, err := h.reconciler.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}}); err != nil {
+		if _, err := h.reconciler.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}}); err != nil {
 			t.Fatalf("reconcile: %v", err)
 		}
 	}
@@ -230,9 +226,9 @@ func (h *harness) testUpdateAndNoOp(t *testing.T) {
 	// A restarted manager knows nothing but what the API server holds: a fresh
 	// reconciler renders the same revision for the same content, and a higher
 	// one for the next edit.
-	fresh := &RetryPolicyReconciler{Client: h.c, SidecarConfigURL: h.sidecars.url,
+	fresh := &controller.RetryPolicyReconciler{Client: h.c, SidecarConfigURL: h.sidecars.url,
 		Now: func() time.Time { return time.Unix(rev2-3600, 0) }} // a clock an hour behind
-	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}}
 	if _, err := fresh.Reconcile(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
@@ -254,8 +250,8 @@ func (h *harness) testDelete(t *testing.T) {
 	ns := h.namespace(t, "delete", nil)
 	a := h.createPolicy(t, ns, "a", nil, upstream("a", "a.delete.svc"))
 	b := h.createPolicy(t, ns, "b", nil, upstream("b", "b.delete.svc"))
-	h.waitAccepted(t, ns, "a", metav1.ConditionTrue, ReasonValid)
-	h.waitAccepted(t, ns, "b", metav1.ConditionTrue, ReasonValid)
+	h.waitAccepted(t, ns, "a", metav1.ConditionTrue, controller.ReasonValid)
+	h.waitAccepted(t, ns, "b", metav1.ConditionTrue, controller.ReasonValid)
 	eventually(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "a", "b") })
 
 	must(t, h.c.Delete(context.Background(), a))
@@ -269,7 +265,7 @@ func (h *harness) testDelete(t *testing.T) {
 
 	must(t, h.c.Delete(context.Background(), b))
 	eventually(t, 10*time.Second, func() error {
-		err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &corev1.ConfigMap{})
+		err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &corev1.ConfigMap{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("ConfigMap still there (err=%w)", err)
 		}
@@ -280,27 +276,27 @@ func (h *harness) testDelete(t *testing.T) {
 func (h *harness) testConflict(t *testing.T) {
 	ns := h.namespace(t, "conflict", nil)
 	h.createPolicy(t, ns, "older", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}}, upstream("pay", "payments.conflict.svc"))
-	h.waitAccepted(t, ns, "older", metav1.ConditionTrue, ReasonValid)
+	h.waitAccepted(t, ns, "older", metav1.ConditionTrue, controller.ReasonValid)
 	// creationTimestamp has one-second resolution: make "newer" really newer.
 	time.Sleep(1100 * time.Millisecond)
 	h.createPolicy(t, ns, "newer", &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "web"}}, upstream("pay2", "payments.conflict.svc"))
 	// Disjoint from both: app differs from older's, tier from newer's.
 	h.createPolicy(t, ns, "disjoint", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "billing", "tier": "batch"}}, upstream("pay3", "payments.conflict.svc"))
 
-	newer := h.waitAccepted(t, ns, "newer", metav1.ConditionFalse, ReasonConflict)
-	acc := meta.FindStatusCondition(newer.Status.Conditions, ConditionAccepted)
+	newer := h.waitAccepted(t, ns, "newer", metav1.ConditionFalse, controller.ReasonConflict)
+	acc := meta.FindStatusCondition(newer.Status.Conditions, controller.ConditionAccepted)
 	if want := `host "payments.conflict.svc" is already claimed by RetryPolicy "older" (older) for pods both policies select; the older policy wins`; acc.Message != want {
 		t.Errorf("Conflict message = %q, want %q", acc.Message, want)
 	}
-	if prog := meta.FindStatusCondition(newer.Status.Conditions, ConditionProgrammed); prog.Status != metav1.ConditionFalse || prog.Reason != ReasonNotRendered {
+	if prog := meta.FindStatusCondition(newer.Status.Conditions, controller.ConditionProgrammed); prog.Status != metav1.ConditionFalse || prog.Reason != controller.ReasonNotRendered {
 		t.Errorf("Programmed of the loser = %+v, want False/NotRendered", prog)
 	}
-	h.waitAccepted(t, ns, "disjoint", metav1.ConditionTrue, ReasonValid)
+	h.waitAccepted(t, ns, "disjoint", metav1.ConditionTrue, controller.ReasonValid)
 	eventually(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "disjoint", "older") })
-	h.waitEvent(t, ns, "newer", ReasonConflict)
+	h.waitEvent(t, ns, "newer", controller.ReasonConflict)
 
 	must(t, h.c.Delete(context.Background(), h.policy(t, ns, "older")))
-	h.waitAccepted(t, ns, "newer", metav1.ConditionTrue, ReasonValid)
+	h.waitAccepted(t, ns, "newer", metav1.ConditionTrue, controller.ReasonValid)
 	eventually(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "disjoint", "newer") })
 }
 
@@ -337,11 +333,11 @@ func (h *harness) testWebhookRejects(t *testing.T) {
 }
 
 func (h *harness) testRateSharing(t *testing.T) {
-	ns := h.namespace(t, "rate", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	ns := h.namespace(t, "rate", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	u := upstream("partner", "api.partner.example")
 	u.RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: 90, Burst: ptr.To[int32](5)}
 	h.createPolicy(t, ns, "quota", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, u)
-	h.waitAccepted(t, ns, "quota", metav1.ConditionTrue, ReasonValid)
+	h.waitAccepted(t, ns, "quota", metav1.ConditionTrue, controller.ReasonValid)
 	h.waitShare(t, ns, 90, 5, 0) // no pod yet: the first one gets it all
 
 	for i := range 3 {
@@ -367,11 +363,11 @@ func (h *harness) testRateSharing(t *testing.T) {
 }
 
 func (h *harness) testProgrammedPods(t *testing.T) {
-	ns := h.namespace(t, "programmed", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	ns := h.namespace(t, "programmed", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	h.createPolicy(t, ns, "api", nil, upstream("api", "api.programmed.svc"))
 	h.readyPod(t, ns, "a", map[string]string{"app": "web"})
 	h.readyPod(t, ns, "b", map[string]string{"app": "web"})
-	h.waitAccepted(t, ns, "api", metav1.ConditionTrue, ReasonValid)
+	h.waitAccepted(t, ns, "api", metav1.ConditionTrue, controller.ReasonValid)
 	h.waitProgrammed(t, ns, "api", 0, 2)
 
 	// The sidecars catch up one by one; no event wakes the controller, its
@@ -381,7 +377,7 @@ func (h *harness) testProgrammedPods(t *testing.T) {
 	h.waitProgrammed(t, ns, "api", 1, 2)
 	h.sidecars.set(ns, "b", rev)
 	p := h.waitProgrammed(t, ns, "api", 2, 2)
-	prog := meta.FindStatusCondition(p.Status.Conditions, ConditionProgrammed)
+	prog := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionProgrammed)
 	if want := fmt.Sprintf("2/2 pods run generation 1 (ConfigMap retry-policies revision %d, ", rev); !strings.HasPrefix(prog.Message, want) {
 		t.Errorf("Programmed message %q, want it to start with %q", prog.Message, want)
 	}
@@ -408,13 +404,13 @@ func (h *harness) testProgrammedPods(t *testing.T) {
 }
 
 func (h *harness) testSidecarBinding(t *testing.T) {
-	ns := h.namespace(t, "binding", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	ns := h.namespace(t, "binding", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	h.noBinding(t, ns) // no injected pod yet
 	h.readyPod(t, ns, "a", nil)
 	rb := h.waitBinding(t, ns)
 	want := rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:serviceaccounts:binding"}
-	if len(rb.Subjects) != 1 || rb.Subjects[0] != want || rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != DefaultSidecarClusterRole {
-		t.Fatalf("RoleBinding subjects %+v roleRef %+v, want %+v bound to ClusterRole %s", rb.Subjects, rb.RoleRef, want, DefaultSidecarClusterRole)
+	if len(rb.Subjects) != 1 || rb.Subjects[0] != want || rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != controller.DefaultSidecarClusterRole {
+		t.Fatalf("RoleBinding subjects %+v roleRef %+v, want %+v bound to ClusterRole %s", rb.Subjects, rb.RoleRef, want, controller.DefaultSidecarClusterRole)
 	}
 
 	// Deleted by hand: restored.
@@ -424,10 +420,10 @@ func (h *harness) testSidecarBinding(t *testing.T) {
 	// The namespace opts out: removed, and not restored.
 	var nsObj corev1.Namespace
 	must(t, h.c.Get(context.Background(), types.NamespacedName{Name: ns}, &nsObj))
-	nsObj.Annotations = map[string]string{AnnotationSidecarAPIAccess: SidecarAPIAccessDisabled}
+	nsObj.Annotations = map[string]string{v1alpha1.AnnotationSidecarAPIAccess: v1alpha1.SidecarAPIAccessDisabled}
 	must(t, h.c.Update(context.Background(), &nsObj))
 	h.noBinding(t, ns)
-	delete(nsObj.Annotations, AnnotationSidecarAPIAccess)
+	delete(nsObj.Annotations, v1alpha1.AnnotationSidecarAPIAccess)
 	must(t, h.c.Update(context.Background(), &nsObj))
 	h.waitBinding(t, ns)
 
@@ -437,8 +433,8 @@ func (h *harness) testSidecarBinding(t *testing.T) {
 }
 
 func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
-	ns := h.namespace(t, "least", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
-	other := h.namespace(t, "least-other", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	ns := h.namespace(t, "least", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
+	other := h.namespace(t, "least-other", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	for _, n := range []string{ns, other} {
 		h.createPolicy(t, n, "api", nil, upstream("api", "api.least.svc"))
 		h.readyPod(t, n, "app", nil)
@@ -450,10 +446,10 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 	cs, err := kubernetes.NewForConfig(testenv.TokenConfig(h.cfg, testenv.ServiceAccountToken(t, h.cfg, ns, "default")))
 	must(t, err)
 	ctx := context.Background()
-	byName := metav1.ListOptions{FieldSelector: "metadata.name=" + policyset.ConfigMapName}
+	byName := metav1.ListOptions{FieldSelector: "metadata.name=" + v1alpha1.PoliciesConfigMapName}
 	allowed := map[string]func() error{
 		"get retry-policies": func() error {
-			_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, policyset.ConfigMapName, metav1.GetOptions{})
+			_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, v1alpha1.PoliciesConfigMapName, metav1.GetOptions{})
 			return err
 		},
 		"list retry-policies by name": func() error {
@@ -478,7 +474,7 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 			return err
 		},
 		"get retry-policies of another namespace": func() error {
-			_, err := cs.CoreV1().ConfigMaps(other).Get(ctx, policyset.ConfigMapName, metav1.GetOptions{})
+			_, err := cs.CoreV1().ConfigMaps(other).Get(ctx, v1alpha1.PoliciesConfigMapName, metav1.GetOptions{})
 			return err
 		},
 		"watch retry-policies of another namespace": func() error {
@@ -489,7 +485,7 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 			return err
 		},
 		"update retry-policies": func() error {
-			cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, policyset.ConfigMapName, metav1.GetOptions{})
+			cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, v1alpha1.PoliciesConfigMapName, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
@@ -497,10 +493,10 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 			return err
 		},
 		"delete retry-policies": func() error {
-			return cs.CoreV1().ConfigMaps(ns).Delete(ctx, policyset.ConfigMapName, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+			return cs.CoreV1().ConfigMaps(ns).Delete(ctx, v1alpha1.PoliciesConfigMapName, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		},
 		"get a Secret": func() error {
-			_, err := cs.CoreV1().Secrets(ns).Get(ctx, policyset.ConfigMapName, metav1.GetOptions{})
+			_, err := cs.CoreV1().Secrets(ns).Get(ctx, v1alpha1.PoliciesConfigMapName, metav1.GetOptions{})
 			return err
 		},
 		"list RetryPolicies": func() error {
@@ -525,7 +521,7 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 }
 
 func (h *harness) testInjectOnce(t *testing.T) {
-	ns := h.namespace(t, "inject", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	ns := h.namespace(t, "inject", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	h.installRelabeler(t)
 	pod := testPod(ns, "app", map[string]string{"app": "web"})
 	must(t, h.c.Create(context.Background(), pod))
@@ -552,7 +548,7 @@ func (h *harness) testInjectOnce(t *testing.T) {
 			proxies++
 		}
 	}
-	if proxies != 1 || pod.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+	if proxies != 1 || pod.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
 		t.Errorf("HTTP_PROXY set %d times (want 1), labels %v", proxies, pod.Labels)
 	}
 	env := map[string]string{}
@@ -566,10 +562,10 @@ func (h *harness) testInjectOnce(t *testing.T) {
 }
 
 func (h *harness) testKubeSystem(t *testing.T) {
-	pod := testPod("kube-system", "must-stay-plain", map[string]string{podinject.LabelPodInject: "true"})
+	pod := testPod("kube-system", "must-stay-plain", map[string]string{v1alpha1.LabelPodInject: "true"})
 	must(t, h.c.Create(context.Background(), pod))
 	t.Cleanup(func() { _ = h.c.Delete(context.Background(), pod) })
-	if len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Containers[0].Env) != 0 || pod.Labels[podinject.LabelSidecar] != "" {
+	if len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Containers[0].Env) != 0 || pod.Labels[v1alpha1.LabelSidecar] != "" {
 		t.Errorf("kube-system pod was mutated: %+v", pod.Spec)
 	}
 	if n := h.calls.get("kube-system/must-stay-plain"); n != 0 {
@@ -587,10 +583,10 @@ func (h *harness) namespaceCached(t *testing.T, ns string) {
 }
 
 func (h *harness) testTransparent(t *testing.T) {
-	ns := h.namespace(t, "transparent", map[string]string{podinject.LabelNamespaceInjection: "enabled", podinject.LabelInterception: podinject.InterceptionTransparent})
+	ns := h.namespace(t, "transparent", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled", v1alpha1.LabelInterception: v1alpha1.InterceptionTransparent})
 	h.namespaceCached(t, ns)
 	pod := testPod(ns, "app", nil)
-	pod.Annotations = map[string]string{podinject.AnnotationInterceptPorts: "80,8080"}
+	pod.Annotations = map[string]string{v1alpha1.AnnotationInterceptPorts: "80,8080"}
 	must(t, h.c.Create(context.Background(), pod))
 
 	inits := pod.Spec.InitContainers
@@ -620,10 +616,10 @@ func (h *harness) testTransparent(t *testing.T) {
 
 func (h *harness) testTransparentBadPorts(t *testing.T) {
 	ns := h.namespace(t, "bad-ports", nil)
-	pod := testPod(ns, "app", map[string]string{podinject.LabelPodInject: "true", podinject.LabelInterception: podinject.InterceptionTransparent})
-	pod.Annotations = map[string]string{podinject.AnnotationInterceptPorts: "80,443"}
+	pod := testPod(ns, "app", map[string]string{v1alpha1.LabelPodInject: "true", v1alpha1.LabelInterception: v1alpha1.InterceptionTransparent})
+	pod.Annotations = map[string]string{v1alpha1.AnnotationInterceptPorts: "80,443"}
 	must(t, h.c.Create(context.Background(), pod))
-	if pod.Spec.InitContainers[0].Name != podinject.ContainerName || pod.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+	if pod.Spec.InitContainers[0].Name != podinject.ContainerName || pod.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
 		t.Fatalf("want the sidecar without the redirect container; init containers %+v", pod.Spec.InitContainers)
 	}
 	if env := pod.Spec.Containers[0].Env; len(env) == 0 || env[0].Name != "HTTP_PROXY" {
@@ -633,8 +629,8 @@ func (h *harness) testTransparentBadPorts(t *testing.T) {
 }
 
 func (h *harness) testTransparentRestricted(t *testing.T) {
-	ns := h.namespace(t, "restricted", map[string]string{podinject.LabelNamespaceInjection: "enabled",
-		podinject.LabelInterception: podinject.InterceptionTransparent, "pod-security.kubernetes.io/enforce": "restricted"})
+	ns := h.namespace(t, "restricted", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled",
+		v1alpha1.LabelInterception: v1alpha1.InterceptionTransparent, "pod-security.kubernetes.io/enforce": "restricted"})
 	h.namespaceCached(t, ns)
 	restricted := func(name string, labels map[string]string) *corev1.Pod {
 		p := testPod(ns, name, labels)
@@ -645,7 +641,7 @@ func (h *harness) testTransparentRestricted(t *testing.T) {
 		return p
 	}
 	// What the fallback avoids: the API server refuses NET_ADMIN here.
-	netAdmin := restricted("net-admin", map[string]string{podinject.LabelPodInject: "false"})
+	netAdmin := restricted("net-admin", map[string]string{v1alpha1.LabelPodInject: "false"})
 	netAdmin.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
 	if err := h.c.Create(context.Background(), netAdmin); !apierrors.IsForbidden(err) {
 		t.Fatalf("a NET_ADMIN pod in a restricted namespace: err = %v, want Forbidden by Pod Security", err)
@@ -682,34 +678,34 @@ func (h *harness) testWebhookScope(t *testing.T) {
 	if n := h.calls.get(ns + "/plain"); n != 0 || len(plain.Spec.InitContainers) != 0 {
 		t.Errorf("a pod nobody opted in: webhook called %d time(s), %d init containers; want 0 and 0", n, len(plain.Spec.InitContainers))
 	}
-	optIn := testPod(ns, "opt-in", map[string]string{podinject.LabelPodInject: "true"})
+	optIn := testPod(ns, "opt-in", map[string]string{v1alpha1.LabelPodInject: "true"})
 	must(t, h.c.Create(context.Background(), optIn))
-	if n := h.calls.get(ns + "/opt-in"); n != 1 || optIn.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
-		t.Errorf("a pod labelled %s=true: webhook called %d time(s), labels %v; want 1 call and injected", podinject.LabelPodInject, n, optIn.Labels)
+	if n := h.calls.get(ns + "/opt-in"); n != 1 || optIn.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
+		t.Errorf("a pod labelled %s=true: webhook called %d time(s), labels %v; want 1 call and injected", v1alpha1.LabelPodInject, n, optIn.Labels)
 	}
 
-	enabled := h.namespace(t, "scope-enabled", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
-	both := testPod(enabled, "both", map[string]string{podinject.LabelPodInject: "true"})
+	enabled := h.namespace(t, "scope-enabled", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
+	both := testPod(enabled, "both", map[string]string{v1alpha1.LabelPodInject: "true"})
 	must(t, h.c.Create(context.Background(), both))
-	if n := h.calls.get(enabled + "/both"); n != 1 || both.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+	if n := h.calls.get(enabled + "/both"); n != 1 || both.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
 		t.Errorf("a pod opted in twice (namespace and label): webhook called %d time(s), labels %v; want 1 call and injected", n, both.Labels)
 	}
-	out := testPod(enabled, "opted-out", map[string]string{podinject.LabelPodInject: "false"})
+	out := testPod(enabled, "opted-out", map[string]string{v1alpha1.LabelPodInject: "false"})
 	must(t, h.c.Create(context.Background(), out))
 	if n := h.calls.get(enabled + "/opted-out"); n != 0 || len(out.Spec.InitContainers) != 0 {
-		t.Errorf("a pod labelled %s=false: webhook called %d time(s); want 0, untouched", podinject.LabelPodInject, n)
+		t.Errorf("a pod labelled %s=false: webhook called %d time(s); want 0, untouched", v1alpha1.LabelPodInject, n)
 	}
 }
 
 func (h *harness) testPrinterColumns(t *testing.T) {
-	ns := h.namespace(t, "columns", map[string]string{podinject.LabelNamespaceInjection: "enabled"})
+	ns := h.namespace(t, "columns", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	h.createPolicy(t, ns, "three", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
 		upstream("a", "a.columns.svc"), upstream("b", "b.columns.svc"), upstream("c", "c.columns.svc"))
-	h.waitAccepted(t, ns, "three", metav1.ConditionTrue, ReasonValid)
+	h.waitAccepted(t, ns, "three", metav1.ConditionTrue, controller.ReasonValid)
 	time.Sleep(1100 * time.Millisecond) // creationTimestamp resolution: "loser" is newer
 	// Overlaps "three" (a pod may carry both labels) but selects no pod: Pods 0.
 	h.createPolicy(t, ns, "loser", &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "batch"}}, upstream("a", "a.columns.svc"))
-	h.waitAccepted(t, ns, "loser", metav1.ConditionFalse, ReasonConflict)
+	h.waitAccepted(t, ns, "loser", metav1.ConditionFalse, controller.ReasonConflict)
 	h.readyPod(t, ns, "web-0", map[string]string{"app": "web"})
 	eventually(t, 10*time.Second, func() error {
 		if n := h.policy(t, ns, "three").Status.SelectedPods; n != 1 {
@@ -775,8 +771,8 @@ func (h *harness) testPrinterColumns(t *testing.T) {
 		raw, _ := io.ReadAll(all)
 		t.Logf("kubectl get rp -A:\n%s", raw)
 	}
-	ready := meta.FindStatusCondition(h.policy(t, ns, "three").Status.Conditions, ConditionReady)
-	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Reason != ReasonReconciled || ready.ObservedGeneration != 1 {
+	ready := meta.FindStatusCondition(h.policy(t, ns, "three").Status.Conditions, controller.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Reason != controller.ReasonReconciled || ready.ObservedGeneration != 1 {
 		t.Errorf("Ready of three = %+v, want True/Reconciled at generation 1", ready)
 	}
 }
@@ -784,8 +780,8 @@ func (h *harness) testPrinterColumns(t *testing.T) {
 func (h *harness) testInvalidBypassingWebhook(t *testing.T) {
 	ns := h.namespace(t, "bypass", nil)
 	h.createPolicy(t, ns, "api", nil, upstream("api", "api.bypass.svc"))
-	h.waitAccepted(t, ns, "api", metav1.ConditionTrue, ReasonValid)
-	before := h.configMap(t, ns).Data[policyset.ConfigMapKey]
+	h.waitAccepted(t, ns, "api", metav1.ConditionTrue, controller.ReasonValid)
+	before := h.configMap(t, ns).Data[v1alpha1.PoliciesConfigMapKey]
 
 	must(t, h.c.Delete(context.Background(), &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "validating-webhook-configuration"}}))
 	// The API server drops the webhook asynchronously: retry until the update
@@ -796,20 +792,20 @@ func (h *harness) testInvalidBypassingWebhook(t *testing.T) {
 		return h.c.Update(context.Background(), p)
 	})
 
-	p := h.waitAccepted(t, ns, "api", metav1.ConditionFalse, ReasonInvalid)
-	acc := meta.FindStatusCondition(p.Status.Conditions, ConditionAccepted)
+	p := h.waitAccepted(t, ns, "api", metav1.ConditionFalse, controller.ReasonInvalid)
+	acc := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted)
 	want := `spec.upstreams[0].hosts[0]: Invalid value: "API.bypass.svc": must be lower-case (api.bypass.svc); must be "host", "host:port", an IP literal ("10.0.0.7", "[fd00::7]:8080") or "*.suffix", lower-case; generation 1, the last accepted, stays in force`
 	if acc.Message != want || acc.ObservedGeneration != 2 {
 		t.Errorf("Accepted = %+v\nwant message %q at generation 2", acc, want)
 	}
-	if prog := meta.FindStatusCondition(p.Status.Conditions, ConditionProgrammed); prog.Status != metav1.ConditionTrue ||
+	if prog := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionProgrammed); prog.Status != metav1.ConditionTrue ||
 		!strings.HasPrefix(prog.Message, "0/0 pods run generation 1 ") {
 		t.Errorf("Programmed = %+v, want True for generation 1", prog)
 	}
-	if after := h.configMap(t, ns).Data[policyset.ConfigMapKey]; after != before {
+	if after := h.configMap(t, ns).Data[v1alpha1.PoliciesConfigMapKey]; after != before {
 		t.Errorf("the last accepted rendering changed:\n%s\nwas:\n%s", after, before)
 	}
-	h.waitEvent(t, ns, "api", ReasonInvalid)
+	h.waitEvent(t, ns, "api", controller.ReasonInvalid)
 
 	// The ConfigMap is lost, then edited by hand with garbage: each time the
 	// manager renders generation 1 again from status.lastAccepted, with a
@@ -819,7 +815,7 @@ func (h *harness) testInvalidBypassingWebhook(t *testing.T) {
 	cm := h.configMap(t, ns)
 	must(t, h.c.Delete(context.Background(), cm))
 	restored := h.waitRendering(t, ns, cm.UID, prevDoc)
-	restored.Data[policyset.ConfigMapKey] = "{garbage"
+	restored.Data[v1alpha1.PoliciesConfigMapKey] = "{garbage"
 	must(t, h.c.Update(context.Background(), restored))
 	h.waitRendering(t, ns, "", prevDoc)
 }
@@ -859,7 +855,7 @@ func (h *harness) configMap(t *testing.T, ns string) *corev1.ConfigMap {
 	t.Helper()
 	var cm corev1.ConfigMap
 	eventually(t, 10*time.Second, func() error {
-		return h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &cm)
+		return h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm)
 	})
 	return &cm
 }
@@ -869,7 +865,7 @@ func (h *harness) waitAccepted(t *testing.T, ns, name string, status metav1.Cond
 	var p *v1alpha1.RetryPolicy
 	eventually(t, 10*time.Second, func() error {
 		p = h.policy(t, ns, name)
-		c := meta.FindStatusCondition(p.Status.Conditions, ConditionAccepted)
+		c := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted)
 		if c == nil || c.Status != status || c.Reason != reason || c.ObservedGeneration != p.Generation {
 			return fmt.Errorf("Accepted = %+v at generation %d, want %s/%s", c, p.Generation, status, reason)
 		}
@@ -894,7 +890,7 @@ func (h *harness) waitObserved(t *testing.T, ns, name string, gen int64) *v1alph
 func (h *harness) waitShare(t *testing.T, ns string, share float64, burst, pods int32) {
 	t.Helper()
 	eventually(t, 10*time.Second, func() error {
-		doc, err := policyset.Unmarshal([]byte(h.configMap(t, ns).Data[policyset.ConfigMapKey]))
+		doc, err := policyset.Unmarshal([]byte(h.configMap(t, ns).Data[v1alpha1.PoliciesConfigMapKey]))
 		if err != nil {
 			return err
 		}
@@ -918,13 +914,13 @@ func (h *harness) waitRendering(t *testing.T, ns string, gone types.UID, prev po
 	t.Helper()
 	var cm corev1.ConfigMap
 	eventually(t, 10*time.Second, func() error {
-		if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: policyset.ConfigMapName}, &cm); err != nil {
+		if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm); err != nil {
 			return err
 		}
 		if cm.UID == gone {
 			return errors.New("the deleted ConfigMap is still there")
 		}
-		doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+		doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
 		if err != nil {
 			return err
 		}
@@ -949,7 +945,7 @@ func (h *harness) waitProgrammed(t *testing.T, ns, name string, programmed, sele
 	var p *v1alpha1.RetryPolicy
 	eventually(t, 15*time.Second, func() error {
 		p = h.policy(t, ns, name)
-		prog := meta.FindStatusCondition(p.Status.Conditions, ConditionProgrammed)
+		prog := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionProgrammed)
 		want := fmt.Sprintf("%d/%d pods run generation %d ", programmed, selected, p.Generation)
 		if p.Status.ProgrammedPods != programmed || p.Status.SelectedPods != selected || prog == nil || !strings.HasPrefix(prog.Message, want) {
 			return fmt.Errorf("programmedPods %d selectedPods %d Programmed %+v; want %d, %d and %q", p.Status.ProgrammedPods,
@@ -964,7 +960,7 @@ func (h *harness) waitBinding(t *testing.T, ns string) *rbacv1.RoleBinding {
 	t.Helper()
 	var rb rbacv1.RoleBinding
 	eventually(t, 10*time.Second, func() error {
-		return h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: SidecarRoleBindingName}, &rb)
+		return h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: controller.SidecarRoleBindingName}, &rb)
 	})
 	return &rb
 }
@@ -972,9 +968,9 @@ func (h *harness) waitBinding(t *testing.T, ns string) *rbacv1.RoleBinding {
 func (h *harness) noBinding(t *testing.T, ns string) {
 	t.Helper()
 	eventually(t, 10*time.Second, func() error {
-		err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: SidecarRoleBindingName}, &rbacv1.RoleBinding{})
+		err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: controller.SidecarRoleBindingName}, &rbacv1.RoleBinding{})
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("RoleBinding %s/%s still there (err=%w)", ns, SidecarRoleBindingName, err)
+			return fmt.Errorf("RoleBinding %s/%s still there (err=%w)", ns, controller.SidecarRoleBindingName, err)
 		}
 		return nil
 	})
@@ -982,7 +978,7 @@ func (h *harness) noBinding(t *testing.T, ns string) {
 
 func revisionOf(t *testing.T, cm *corev1.ConfigMap) int64 {
 	t.Helper()
-	doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+	doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
 	must(t, err)
 	return doc.Revision
 }
@@ -1053,7 +1049,7 @@ func (h *harness) readyPod(t *testing.T, ns, name string, labels map[string]stri
 	t.Helper()
 	pod := testPod(ns, name, labels)
 	must(t, h.c.Create(context.Background(), pod))
-	if pod.Labels[podinject.LabelSidecar] != podinject.LabelSidecarInjected {
+	if pod.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
 		t.Fatalf("pod %s not injected: labels %v", name, pod.Labels)
 	}
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
@@ -1079,7 +1075,7 @@ func (h *harness) installRelabeler(t *testing.T) {
 	// Wait until the API server calls it: a throwaway pod comes back relabelled.
 	eventually(t, 20*time.Second, func() error {
 		probe := testPod("inject", fmt.Sprintf("probe-%d", time.Now().UnixNano()), nil)
-		probe.Labels = map[string]string{podinject.LabelPodInject: "false"}
+		probe.Labels = map[string]string{v1alpha1.LabelPodInject: "false"}
 		if err := h.c.Create(context.Background(), probe); err != nil {
 			return err
 		}
@@ -1111,7 +1107,7 @@ func render(t *testing.T, p *v1alpha1.RetryPolicy, pods int32, revision int64) [
 	t.Helper()
 	rp := policyset.Policy{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, PodSelector: p.Spec.PodSelector}
 	for _, u := range p.Spec.Upstreams {
-		rp.Upstreams = append(rp.Upstreams, policyset.CompileUpstream(u, pods))
+		rp.Upstreams = append(rp.Upstreams, policyset.RenderUpstream(u, pods))
 	}
 	data, err := policyset.Marshal(policyset.Document{Revision: revision, Policies: []policyset.Policy{rp}})
 	must(t, err)
@@ -1119,7 +1115,7 @@ func render(t *testing.T, p *v1alpha1.RetryPolicy, pods int32, revision int64) [
 }
 
 func renderedNames(cm *corev1.ConfigMap, want ...string) error {
-	doc, err := policyset.Unmarshal([]byte(cm.Data[policyset.ConfigMapKey]))
+	doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
 	if err != nil {
 		return err
 	}

@@ -1,15 +1,8 @@
-package controller
+package manager
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +14,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/testenv"
 )
 
 // testTLS: caCertificateRefs are resolved into policies.json, a missing
@@ -30,14 +25,14 @@ import (
 func (h *harness) testTLS(t *testing.T) {
 	ns := h.namespace(t, "tls", nil)
 	ctx := context.Background()
-	caA, caB := testCA(t, "partner-a"), testCA(t, "partner-b")
+	caA, caB := testenv.CAPEM(t, "partner-a"), testenv.CAPEM(t, "partner-b")
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "partner-ca"}, Data: map[string]string{"ca.crt": caA}}
 	must(t, h.c.Create(ctx, cm))
 
 	u := upstream("partner", "api.partner.example")
 	u.TLS = &v1alpha1.UpstreamTLS{Hostname: ptr.To("api.partner.example"), CACertificateRefs: []v1alpha1.CACertificateRef{{Name: "partner-ca"}}}
 	h.createPolicy(t, ns, "partner", nil, u)
-	h.waitAccepted(t, ns, "partner", metav1.ConditionTrue, ReasonValid)
+	h.waitAccepted(t, ns, "partner", metav1.ConditionTrue, controller.ReasonValid)
 	waitBundle(t, h, ns, caA)
 
 	t.Run("a CA rotation re-renders policies.json with the new PEM", func(t *testing.T) {
@@ -49,8 +44,8 @@ func (h *harness) testTLS(t *testing.T) {
 	t.Run("a ConfigMap without ca.crt is InvalidRef and the last rendering stays", func(t *testing.T) {
 		cm.Data = map[string]string{"tls.crt": caB}
 		must(t, h.c.Update(ctx, cm))
-		p := h.waitAccepted(t, ns, "partner", metav1.ConditionFalse, ReasonInvalidRef)
-		acc := meta.FindStatusCondition(p.Status.Conditions, ConditionAccepted)
+		p := h.waitAccepted(t, ns, "partner", metav1.ConditionFalse, controller.ReasonInvalidRef)
+		acc := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted)
 		want := `spec.upstreams[0].tls.caCertificateRefs[0].name: Invalid value: "partner-ca": ConfigMap tls/partner-ca has no key ca.crt; generation 1, the last accepted, stays in force`
 		if acc.Message != want {
 			t.Errorf("Accepted message %q\nwant %q", acc.Message, want)
@@ -62,24 +57,24 @@ func (h *harness) testTLS(t *testing.T) {
 		u2 := upstream("other", "api.other.example")
 		u2.TLS = &v1alpha1.UpstreamTLS{CACertificateRefs: []v1alpha1.CACertificateRef{{Name: "other-ca"}}}
 		h.createPolicy(t, ns, "other", nil, u2)
-		p := h.waitAccepted(t, ns, "other", metav1.ConditionFalse, ReasonInvalidRef)
-		acc := meta.FindStatusCondition(p.Status.Conditions, ConditionAccepted)
+		p := h.waitAccepted(t, ns, "other", metav1.ConditionFalse, controller.ReasonInvalidRef)
+		acc := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted)
 		if want := `spec.upstreams[0].tls.caCertificateRefs[0].name: Not found: "other-ca": ConfigMap tls/other-ca does not exist`; acc.Message != want {
 			t.Errorf("Accepted message %q\nwant %q", acc.Message, want)
 		}
-		if prog := meta.FindStatusCondition(p.Status.Conditions, ConditionProgrammed); prog == nil || prog.Status != metav1.ConditionFalse {
+		if prog := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionProgrammed); prog == nil || prog.Status != metav1.ConditionFalse {
 			t.Errorf("Programmed = %+v, want False", prog)
 		}
 
 		// Creating the ConfigMap afterwards is enough: the policy is accepted.
 		must(t, h.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-ca"}, Data: map[string]string{"ca.crt": caB}}))
-		h.waitAccepted(t, ns, "other", metav1.ConditionTrue, ReasonValid)
+		h.waitAccepted(t, ns, "other", metav1.ConditionTrue, controller.ReasonValid)
 	})
 
 	t.Run("restoring the key makes the policy Accepted again with the new CA", func(t *testing.T) {
 		cm.Data = map[string]string{"ca.crt": caB}
 		must(t, h.c.Update(ctx, cm))
-		h.waitAccepted(t, ns, "partner", metav1.ConditionTrue, ReasonValid)
+		h.waitAccepted(t, ns, "partner", metav1.ConditionTrue, controller.ReasonValid)
 		waitBundle(t, h, ns, caB)
 	})
 
@@ -103,7 +98,7 @@ func (h *harness) testTLS(t *testing.T) {
 func waitBundle(t *testing.T, h *harness, ns, want string) {
 	t.Helper()
 	eventually(t, 10*time.Second, func() error {
-		doc, err := policyset.Unmarshal([]byte(h.configMap(t, ns).Data[policyset.ConfigMapKey]))
+		doc, err := policyset.Unmarshal([]byte(h.configMap(t, ns).Data[v1alpha1.PoliciesConfigMapKey]))
 		if err != nil {
 			return err
 		}
@@ -117,17 +112,4 @@ func waitBundle(t *testing.T, h *harness, ns, want string) {
 		}
 		return fmt.Errorf("partner not rendered")
 	})
-}
-
-// testCA is a self-signed CA certificate, PEM.
-func testCA(t *testing.T, cn string) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	must(t, err)
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }

@@ -1,4 +1,4 @@
-package retrypolicy
+package v1alpha1
 
 import (
 	"context"

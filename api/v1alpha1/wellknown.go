@@ -1,0 +1,82 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+// The well-known names of retry-operator: the labels and annotations users set
+// (docs/manager.md, docs/clients.md), the ports of the injected sidecar
+// (docs/sidecar.md) and the ConfigMap the manager renders for it. Every other
+// package refers to these; none spells them again.
+
+// Labels and annotations.
+const (
+	// LabelNamespaceInjection on a namespace, value NamespaceInjectionEnabled,
+	// injects every pod of the namespace that does not opt out.
+	LabelNamespaceInjection   = "retry.dev/injection"
+	NamespaceInjectionEnabled = "enabled"
+	// LabelPodInject on a pod: "true" opts in (whatever the namespace says),
+	// "false" opts out.
+	LabelPodInject = "retry.dev/inject"
+	// LabelSidecar is set by the injector on every pod it injects, value
+	// LabelSidecarInjected. The controller watches (and caches) only pods with it.
+	LabelSidecar         = "retry.dev/sidecar"
+	LabelSidecarInjected = "injected"
+
+	// Resource overrides of the sidecar container, any Kubernetes quantity.
+	AnnotationSidecarCPURequest    = "retry.dev/sidecar-cpu-request"
+	AnnotationSidecarCPULimit      = "retry.dev/sidecar-cpu-limit"
+	AnnotationSidecarMemoryRequest = "retry.dev/sidecar-memory-request"
+	AnnotationSidecarMemoryLimit   = "retry.dev/sidecar-memory-limit"
+
+	// LabelInterception, as a label or an annotation on the namespace or the
+	// pod, with the value InterceptionTransparent, asks for transparent
+	// interception instead of the proxy environment.
+	LabelInterception       = "retry.dev/interception"
+	InterceptionTransparent = "transparent"
+	// AnnotationInterceptPorts on the pod (or else the namespace) lists the
+	// destination ports intercepted, as "80,8080". 443 is never intercepted.
+	AnnotationInterceptPorts = "retry.dev/intercept-ports"
+
+	// AnnotationSidecarAPIAccess on a namespace, value SidecarAPIAccessDisabled,
+	// keeps the sidecars' RoleBinding out of it: its sidecars follow the mounted
+	// ConfigMap file only (updated on the kubelet's sync period, about a minute).
+	AnnotationSidecarAPIAccess = "retry.dev/sidecar-api-access"
+	SidecarAPIAccessDisabled   = "disabled"
+)
+
+// The sidecar's ports.
+const (
+	// ProxyPort is the forward proxy, bound to loopback: only the pod's own
+	// containers can use it.
+	ProxyPort = 15001
+	// TransparentPort is the sidecar's --transparent-listen port (on loopback)
+	// in transparent interception: the redirect rules send intercepted
+	// connections there.
+	TransparentPort = 15006
+	// AdminPort serves /healthz, /readyz and /metrics, on loopback.
+	AdminPort = 15020
+	// StatsPort serves /metrics and /config on the pod IP (--stats-listen): the
+	// manager reads each sidecar's configuration revision there. Read-only.
+	StatsPort = 15090
+)
+
+// The per-namespace ConfigMap the manager renders and the sidecar reads.
+const (
+	// PoliciesConfigMapName is the ConfigMap's name.
+	PoliciesConfigMapName = "retry-policies"
+	// PoliciesConfigMapKey holds the policy document as JSON.
+	PoliciesConfigMapKey = "policies.json"
+)
