@@ -42,6 +42,7 @@ CGO_ENABLED=0 go build -trimpath -o "$WORK/retry-sidecar" ./cmd/retry-sidecar
 go build -o "$WORK/loadgen" ./bench/sidecar/loadgen
 if [ -n "$BASELINE_REF" ]; then
   echo "building the baseline sidecar of $BASELINE_REF"
+  BASELINE_SHA=$(git rev-parse --short "$BASELINE_REF") # the ref may move during the run
   git worktree add -f --detach "$WORK/baseline-src" "$BASELINE_REF" >/dev/null 2>&1
   (cd "$WORK/baseline-src" && CGO_ENABLED=0 go build -trimpath -o "$WORK/retry-sidecar-baseline" ./cmd/retry-sidecar)
   git worktree remove --force "$WORK/baseline-src"
@@ -303,7 +304,7 @@ verdict() { if awk "BEGIN{exit !($1)}"; then echo met; else echo MISSED; fi; }
   echo "Closed loop: \`wrk -t2 -c$CONNS -d${DURATION}s\` (origin-form with \`Host:\`, routed by Host). Fixed rate:"
   echo "\`bench/sidecar/loadgen rate\` at $RATE req/s for ${DURATION}s after a warm-up (the sidecar in absolute-form via"
   echo "its proxy address, as \`HTTP_PROXY\` clients send). $ROUNDS interleaved rounds; medians. Overhead = target − direct."
-  if [ -n "$BASELINE_REF" ]; then echo "\`baseline\` is the sidecar of \`$BASELINE_REF\` ($(git rev-parse --short "$BASELINE_REF")), measured in the same rounds."; fi
+  if [ -n "$BASELINE_REF" ]; then echo "\`baseline\` is the sidecar of \`$BASELINE_REF\` ($BASELINE_SHA), measured in the same rounds."; fi
   echo
   echo "| target | throughput (req/s) | vs HAProxy | p50 (ms) | p50 overhead (ms) | p99 (ms) | p99 overhead (ms) | errors | CPU s per 100k req at $RATE req/s | vs HAProxy |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
