@@ -42,6 +42,7 @@ CGO_ENABLED=0 go build -trimpath -o "$WORK/retry-sidecar" ./cmd/retry-sidecar
 go build -o "$WORK/loadgen" ./bench/sidecar/loadgen
 if [ -n "$BASELINE_REF" ]; then
   echo "building the baseline sidecar of $BASELINE_REF"
+  BASELINE_SHA=$(git rev-parse --short "$BASELINE_REF") # the ref may move during the run
   git worktree add -f --detach "$WORK/baseline-src" "$BASELINE_REF" >/dev/null 2>&1
   (cd "$WORK/baseline-src" && CGO_ENABLED=0 go build -trimpath -o "$WORK/retry-sidecar-baseline" ./cmd/retry-sidecar)
   git worktree remove --force "$WORK/baseline-src"
@@ -166,14 +167,14 @@ for a in $BACKEND $HAPROXY $NGINXP $SIDECAR $BASELINE $TLS_UP $TLS_COLD $HAPROXY
   if (exec 3<>/dev/tcp/${a%:*}/${a#*:}) 2>/dev/null; then echo "port $a is busy; free it first" >&2; exit 1; fi
 done
 "$NGINX" -c "$WORK/nb/nginx.conf" -p "$WORK/nb" 2>>"$WORK/nb/error.log" & PIDS+=($!)
-"$NGINX" -c "$WORK/np/nginx.conf" -p "$WORK/np" 2>>"$WORK/np/error.log" & PIDS+=($!)
-haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 & PIDS+=($!)
+"$NGINX" -c "$WORK/np/nginx.conf" -p "$WORK/np" 2>>"$WORK/np/error.log" & NPID=$!; PIDS+=($NPID)
+haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 & HPID=$!; PIDS+=($HPID)
 "$WORK/retry-sidecar" --listen=$SIDECAR --admin-listen=127.0.0.1:18095 --stats-listen= --policy-file="$WORK/policy.yaml" \
   2>"$WORK/sidecar.log" & SPID=$!; PIDS+=($SPID)
 TARGETS="direct haproxy nginx sidecar"
 if [ -n "$BASELINE_REF" ]; then
   "$WORK/retry-sidecar-baseline" --listen=$BASELINE --admin-listen=127.0.0.1:18097 --policy-file="$WORK/policy.yaml" \
-    2>"$WORK/baseline.log" & PIDS+=($!)
+    2>"$WORK/baseline.log" & BPID=$!; PIDS+=($BPID)
   wait_port_later=$BASELINE
   TARGETS="$TARGETS baseline"
 fi
@@ -204,6 +205,19 @@ TLS_COLD_MS=$(median <"$WORK/tls_cold" | awk '{printf "%.3f", $1*1000}')
 TLS_WARM_MS=$(median <"$WORK/tls_warm" | awk '{printf "%.3f", $1*1000}')
 TLS_DIRECT_HS_MS=$(median <"$WORK/tls_direct_hs" | awk '{printf "%.3f", $1*1000}')
 TLS_FIRST_MS=$(awk -v c="$TLS_COLD_MS" -v w="$TLS_WARM_MS" 'BEGIN{printf "%.3f", c-w}')
+# CPU time (utime+stime, clock ticks) of a proxy: the process and its children
+# (nginx's workers; HAProxy's threads are in its own process's counters).
+pid_of() { case $1 in haproxy) echo $HPID;; nginx) echo $NPID;; sidecar) echo $SPID;; baseline) echo $BPID;; *) echo "";; esac; }
+cpu_ticks() {
+  local t=0 p f
+  [ -z "$1" ] && { echo 0; return; }
+  for p in $1 $(pgrep -P "$1" || true); do
+    f=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+    t=$(( t + $(echo "$f" | awk '{print $12 + $13}') ))
+  done
+  echo $t
+}
+CLK_TCK=$(getconf CLK_TCK)
 addr() { case $1 in direct) echo $BACKEND;; haproxy) echo $HAPROXY;; nginx) echo $NGINXP;; sidecar) echo $SIDECAR;; baseline) echo $BASELINE;; esac; }
 
 : >"$WORK/results"
@@ -215,6 +229,7 @@ for round in $(seq "$ROUNDS"); do
     echo "$t rps $rps" >>"$WORK/results"
   done
   for t in $TARGETS; do
+    pid=$(pid_of "$t"); cpu0=$(cpu_ticks "$pid")
     if [ "$t" = sidecar ]; then
       # absolute-form through the proxy, exactly what HTTP_PROXY clients send
       ( peak=0; while kill -0 $SPID 2>/dev/null; do r=$(rss_kib $SPID); [ "$r" -gt "$peak" ] && peak=$r && echo $peak >"$WORK/rss_peak"; sleep 0.2; done ) & SAMPLER=$!
@@ -229,6 +244,12 @@ for round in $(seq "$ROUNDS"); do
     p50=$(echo "$json" | sed -E 's/.*"p50_us":([0-9.e+]+).*/\1/')
     p99=$(echo "$json" | sed -E 's/.*"p99_us":([0-9.e+]+).*/\1/')
     errs=$(echo "$json" | sed -E 's/.*"errors":([0-9]+).*/\1/')
+    if [ -n "$pid" ]; then
+      # CPU seconds per 100k requests: warm-up and measured requests together.
+      sent=$(echo "$json" | sed -E 's/.*"sent":([0-9]+).*/\1/')
+      awk -v d=$(( $(cpu_ticks "$pid") - cpu0 )) -v hz="$CLK_TCK" -v n=$(( sent + 400 )) -v t="$t" \
+        'BEGIN { printf "%s cpu100k %.3f\n", t, d / hz / n * 100000 }' >>"$WORK/results"
+    fi
     echo "$t p50 $p50" >>"$WORK/results"; echo "$t p99 $p99" >>"$WORK/results"; echo "$t errors $errs" >>"$WORK/results"
   done
   # TLS origination, closed loop: HAProxy and the sidecar originate TLS to the same
@@ -258,9 +279,9 @@ outage() { # policy file, port
 AMP_BUDGET=$(outage "$WORK/outage-budget.yaml" 18084)
 AMP_NONE=$(outage "$WORK/outage-nobudget.yaml" 18085)
 
-get() { grep "^$1 $2 " "$WORK/results" | awk '{print $3}' | median; }
+get() { { grep "^$1 $2 " "$WORK/results" || true; } | awk '{print $3}' | median; }
 declare -A V
-for t in $TARGETS; do for k in rps p50 p99 errors; do V[$t.$k]=$(get $t $k); done; done
+for t in $TARGETS; do for k in rps p50 p99 errors cpu100k; do V[$t.$k]=$(get $t $k); done; done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 == 0) print "n/a"; else printf "%.2f", a/b }'; }
 ms() { awk -v u="$1" 'BEGIN { printf "%.3f", u/1000 }'; }
 over() { awk -v a="$1" -v d="$2" 'BEGIN { printf "%+.3f", (a-d)/1000 }'; }
@@ -283,13 +304,18 @@ verdict() { if awk "BEGIN{exit !($1)}"; then echo met; else echo MISSED; fi; }
   echo "Closed loop: \`wrk -t2 -c$CONNS -d${DURATION}s\` (origin-form with \`Host:\`, routed by Host). Fixed rate:"
   echo "\`bench/sidecar/loadgen rate\` at $RATE req/s for ${DURATION}s after a warm-up (the sidecar in absolute-form via"
   echo "its proxy address, as \`HTTP_PROXY\` clients send). $ROUNDS interleaved rounds; medians. Overhead = target − direct."
-  if [ -n "$BASELINE_REF" ]; then echo "\`baseline\` is the sidecar of \`$BASELINE_REF\` ($(git rev-parse --short "$BASELINE_REF")), measured in the same rounds."; fi
+  if [ -n "$BASELINE_REF" ]; then echo "\`baseline\` is the sidecar of \`$BASELINE_REF\` ($BASELINE_SHA), measured in the same rounds."; fi
   echo
-  echo "| target | throughput (req/s) | vs HAProxy | p50 (ms) | p50 overhead (ms) | p99 (ms) | p99 overhead (ms) | errors |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| target | throughput (req/s) | vs HAProxy | p50 (ms) | p50 overhead (ms) | p99 (ms) | p99 overhead (ms) | errors | CPU s per 100k req at $RATE req/s | vs HAProxy |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for t in $TARGETS; do
-    echo "| $t | ${V[$t.rps]} | $(ratio "${V[$t.rps]}" "${V[haproxy.rps]}") | $(ms "${V[$t.p50]}") | $(over "${V[$t.p50]}" "${V[direct.p50]}") | $(ms "${V[$t.p99]}") | $(over "${V[$t.p99]}" "${V[direct.p99]}") | ${V[$t.errors]} |"
+    cpu=${V[$t.cpu100k]}; cr=$(ratio "$cpu" "${V[haproxy.cpu100k]}")
+    [ "$t" = direct ] && cpu="—" && cr="—"
+    echo "| $t | ${V[$t.rps]} | $(ratio "${V[$t.rps]}" "${V[haproxy.rps]}") | $(ms "${V[$t.p50]}") | $(over "${V[$t.p50]}" "${V[direct.p50]}") | $(ms "${V[$t.p99]}") | $(over "${V[$t.p99]}" "${V[direct.p99]}") | ${V[$t.errors]} | $cpu | $cr |"
   done
+  echo
+  echo "CPU: utime+stime of the proxy's processes (\`/proc/PID/stat\`; nginx master and workers summed, HAProxy's"
+  echo "threads are one process) over each fixed-rate run, warm-up included, per 100,000 requests; medians."
   echo
   echo "| target | measured | |"
   echo "|---|---|---|"

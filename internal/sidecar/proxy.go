@@ -35,7 +35,9 @@ type Proxy struct {
 	// Log receives tunnel and pass-through errors (never a header value, a body
 	// or a query).
 	Log *slog.Logger
-	// Route reports whether a request has a policy (for pass-through accounting).
+	// Route reports whether a request has a policy (for pass-through accounting);
+	// nil counts nothing. With a *retrypolicy.Transport its own lookup is used
+	// instead (once per request: routing and accounting agree).
 	Route func(*http.Request) *retrypolicy.Policy
 	// Self holds the sidecar's own listen addresses; a request for one of them
 	// is a loop (508), never forwarded.
@@ -85,8 +87,18 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 		removeHopByHop(out.Header)
 	}
 
-	resp, err := p.Transport.RoundTrip(out)
-	passthrough := p.Route != nil && p.Route(out) == nil
+	var resp *http.Response
+	var err error
+	var passthrough bool
+	if rt, ok := p.Transport.(*retrypolicy.Transport); ok {
+		// One lookup: the policy applied is the one counted.
+		pol := rt.Policy(out)
+		resp, err = rt.RoundTripPolicy(out, pol)
+		passthrough = p.Route != nil && pol == nil
+	} else {
+		resp, err = p.Transport.RoundTrip(out)
+		passthrough = p.Route != nil && p.Route(out) == nil
+	}
 	if err != nil {
 		if passthrough {
 			p.Metrics.passthroughErr.Inc()

@@ -88,10 +88,21 @@ var (
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	var p *Policy
-	if t.Route != nil {
-		p = t.Route(req)
+	return t.RoundTripPolicy(req, t.Policy(req))
+}
+
+// Policy is the policy Route picks for req, or nil.
+func (t *Transport) Policy(req *http.Request) *Policy {
+	if t.Route == nil {
+		return nil
 	}
+	return t.Route(req)
+}
+
+// RoundTripPolicy is RoundTrip with the policy already looked up (by Policy):
+// a caller that also acts on whether a request has one (pass-through
+// accounting) looks it up once and both act on the same answer.
+func (t *Transport) RoundTripPolicy(req *http.Request, p *Policy) (*http.Response, error) {
 	if p == nil {
 		return t.inner().RoundTrip(req)
 	}
@@ -251,14 +262,15 @@ func (c *call) run() (*http.Response, error) {
 			return c.fail(OutcomeCanceled, n-1, err)
 		}
 		c.ticket = tk
-		if now := c.clk.Now(); !now.Before(c.deadline) {
+		admitted := c.clk.Now()
+		if !admitted.Before(c.deadline) {
 			c.endAttempt()
-			return c.failDecided(Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: now}, n-1, errDeadline, "")
+			return c.failDecided(Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: admitted}, n-1, errDeadline, "")
 		}
 		if n == 1 {
 			budget.RecordFirstAt(now)
 		}
-		out, err := c.attemptRequest(ctx, n)
+		out, err := c.attemptRequest(ctx, n, admitted)
 		if err != nil {
 			c.endAttempt()
 			return c.fail(OutcomeNotReplayable, n-1, err)
@@ -431,10 +443,10 @@ func (c *call) rewindable() bool {
 // attemptRequest builds the outgoing request of transmission n: a shallow copy
 // with its own context (deadline and per-try timeout), X-Retry-Attempt, and a
 // fresh body. The caller's request is never modified.
-func (c *call) attemptRequest(ctx context.Context, n int) (*http.Request, error) {
+func (c *call) attemptRequest(ctx context.Context, n int, now time.Time) (*http.Request, error) {
 	// One timer bounds the attempt by the nearer of the per-try timeout and the
-	// deadline; it is stopped as soon as the response headers arrive.
-	now := c.clk.Now()
+	// deadline; it is stopped as soon as the response headers arrive. now is
+	// the time the attempt was admitted (read once: the clock costs a vDSO call).
 	bound, why := c.deadline.Sub(now), firedDeadline
 	if pt := c.p.cfg.PerTryTimeout; pt > 0 && pt < bound {
 		bound, why = pt, firedPerTry
