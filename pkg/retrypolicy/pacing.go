@@ -86,6 +86,7 @@ func (c *call) hold(pc *Pacer, now, until time.Time, reason HoldReason) {
 // X-Retry-Outcome deferred and X-Retry-Attempts (0 for a first attempt).
 func (c *call) answerHeld(n int, until time.Time) *http.Response {
 	c.closeRequestBody()
+	c.releaseReplayMemory()
 	if n == 1 {
 		c.closeUnsentBody()
 	}

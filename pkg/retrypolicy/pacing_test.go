@@ -3,6 +3,7 @@ package retrypolicy
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -213,5 +214,29 @@ func TestTransportReportsMalformedRateLimitHeaders(t *testing.T) {
 	a := ev.kinds(EventAttempt)
 	if len(a) != 2 || a[0].RateLimitMalformed != "X-Ratelimit-Reset" || a[0].RateLimitReason != "not-an-integer" {
 		t.Fatalf("attempt events %+v; want the first to name X-Ratelimit-Reset, not-an-integer", a)
+	}
+}
+
+// TestTransportHeldRequestGivesItsReplayMemoryBack: a buffered body of a
+// request answered locally by a hold returns its bytes to the process-wide cap.
+func TestTransportHeldRequestGivesItsReplayMemoryBack(t *testing.T) {
+	h, _ := pacedHarness(t, PacingConfig{RateLimitHeaders: true}, 2*time.Second,
+		step{status: 200, header: hdr("RateLimit", `"default";r=0;t=3`)})
+	h.tr.ReplayMemory = NewReplayMemory(1 << 20)
+	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBody(t, resp)
+	req, _ := http.NewRequest("POST", "http://payments.shop.svc/charges", strings.NewReader(`{"amount":10}`))
+	req.GetBody = nil
+	req.Header.Set("Idempotency-Key", "7f1c")
+	resp, err = h.do(req)
+	if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("held POST = %v, %v; want a local 429", resp, err)
+	}
+	readBody(t, resp)
+	if got := h.tr.ReplayMemory.InUse(); got != 0 {
+		t.Fatalf("%d bytes of replay memory still reserved after the local answer", got)
 	}
 }
