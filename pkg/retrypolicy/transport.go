@@ -211,30 +211,8 @@ type bodySource struct {
 }
 
 func (c *call) run() (*http.Response, error) {
-	cfg := &c.p.cfg
-	req := c.req
-	ctx := req.Context()
-	start := c.clk.Now()
-	c.start = start
-	c.deadline = start.Add(cfg.Deadline)
-	if d, ok := ctx.Deadline(); ok {
-		if rem := time.Until(d); start.Add(rem).Before(c.deadline) {
-			c.deadline = start.Add(rem)
-		}
-	}
-	_, c.nested = req.Header[HeaderAttempt]
-	c.idem = c.p.MethodReplayable(req.Method)
-	if !c.idem && c.p.idemKey != "" {
-		if v := req.Header[c.p.idemKey]; len(v) > 0 && v[0] != "" {
-			c.idem = true
-		}
-	}
-	if c.t.Observer != nil {
-		c.id = req.Header.Get(HeaderRequestID)
-		if c.id == "" {
-			c.id = c.newRequestID()
-		}
-	}
+	ctx := c.req.Context()
+	c.begin(ctx)
 	if err := c.prepareBody(); err != nil {
 		return c.fail(OutcomeUpstreamError, 0, err)
 	}
@@ -242,84 +220,32 @@ func (c *call) run() (*http.Response, error) {
 	budget := limits.parts.Load().budget
 
 	for n := 1; ; n++ {
-		// R8: the caller may have gone during the wait: nothing more is sent.
-		if err := ctx.Err(); err != nil {
-			return c.fail(OutcomeCanceled, n-1, err)
-		}
-		if resp, err := c.awaitHold(ctx, n); resp != nil || err != nil {
-			return resp, err // the upstream is held (pacing.go)
-		}
-		now := c.clk.Now()
-		tk, ra, err := limits.Admit(ctx, c.clk, c.sleep, c.deadline.Sub(now)-c.p.reserve)
-		if err != nil {
-			if errors.Is(err, ErrShed) {
-				return c.shed(n, ra)
-			}
-			return c.fail(OutcomeCanceled, n-1, err)
-		}
-		if err := ctx.Err(); err != nil { // admission may have waited
-			tk.Release(c.clk.Now())
-			return c.fail(OutcomeCanceled, n-1, err)
-		}
-		c.ticket = tk
-		admitted := c.clk.Now()
-		if !admitted.Before(c.deadline) {
-			c.endAttempt()
-			return c.failDecided(Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: admitted}, n-1, errDeadline, "")
+		admitted, resp, err, done := c.admit(ctx, limits, n)
+		if done {
+			return resp, err
 		}
 		if n == 1 {
-			budget.RecordFirstAt(now)
+			budget.RecordFirstAt(admitted)
 		}
 		out, err := c.attemptRequest(ctx, n, admitted)
 		if err != nil {
 			c.endAttempt()
 			return c.fail(OutcomeNotReplayable, n-1, err)
 		}
-		resp, err := c.t.inner().RoundTrip(out)
-		received := c.clk.Now()
-		if !c.stopTimer() && c.fired.Load() != firedNone && err == nil {
-			// The timer fired as the headers arrived; the body is cut. Treat it as
-			// the timeout it is.
-			resp.Body.Close()
-			resp, err = nil, context.Canceled
-		}
-		c.firedWhy = c.fired.Load()
+		resp, received, err := c.send(out)
 
-		a := Attempt{Number: n, Replayable: c.idem && c.rewindable(), Rewindable: c.rewindable(),
-			Nested: c.nested, Deadline: c.deadline, Random: c.t.random()}
-		var ev Event
-		if err != nil {
-			a.Err = c.classify(ctx, err)
-			ev.Phase = timeoutPhase(err, c.firedWhy != firedNone)
-			if a.Err == Canceled {
-				c.endAttempt()
-				c.observeAttempt(&ev, n, a, Decision{Action: Stop, Outcome: OutcomeCanceled})
-				return c.fail(OutcomeCanceled, n, err)
-			}
-			if c.firedWhy == firedDeadline {
-				c.endAttempt()
-				d := Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded,
-					NotBefore: received.Add(c.p.cfg.Backoff.Delay(n-1, a.Random))}
-				c.observeAttempt(&ev, n, a, d)
-				return c.failDecided(d, n, err, ev.Phase)
-			}
-		} else {
-			a.Status = resp.StatusCode
-			ev.RetryAfter = "absent"
-			if date := firstValue(resp.Header["Date"]); date != "" {
-				// R1: the skew is reported whenever the response is dated.
-				ev.Skew, ev.HasSkew = DateSkew(date, received)
-			}
-			if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
-				h, perr := ParseRetryAfter(v[0], received, firstValue(resp.Header["Date"]))
-				var pe *ParseError
-				if errors.As(perr, &pe) {
-					ev.RetryAfter, ev.RetryAfterReason = "malformed", pe.Reason
-				} else {
-					a.Hint, a.HasHint = h, true
-					ev.RetryAfter = h.Form.String()
-				}
-			}
+		a, ev := c.assess(ctx, n, resp, err, received)
+		if a.Err == Canceled {
+			c.endAttempt()
+			c.observeAttempt(&ev, n, a, Decision{Action: Stop, Outcome: OutcomeCanceled})
+			return c.fail(OutcomeCanceled, n, err)
+		}
+		if a.Err != NoError && c.firedWhy == firedDeadline {
+			c.endAttempt()
+			d := Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded,
+				NotBefore: received.Add(c.p.cfg.Backoff.Delay(n-1, a.Random))}
+			c.observeAttempt(&ev, n, a, d)
+			return c.failDecided(d, n, err, ev.Phase)
 		}
 		d := c.p.DecideAt(received, a)
 		if d.Action == Retry && !budget.TryRetryAt(received) {
@@ -343,6 +269,118 @@ func (c *call) run() (*http.Response, error) {
 			return c.fail(OutcomeCanceled, n, err)
 		}
 	}
+}
+
+// begin fixes what holds for every attempt of the logical request: its
+// deadline (the policy's or the caller's, whichever is nearer), whether it
+// arrived from another retrying layer, whether its method or idempotency key
+// makes it replayable, and its request id.
+func (c *call) begin(ctx context.Context) {
+	req := c.req
+	start := c.clk.Now()
+	c.start = start
+	c.deadline = start.Add(c.p.cfg.Deadline)
+	if d, ok := ctx.Deadline(); ok {
+		if rem := time.Until(d); start.Add(rem).Before(c.deadline) {
+			c.deadline = start.Add(rem)
+		}
+	}
+	_, c.nested = req.Header[HeaderAttempt]
+	c.idem = c.p.MethodReplayable(req.Method)
+	if !c.idem && c.p.idemKey != "" {
+		if v := req.Header[c.p.idemKey]; len(v) > 0 && v[0] != "" {
+			c.idem = true
+		}
+	}
+	if c.t.Observer != nil {
+		c.id = req.Header.Get(HeaderRequestID)
+		if c.id == "" {
+			c.id = c.newRequestID()
+		}
+	}
+}
+
+// admit clears transmission n for sending (R7, R8, pacing): the caller is still
+// there, the upstream is not held, admission gave a slot within the deadline.
+// It returns the admission time, or done with what the request ends with.
+func (c *call) admit(ctx context.Context, limits *Limits, n int) (admitted time.Time, resp *http.Response, err error, done bool) {
+	// R8: the caller may have gone during the wait: nothing more is sent.
+	if err := ctx.Err(); err != nil {
+		resp, err = c.fail(OutcomeCanceled, n-1, err)
+		return time.Time{}, resp, err, true
+	}
+	if resp, err := c.awaitHold(ctx, n); resp != nil || err != nil {
+		return time.Time{}, resp, err, true // the upstream is held (pacing.go)
+	}
+	now := c.clk.Now()
+	tk, ra, err := limits.Admit(ctx, c.clk, c.sleep, c.deadline.Sub(now)-c.p.reserve)
+	if err != nil {
+		if errors.Is(err, ErrShed) {
+			resp, err = c.shed(n, ra)
+		} else {
+			resp, err = c.fail(OutcomeCanceled, n-1, err)
+		}
+		return time.Time{}, resp, err, true
+	}
+	if err := ctx.Err(); err != nil { // admission may have waited
+		tk.Release(c.clk.Now())
+		resp, err = c.fail(OutcomeCanceled, n-1, err)
+		return time.Time{}, resp, err, true
+	}
+	c.ticket = tk
+	admitted = c.clk.Now()
+	if !admitted.Before(c.deadline) {
+		c.endAttempt()
+		resp, err = c.failDecided(Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: admitted}, n-1, errDeadline, "")
+		return time.Time{}, resp, err, true
+	}
+	return admitted, nil, nil, false
+}
+
+// send transmits one attempt and notes when its answer was received. A
+// response whose headers raced the attempt's timer is the timeout it is.
+func (c *call) send(out *http.Request) (*http.Response, time.Time, error) {
+	resp, err := c.t.inner().RoundTrip(out)
+	received := c.clk.Now()
+	if !c.stopTimer() && c.fired.Load() != firedNone && err == nil {
+		// The timer fired as the headers arrived; the body is cut.
+		resp.Body.Close()
+		resp, err = nil, context.Canceled
+	}
+	c.firedWhy = c.fired.Load()
+	return resp, received, err
+}
+
+// assess describes attempt n for the decision (R1, R4) and the observers:
+// the error class and timeout phase without a response; the status, the
+// Retry-After hint and the clock skew with one.
+func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error, received time.Time) (Attempt, Event) {
+	a := Attempt{Number: n, Replayable: c.idem && c.rewindable(), Rewindable: c.rewindable(),
+		Nested: c.nested, Deadline: c.deadline, Random: c.t.random()}
+	var ev Event
+	if err != nil {
+		a.Err = c.classify(ctx, err)
+		ev.Phase = timeoutPhase(err, c.firedWhy != firedNone)
+		return a, ev
+	}
+	a.Status = resp.StatusCode
+	ev.RetryAfter = "absent"
+	date := firstValue(resp.Header["Date"])
+	if date != "" {
+		// R1: the skew is reported whenever the response is dated.
+		ev.Skew, ev.HasSkew = DateSkew(date, received)
+	}
+	if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
+		h, perr := ParseRetryAfter(v[0], received, date)
+		var pe *ParseError
+		if errors.As(perr, &pe) {
+			ev.RetryAfter, ev.RetryAfterReason = "malformed", pe.Reason
+		} else {
+			a.Hint, a.HasHint = h, true
+			ev.RetryAfter = h.Form.String()
+		}
+	}
+	return a, ev
 }
 
 // prepareBody decides how the request body can be sent again (R4).
