@@ -197,7 +197,7 @@ func TestFullQueueIsAQueueTimeout(t *testing.T) {
 	})
 	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields("concurrency: {maxInFlight: 1, maxQueued: 0, queueTimeout: 1s}")...))
 	first := s.goGet(up.url("/slow"))
-	eventually(t, "the first request at the upstream", func() bool { return len(up.got()) == 1 })
+	waitFor(t, func() bool { return len(up.got()) == 1 })
 	r := s.get(up.url("/second"))
 	if r.status != 503 || r.header.Get("X-Retry-Timeout-Phase") != "queue" || r.header.Get("X-Retry-Outcome") != "shed" {
 		t.Fatalf("status %d, phase %q, outcome %q; want 503, queue, shed", r.status,
@@ -209,15 +209,4 @@ func TestFullQueueIsAQueueTimeout(t *testing.T) {
 	s.waitMetric(`retry_sidecar_timeouts_total{phase="queue",upstream="up"}`, 1)
 	release <- struct{}{}
 	<-first
-}
-
-// eventually polls cond for up to 5 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }

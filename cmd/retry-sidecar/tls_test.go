@@ -227,30 +227,19 @@ func TestTLSHandshakeFailureIsRetriedAsConnectFailure(t *testing.T) {
 	t.Parallel()
 	ca := newTestCA(t, "test CA")
 	cert := ca.leaf(t, "upstream.test")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	var conns atomic.Int64
 	var requests atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if conns.Add(1) <= 2 {
-				c.Close() // hang up during the handshake
-				continue
-			}
-			go serveOneTLS(c, cert, func(req *http.Request, w *bufio.Writer) bool {
-				requests.Add(1)
-				io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				return true
-			})
+	ln := acceptLoop(t, func(c net.Conn) {
+		if conns.Add(1) <= 2 {
+			c.Close() // hang up during the handshake
+			return
 		}
-	}()
+		go serveOneTLS(c, cert, func(req *http.Request, w *bufio.Writer) bool {
+			requests.Add(1)
+			io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			return true
+		})
+	})
 	s := startSidecar(t, "--policy-file="+tlsPolicy(t, ln.Addr().String(), privateCA, ca, "maxAttempts: 4"))
 	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/orders", strings.NewReader("x"))
 	assertOutcome(t, s.do(req), 200, "success", "3")
@@ -335,33 +324,22 @@ func TestTLSRequestReadThenClosedOnReusedConnectionIsOneTransmission(t *testing.
 	t.Parallel()
 	ca := newTestCA(t, "test CA")
 	cert := ca.leaf(t, "upstream.test")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	var mu sync.Mutex
 	var seen []string
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+	ln := acceptLoop(t, func(c net.Conn) {
+		n := 0
+		go serveOneTLS(c, cert, func(req *http.Request, w *bufio.Writer) bool {
+			mu.Lock()
+			seen = append(seen, req.Method+" "+req.URL.Path+" attempt "+req.Header.Get("X-Retry-Attempt"))
+			mu.Unlock()
+			n++
+			if n == 1 {
+				io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				return true
 			}
-			n := 0
-			go serveOneTLS(c, cert, func(req *http.Request, w *bufio.Writer) bool {
-				mu.Lock()
-				seen = append(seen, req.Method+" "+req.URL.Path+" attempt "+req.Header.Get("X-Retry-Attempt"))
-				mu.Unlock()
-				n++
-				if n == 1 {
-					io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-					return true
-				}
-				return false // read the second request, then hang up
-			})
-		}
-	}()
+			return false // read the second request, then hang up
+		})
+	})
 	s := startSidecar(t, "--policy-file="+tlsPolicy(t, ln.Addr().String(), privateCA, ca, "maxAttempts: 4"))
 	assertOutcome(t, s.get("http://"+ln.Addr().String()+"/first"), 200, "success", "1")
 	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/orders", strings.NewReader("x"))
@@ -372,6 +350,40 @@ func TestTLSRequestReadThenClosedOnReusedConnectionIsOneTransmission(t *testing.
 	if want := []string{"GET /first attempt 1", "POST /orders attempt 1"}; fmt.Sprint(seen) != fmt.Sprint(want) {
 		t.Fatalf("upstream saw %q, want %q", seen, want)
 	}
+}
+
+// acceptLoop listens on 127.0.0.1 for the rest of the test and hands every
+// connection to handle, on the accepting goroutine. Connections still open
+// when the test ends are closed.
+func acceptLoop(t *testing.T, handle func(net.Conn)) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var open []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range open {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			open = append(open, c)
+			mu.Unlock()
+			handle(c)
+		}
+	}()
+	return ln
 }
 
 // serveOneTLS serves HTTP/1.1 over TLS on c with a raw loop: answer writes a
@@ -416,39 +428,28 @@ func TestTLSStrayBytesNeverReachAnotherRequest(t *testing.T) {
 			t.Parallel()
 			ca := newTestCA(t, "test CA")
 			cert := ca.leaf(t, "upstream.test")
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ln.Close() })
 			var conns atomic.Int64
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					conns.Add(1)
-					go func() {
-						tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
-						defer tc.Close()
-						br, bw := bufio.NewReader(tc), bufio.NewWriter(tc)
-						for n := 1; ; n++ {
-							req, err := http.ReadRequest(br)
-							if err != nil {
-								return
-							}
-							io.Copy(io.Discard, req.Body)
-							if n == 1 {
-								firstAnswer(bw, tc)
-							} else {
-								io.WriteString(bw, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nreused")
-							}
-							bw.Flush()
+			ln := acceptLoop(t, func(c net.Conn) {
+				conns.Add(1)
+				go func() {
+					tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+					defer tc.Close()
+					br, bw := bufio.NewReader(tc), bufio.NewWriter(tc)
+					for n := 1; ; n++ {
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
 						}
-					}()
-				}
-			}()
+						io.Copy(io.Discard, req.Body)
+						if n == 1 {
+							firstAnswer(bw, tc)
+						} else {
+							io.WriteString(bw, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nreused")
+						}
+						bw.Flush()
+					}
+				}()
+			})
 			s := startSidecar(t, "--policy-file="+tlsPolicy(t, ln.Addr().String(), privateCA, ca))
 			for i := range 2 {
 				r := s.get("http://" + ln.Addr().String() + "/")
@@ -470,27 +471,16 @@ func TestTLSEarlyAnswerIsRelayed(t *testing.T) {
 	t.Parallel()
 	ca := newTestCA(t, "test CA")
 	cert := ca.leaf(t, "upstream.test")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	ln := acceptLoop(t, func(c net.Conn) {
+		go func() {
+			tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+			defer tc.Close()
+			if _, err := http.ReadRequest(bufio.NewReader(tc)); err != nil {
 				return
 			}
-			go func() {
-				tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
-				defer tc.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(tc)); err != nil {
-					return
-				}
-				io.WriteString(tc, "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\nContent-Length: 9\r\n\r\ntoo large")
-			}()
-		}
-	}()
+			io.WriteString(tc, "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\nContent-Length: 9\r\n\r\ntoo large")
+		}()
+	})
 	s := startSidecar(t, "--policy-file="+tlsPolicy(t, ln.Addr().String(), privateCA, ca))
 	body := strings.Repeat("x", 8<<20)
 	req, _ := http.NewRequest(http.MethodPut, "http://"+ln.Addr().String()+"/upload", strings.NewReader(body))
@@ -537,28 +527,9 @@ func TestTLSCARotationByReload(t *testing.T) {
 func TestTLSStalledHandshakeIsBoundedByTheDialTimeout(t *testing.T) {
 	t.Parallel()
 	ca := newTestCA(t, "test CA")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	var accepted atomic.Int64
-	go func() {
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			held = append(held, c) // read nothing, answer nothing
-		}
-	}()
+	// Read nothing, answer nothing: acceptLoop closes the connections at the end.
+	ln := acceptLoop(t, func(net.Conn) { accepted.Add(1) })
 	s := startSidecar(t, "--dial-timeout=300ms", "--policy-file="+tlsPolicy(t, ln.Addr().String(), privateCA, ca, "maxAttempts: 2", "deadline: 10s"))
 	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/orders", strings.NewReader("x"))
 	r := s.do(req)
