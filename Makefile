@@ -121,11 +121,11 @@ test: lint check-generated check-dist lint-chart kube-binaries ## Every test tha
 	$(MAKE) --no-print-directory test-race
 
 .PHONY: test-race
-test-race: ## The concurrent packages (decision core, sidecar, upstream client, rehearsal scheduler) under the race detector.
-	go test -count=1 -race ./pkg/... ./internal/policyset/... ./internal/sidecar/... ./internal/h1client/... ./internal/retrysim/...
+test-race: ## The concurrent packages (decision core, sidecar, upstream client, app-side server, rehearsal scheduler) under the race detector.
+	go test -count=1 -race ./pkg/... ./internal/policyset/... ./internal/sidecar/... ./internal/h1client/... ./internal/h1server/... ./internal/retrysim/...
 
 .PHONY: fuzz
-FUZZ_PACKAGES = ./pkg/retrypolicy ./internal/h1client ./internal/policyset ./internal/sidecar
+FUZZ_PACKAGES = ./pkg/retrypolicy ./internal/h1client ./internal/h1server ./internal/policyset ./internal/sidecar
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	@for p in $(FUZZ_PACKAGES); do for f in $$(go test -list '^Fuzz' $$p | grep ^Fuzz); do \

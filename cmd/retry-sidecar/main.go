@@ -68,6 +68,7 @@ func main() {
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "re-read the configuration this often even without file events")
 	fs.StringVar(&o.ReadyFile, "ready-file", "", "write {\"listen\",\"admin\",\"transparent\",\"stats\",\"pid\"} as JSON here once listening (useful with port 0)")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the admin address")
+	fs.BoolVar(&o.FastPath, "http1-fast-path", o.FastPath, "serve the app's plain HTTP/1.1 requests without net/http.Server's per-request work; anything else is still served by net/http.Server (docs/performance.md#the-app-side-server)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/h1client"
+	"github.com/retrydev/retry-operator/internal/h1server"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -58,6 +59,10 @@ type Options struct {
 	// are bound (how tests and scripts learn ephemeral ports).
 	ReadyFile   string
 	EnablePprof bool
+	// FastPath serves the app's plain HTTP/1.1 requests on --listen with
+	// internal/h1server, handing everything else to net/http.Server
+	// (--http1-fast-path; docs/performance.md#the-app-side-server).
+	FastPath bool
 
 	Stderr io.Writer
 }
@@ -76,6 +81,7 @@ func DefaultOptions() Options {
 		DialTimeout:         5 * time.Second,
 		ReloadDebounce:      100 * time.Millisecond,
 		ResyncInterval:      time.Minute,
+		FastPath:            true,
 		Stderr:              os.Stderr,
 	}
 }
@@ -215,7 +221,7 @@ func Run(ctx context.Context, o Options) error {
 		Dial: func(network, addr string) (net.Conn, error) { return tunnelDial(context.Background(), network, addr) }}
 	admin := &Admin{Reloader: reloader, Metrics: metrics, Pprof: o.EnablePprof}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
+	srv := appServer(o, &http.Server{Handler: proxy, ReadHeaderTimeout: appReadHeaderTimeout, IdleTimeout: appIdleTimeout, ErrorLog: errLog}, log)
 	asrv := &http.Server{Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 
 	serveErr := make(chan error, 4)
@@ -229,8 +235,8 @@ func Run(ctx context.Context, o Options) error {
 			ReplayMemory: rt.ReplayMemory}
 		tproxy := &Proxy{Transport: trt, Dial: proxy.Dial, Metrics: metrics, Log: log, Route: reloader.RouteByHost, Self: self}
 		handler := &Transparent{Proxy: tproxy, Self: listenAddrPorts(ln, aln, tln)}
-		tsrv = &http.Server{Handler: handler, ConnContext: ConnContext, ReadHeaderTimeout: 30 * time.Second,
-			IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
+		tsrv = &http.Server{Handler: handler, ConnContext: ConnContext, ReadHeaderTimeout: appReadHeaderTimeout,
+			IdleTimeout: appIdleTimeout, ErrorLog: errLog}
 		go func() { serveErr <- tsrv.Serve(tln) }()
 	}
 	statsAddr := ""
@@ -301,6 +307,31 @@ func Run(ctx context.Context, o Options) error {
 	}
 	log.Info("stopped", "clean", clean)
 	return nil
+}
+
+// The app-side servers' timeouts: a request head must arrive within
+// appReadHeaderTimeout of its first byte; a keep-alive connection may wait
+// appIdleTimeout for its next request.
+const (
+	appReadHeaderTimeout = 30 * time.Second
+	appIdleTimeout       = 2 * time.Minute
+)
+
+// appServer is the server of --listen: the fast path in front of std, or std
+// alone without it.
+func appServer(o Options, std *http.Server, log *slog.Logger) server {
+	if !o.FastPath {
+		return std
+	}
+	return &h1server.Server{Handler: std.Handler, Fallback: std, ReadHeaderTimeout: std.ReadHeaderTimeout,
+		IdleTimeout: std.IdleTimeout, Log: log}
+}
+
+// server is what Run needs of an app-side server.
+type server interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
 }
 
 // checkLoopback refuses a proxy address that is not a loopback address: the

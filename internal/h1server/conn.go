@@ -1,0 +1,276 @@
+package h1server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Connection states, for Shutdown: an idle connection waits for its next
+// request and may be closed; an active one is finished first.
+const (
+	stateActive int32 = iota
+	stateIdle
+	stateClosed
+)
+
+const (
+	headBufSize = 4 << 10 // a longer head is handed off
+	// maxDiscard is how much of a request body the handler left unread is read
+	// and dropped to keep the connection (net/http's figure); more closes it.
+	maxDiscard = 256 << 10
+)
+
+// conn is one app connection served here.
+type conn struct {
+	srv    *Server
+	nc     net.Conn
+	remote string
+	state  atomic.Int32
+	buf    []byte // unread bytes are buf[r:w]
+	r, w   int
+	bw     *bufio.Writer
+	res    response
+	watch  watcher
+	ctx    context.Context
+	cancel context.CancelFunc
+	tmpl   http.Request // zero: WithContext copies it into each request
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{srv: s, nc: nc, remote: nc.RemoteAddr().String(), buf: make([]byte, headBufSize),
+		bw: bufio.NewWriterSize(nc, 4<<10)}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.watch.init(nc)
+	return c
+}
+
+// serve reads and answers requests until the connection ends or a request
+// outside the subset hands it to the fallback server.
+func (c *conn) serve() {
+	handedOff := false
+	defer func() {
+		c.cancel()
+		c.srv.track(c, false)
+		if !handedOff {
+			c.nc.Close()
+		}
+	}()
+	for {
+		h, v, err := c.readHead()
+		if err != nil {
+			return
+		}
+		if v == handOff {
+			handedOff = c.handOff()
+			return
+		}
+		if !c.serveOne(&h) || c.srv.shutdown.Load() {
+			return
+		}
+	}
+}
+
+// readHead waits for the next request head, with the idle timeout before its
+// first byte and the header timeout after it. A request already buffered
+// (pipelined) is parsed without touching the connection.
+func (c *conn) readHead() (h head, v verdict, err error) {
+	deadline := false
+	defer func() {
+		if deadline {
+			c.nc.SetReadDeadline(time.Time{})
+		}
+	}()
+	if c.r == c.w {
+		c.r, c.w = 0, 0
+		c.state.Store(stateIdle)
+		if c.srv.shutdown.Load() {
+			return h, handOff, net.ErrClosed
+		}
+		if d := c.srv.IdleTimeout; d > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(d))
+			deadline = true
+		}
+	}
+	headerTimeout := false
+	for {
+		if c.w > c.r {
+			if c.state.Load() != stateActive && !c.state.CompareAndSwap(stateIdle, stateActive) {
+				return h, handOff, net.ErrClosed // closed by Shutdown
+			}
+			h, n, v := parseHead(c.buf[c.r:c.w])
+			switch {
+			case v == accepted:
+				c.r += n
+				return h, v, nil
+			case v == handOff:
+				return h, v, nil
+			case c.w-c.r == len(c.buf):
+				return h, handOff, nil // too long for the subset
+			}
+			if !headerTimeout && c.srv.ReadHeaderTimeout > 0 {
+				c.nc.SetReadDeadline(time.Now().Add(c.srv.ReadHeaderTimeout))
+				deadline, headerTimeout = true, true
+			}
+		}
+		if c.r > 0 {
+			c.w = copy(c.buf, c.buf[c.r:c.w])
+			c.r = 0
+		}
+		n, err := c.nc.Read(c.buf[c.w:])
+		c.w += n
+		if err != nil && n == 0 {
+			return h, handOff, err
+		}
+	}
+}
+
+// handOff gives the connection, with the bytes already read, to the fallback
+// net/http.Server. It reports whether the fallback took it.
+func (c *conn) handOff() bool {
+	prefix := append([]byte(nil), c.buf[c.r:c.w]...)
+	c.srv.track(c, false)
+	return c.srv.handoff.give(&prefixConn{Conn: c.nc, prefix: prefix})
+}
+
+// serveOne answers one request and reports whether the connection stays open
+// for the next.
+func (c *conn) serveOne(h *head) (keepAlive bool) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel() // as net/http: the request's context ends with the handler
+	req := c.tmpl.WithContext(ctx)
+	req.Method, req.URL, req.RequestURI = h.method, h.url, h.target
+	req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/1.1", 1, 1
+	req.Header, req.Host, req.RemoteAddr, req.Close = h.header, h.host, c.remote, h.close
+	req.ContentLength = h.contentLength
+	req.Body = http.NoBody
+	var b *body
+	if h.contentLength > 0 {
+		b = &body{c: c, remaining: h.contentLength}
+		b.unread.Store(h.contentLength)
+		req.Body = b
+	}
+	c.res.reset(c, req, b)
+	c.watch.arm(cancel, b == nil)
+	aborted := c.callHandler(req)
+	c.watch.disarm()
+	c.srv.served.Add(1)
+	if aborted {
+		c.bw.Flush() // what the handler wrote before aborting, short of its end
+		return false
+	}
+	c.res.finish()
+	return c.res.keepAlive() && (b == nil || b.discard())
+}
+
+// callHandler runs the handler and reports whether it panicked (an
+// http.ErrAbortHandler included): the response is then cut off.
+func (c *conn) callHandler(req *http.Request) (panicked bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicked = true
+			if err, _ := v.(error); !errors.Is(err, http.ErrAbortHandler) && c.srv.Log != nil {
+				buf := make([]byte, 16<<10)
+				buf = buf[:runtime.Stack(buf, false)]
+				c.srv.Log.Error("handler panicked", "panic", v, "stack", string(buf))
+			}
+		}
+	}()
+	c.srv.Handler.ServeHTTP(&c.res, req)
+	return false
+}
+
+// read reads request body bytes: first those already buffered, then straight
+// from the connection.
+func (c *conn) read(p []byte) (int, error) {
+	if c.r < c.w {
+		n := copy(p, c.buf[c.r:c.w])
+		c.r += n
+		return n, nil
+	}
+	return c.nc.Read(p)
+}
+
+// errBodyClosed is returned by a read of a request body after the handler
+// returned (net/http's wording).
+var errBodyClosed = errors.New("http: invalid Read on closed Body")
+
+// body is a request body of known length. It may be read by another
+// goroutine than the handler's (an upstream client writing it), so it is
+// locked, and closed for good once the handler returned.
+type body struct {
+	mu        sync.Mutex
+	c         *conn
+	remaining int64
+	unread    atomic.Int64 // remaining, readable without the lock (by the response)
+	err       error
+	closed    bool
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, errBodyClosed
+	}
+	return b.readLocked(p)
+}
+
+func (b *body) readLocked(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.remaining == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.remaining {
+		p = p[:b.remaining]
+	}
+	n, err := b.c.read(p)
+	b.remaining -= int64(n)
+	b.unread.Store(b.remaining)
+	switch {
+	case b.remaining == 0:
+		b.c.watch.bodyEOF()
+		if n > 0 {
+			return n, nil // EOF on the next read, as net/http's body
+		}
+		return 0, io.EOF
+	case errors.Is(err, io.EOF):
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// Close is a no-op for the handler (net/http's body reads on after a Close by
+// the server's own discard); the server closes the body after the handler.
+func (b *body) Close() error { return nil }
+
+// discard closes the body after the handler and reads what it left unread,
+// up to maxDiscard; it reports whether the connection can carry the next
+// request.
+func (b *body) discard() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	if b.err != nil || b.remaining > maxDiscard {
+		return false
+	}
+	var scratch [4 << 10]byte
+	for b.remaining > 0 {
+		if _, err := b.readLocked(scratch[:]); err != nil {
+			return false
+		}
+	}
+	return true
+}
