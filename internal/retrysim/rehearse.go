@@ -16,9 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/utils/clock"
-
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
 // RehearseInput describes a rehearsal: Requests logical GETs sent by
@@ -286,7 +286,7 @@ func (u *quotaUpstream) track(now time.Time, delta int) {
 // wake-up is a timer of the clock, so the order of events is the order of
 // virtual time, ties in creation order.
 type sched struct {
-	clk  *Clock
+	clk  *clocktest.Clock
 	back chan struct{} // the running proc parked or ended
 	gate *retrypolicy.Gate
 
@@ -304,7 +304,7 @@ type proc struct {
 }
 
 func newSched(start time.Time, gate *retrypolicy.Gate) *sched {
-	s := &sched{clk: NewClock(start), back: make(chan struct{}), gate: gate}
+	s := &sched{clk: clocktest.NewClock(start), back: make(chan struct{}), gate: gate}
 	s.clk.BeforeFire = s.settle
 	return s
 }
@@ -402,11 +402,7 @@ type procClock struct {
 	p *proc
 }
 
-func (c procClock) Now() time.Time                         { return c.s.clk.Now() }
-func (c procClock) Since(t time.Time) time.Duration        { return c.s.clk.Since(t) }
-func (c procClock) After(d time.Duration) <-chan time.Time { return c.NewTimer(d).C() }
-func (c procClock) Tick(d time.Duration) <-chan time.Time  { return c.s.clk.Tick(d) }
-func (c procClock) Sleep(d time.Duration)                  { _ = c.s.sleep(c.p, context.Background(), d) }
+func (c procClock) Now() time.Time { return c.s.clk.Now() }
 
 func (c procClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 	return c.s.clk.AfterFunc(d, func() { f(); c.s.wakeCanceled() })
@@ -455,8 +451,6 @@ func (g *gateTimer) Stop() bool {
 	<-g.p.wake
 	return true
 }
-
-func (g *gateTimer) Reset(time.Duration) bool { panic("retrysim: gate timer Reset") }
 
 type procKey struct{}
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/retrydev/retry-operator/internal/sidecar"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
 // SimulateInput is one logical request and the upstream's scripted answers.
@@ -106,7 +107,7 @@ func Simulate(in SimulateInput) (SimulateResult, error) {
 	if url == "" {
 		url = "http://" + exampleHost(in.Policy.Config().Hosts) + "/"
 	}
-	clk := NewClock(in.Start)
+	clk := clocktest.NewClock(in.Start)
 	rec := &recorder{start: in.Start, clk: clk}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -170,7 +171,7 @@ func exampleHost(hosts []string) string {
 
 // script is the simulated upstream: it answers attempt n with responses[n-1].
 type script struct {
-	clk       *Clock
+	clk       *clocktest.Clock
 	responses []Response
 	next      int
 	rec       *recorder
@@ -225,7 +226,7 @@ func (s *script) RoundTrip(req *http.Request) (*http.Response, error) {
 // Transport reported to its Observer.
 type recorder struct {
 	start time.Time
-	clk   *Clock
+	clk   *clocktest.Clock
 	steps []Step
 }
 

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	"k8s.io/utils/clock"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
 
 // ErrShed is returned by Admit when an attempt is refused for lack of capacity.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	clocktesting "k8s.io/utils/clock/testing"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
 type holdEnd struct {
@@ -18,7 +18,7 @@ type holdEnd struct {
 // TestPacerHoldStartsAndEndsOnTheClock: a hold is in force until its end on the
 // injected clock, is extended but never shortened, and reports its end once.
 func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	p := NewPacer()
 	ends := make(chan holdEnd, 4)
 	starts := 0
@@ -42,11 +42,11 @@ func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
 	if u, r := p.Hold(); !u.Equal(now.Add(3*time.Second)) || r != HoldRateLimit {
 		t.Fatalf("Hold = %v, %v; want now+3s, rate-limit", u, r)
 	}
-	clk.Step(time.Second)
+	clk.Advance(time.Second)
 	if !p.HoldAt(clk.Now(), clk, now.Add(5*time.Second), HoldDeferral, onEnd) {
 		t.Fatal("a longer hold did not extend the one in force")
 	}
-	clk.Step(2 * time.Second) // now+3s: the first timer was replaced
+	clk.Advance(2 * time.Second) // now+3s: the first timer was replaced
 	if u, _ := p.Hold(); !u.Equal(now.Add(5 * time.Second)) {
 		t.Fatalf("hold ended at its first end; still want now+5s, got %v", u)
 	}
@@ -55,7 +55,7 @@ func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
 		t.Fatalf("hold reported ended early: %+v", e)
 	default:
 	}
-	clk.Step(2 * time.Second) // now+5s
+	clk.Advance(2 * time.Second) // now+5s
 	e := <-ends
 	if !e.until.Equal(now.Add(5*time.Second)) || e.reason != HoldDeferral {
 		t.Fatalf("end = %+v; want now+5s, deferral", e)
@@ -86,7 +86,7 @@ func TestPacerWaitsOrAnswersByDeadline(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			clk := clocktesting.NewFakeClock(now)
+			clk := clocktest.NewClock(now)
 			p := NewPacer()
 			p.HoldAt(now, clk, now.Add(3*time.Second), HoldRateLimit, nil)
 			type result struct {
@@ -106,7 +106,7 @@ func TestPacerWaitsOrAnswersByDeadline(t *testing.T) {
 					t.Fatalf("returned before the hold ended: %+v", r)
 				default:
 				}
-				clk.Step(3 * time.Second)
+				clk.Advance(3 * time.Second)
 			}
 			r := <-done
 			if !errors.Is(r.err, tc.wantErr) || r.queued != tc.wantQueued {
@@ -122,7 +122,7 @@ func TestPacerWaitsOrAnswersByDeadline(t *testing.T) {
 // TestPacerReleasesInArrivalOrder: waiters leave one after the other in the
 // order they came, each woken by the one before it.
 func TestPacerReleasesInArrivalOrder(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	p := NewPacer()
 	p.HoldAt(now, clk, now.Add(time.Second), HoldRateLimit, nil)
 	var mu sync.Mutex
@@ -143,7 +143,7 @@ func TestPacerReleasesInArrivalOrder(t *testing.T) {
 		}()
 		waitFor(t, "the next waiter in line", func() bool { return p.Queued() == i+1 })
 	}
-	clk.Step(time.Second)
+	clk.Advance(time.Second)
 	wg.Wait()
 	for i, got := range order {
 		if got != i {
@@ -158,7 +158,7 @@ func TestPacerReleasesInArrivalOrder(t *testing.T) {
 // TestPacerExtensionRefusesWaitersItMakesLate and a caller that gives up leaves
 // the line without blocking the others.
 func TestPacerExtensionRefusesWaitersItMakesLate(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	p := NewPacer()
 	p.HoldAt(now, clk, now.Add(time.Second), HoldRateLimit, nil)
 	results := make([]chan error, 3)
@@ -180,7 +180,7 @@ func TestPacerExtensionRefusesWaitersItMakesLate(t *testing.T) {
 	if err := <-results[1]; !errors.Is(err, context.Canceled) {
 		t.Fatalf("waiter that gave up: %v, want context.Canceled", err)
 	}
-	clk.Step(10 * time.Second)
+	clk.Advance(10 * time.Second)
 	if err := <-results[2]; err != nil {
 		t.Fatalf("last waiter: %v, want to go after the hold", err)
 	}
@@ -189,7 +189,7 @@ func TestPacerExtensionRefusesWaitersItMakesLate(t *testing.T) {
 // TestRegistryKeepsTheHoldAcrossReload: the pacer is part of the upstream's
 // Limits, so a reloaded policy is still held.
 func TestRegistryKeepsTheHoldAcrossReload(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	reg := NewRegistry()
 	paced := func(c *Config) { c.Pacing = PacingConfig{RateLimitHeaders: true} }
 	old := compile(t, paced)
@@ -215,7 +215,7 @@ func TestRegistryKeepsTheHoldAcrossReload(t *testing.T) {
 }
 
 func TestPacerWaitWithoutHoldDoesNotAllocate(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	p := NewPacer()
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(100, func() { p.Wait(ctx, clk, time.Second) }); n != 0 {

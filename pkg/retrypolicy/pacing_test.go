@@ -109,11 +109,11 @@ func TestTransportHeldRequestWaitsWhenItsDeadlineAllows(t *testing.T) {
 	}()
 	pc := h.tr.Route(nil).Limits().Pacer()
 	waitFor(t, "the request to wait in line", func() bool { return pc.Queued() == 1 })
-	h.clk.Step(2999 * time.Millisecond)
+	h.clk.Advance(2999 * time.Millisecond)
 	if n := h.sentCount(); n != 1 {
 		t.Fatalf("%d transmissions before the reset, want 1", n)
 	}
-	h.clk.Step(time.Millisecond)
+	h.clk.Advance(time.Millisecond)
 	resp = <-done
 	if resp == nil || resp.StatusCode != 200 || readBody(t, resp) != "after the reset" {
 		t.Fatalf("waiting request: %v", resp)
@@ -137,7 +137,7 @@ func TestTransportHeldRequestWaitsWhenItsDeadlineAllows(t *testing.T) {
 func TestTransportNotBeforeIsRoundedUp(t *testing.T) {
 	h, _ := pacedHarness(t, PacingConfig{RateLimitHeaders: true}, 2*time.Second,
 		step{status: 200, header: hdr("RateLimit-Remaining", "0", "RateLimit-Reset", "3")})
-	h.inner.onSend = func(int) { h.clk.Step(400 * time.Millisecond) } // received at 12:00:00.4
+	h.inner.onSend = func(int) { h.clk.Advance(400 * time.Millisecond) } // received at 12:00:00.4
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 	if err != nil {
 		t.Fatal(err)

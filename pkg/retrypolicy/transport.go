@@ -14,7 +14,7 @@ import (
 	"time"
 	"unsafe"
 
-	"k8s.io/utils/clock"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
 
 // Header names the Transport reads and writes (docs/retry-semantics.md#r5).
@@ -63,7 +63,7 @@ type Transport struct {
 	// Observer receives attempt and outcome events (nil: none).
 	Observer Observer
 	// Clock is used for every time measurement and timer; nil means the real clock.
-	Clock clock.WithDelayedExecution
+	Clock clock.Clock
 	// Sleep waits between attempts; nil means a timer on Clock that ends at once
 	// when the request's context ends.
 	Sleep Sleeper
@@ -117,14 +117,14 @@ func (t *Transport) inner() http.RoundTripper {
 	return http.DefaultTransport
 }
 
-func (t *Transport) clock() clock.WithDelayedExecution {
+func (t *Transport) clock() clock.Clock {
 	if t.Clock != nil {
 		return t.Clock
 	}
 	return realClock
 }
 
-var realClock clock.WithDelayedExecution = clock.RealClock{}
+var realClock clock.Clock = clock.Real{}
 
 func (t *Transport) random() float64 {
 	if t.Random != nil {
@@ -160,7 +160,7 @@ type call struct {
 	t   *Transport
 	p   *Policy
 	req *http.Request
-	clk clock.WithDelayedExecution
+	clk clock.Clock
 
 	deadline time.Time
 	nested   bool
@@ -804,7 +804,7 @@ func (c *call) observeOutcomePhase(o Outcome, attempts, status int, notBefore ti
 	}
 	obs.Observe(Event{Kind: EventOutcome, RequestID: c.id, Upstream: c.p.cfg.Name,
 		Method: c.req.Method, Path: c.req.URL.Path, Attempt: attempts, Status: status,
-		Outcome: o, NotBefore: notBefore, Phase: phase, Elapsed: c.clk.Since(c.start)})
+		Outcome: o, NotBefore: notBefore, Phase: phase, Elapsed: c.clk.Now().Sub(c.start)})
 }
 
 var attemptStrings = [...]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	clocktesting "k8s.io/utils/clock/testing"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
 // step is one scripted answer of the inner RoundTripper.
@@ -35,7 +35,7 @@ type sent struct {
 // scripted answers each transmission with the next step and records it.
 type scripted struct {
 	mu     sync.Mutex
-	clk    *clocktesting.FakeClock
+	clk    *clocktest.Clock
 	steps  []step
 	sent   []sent
 	bodies []*respBody
@@ -97,7 +97,7 @@ func (s *scripted) RoundTrip(req *http.Request) (*http.Response, error) {
 // clock instead of sleeping.
 type harness struct {
 	t      *testing.T
-	clk    *clocktesting.FakeClock
+	clk    *clocktest.Clock
 	inner  *scripted
 	tr     *Transport
 	delays []time.Duration
@@ -108,7 +108,7 @@ type harness struct {
 }
 
 func newHarness(t *testing.T, p *Policy, steps ...step) *harness {
-	h := &harness{t: t, clk: clocktesting.NewFakeClock(now)}
+	h := &harness{t: t, clk: clocktest.NewClock(now)}
 	h.inner = &scripted{clk: h.clk, steps: steps}
 	h.tr = &Transport{
 		Inner:  h.inner,
@@ -132,7 +132,7 @@ func newHarness(t *testing.T, p *Policy, steps ...step) *harness {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			h.clk.Step(d)
+			h.clk.Advance(d)
 			return nil
 		},
 		Observer: Observers{
@@ -417,7 +417,7 @@ func TestTransportCancellation(t *testing.T) {
 			t.Fatalf("err %v, %d transmissions; want canceled after 1", err, len(h.inner.sent))
 		}
 		if h.clk.Now() != now {
-			t.Fatalf("the clock moved %v: the wait was not cut short", h.clk.Since(now))
+			t.Fatalf("the clock moved %v: the wait was not cut short", h.clk.Now().Sub(now))
 		}
 	})
 	t.Run("canceled right after the wait is caught before sending", func(t *testing.T) {
@@ -435,13 +435,13 @@ func TestTransportCancellation(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		h.inner.onSend = func(n int) {
 			go func() {
-				waitFor(t, "the wait timer", h.clk.HasWaiters)
+				waitFor(t, "the wait timer", timerSet(h.clk))
 				cancel()
 			}()
 		}
 		_, err := h.do(get(ctx, "http://payments.shop.svc/"))
 		if outcomeOf(err) != OutcomeCanceled || len(h.inner.sent) != 1 || h.clk.Now() != now {
-			t.Fatalf("err %v, %d transmissions, clock +%v; want canceled after 1 without time passing", err, len(h.inner.sent), h.clk.Since(now))
+			t.Fatalf("err %v, %d transmissions, clock +%v; want canceled after 1 without time passing", err, len(h.inner.sent), h.clk.Now().Sub(now))
 		}
 	})
 	t.Run("canceled during an attempt is canceled, not retried", func(t *testing.T) {
@@ -460,7 +460,7 @@ func TestTransportTimeouts(t *testing.T) {
 		h := newHarness(t, compile(t, func(c *Config) { c.PerTryTimeout = 2 * time.Second }), step{block: true}, step{status: 200})
 		h.inner.onSend = func(n int) {
 			if n == 1 {
-				go func() { waitFor(t, "the per-try timer", h.clk.HasWaiters); h.clk.Step(2 * time.Second) }()
+				go func() { waitFor(t, "the per-try timer", timerSet(h.clk)); h.clk.Advance(2 * time.Second) }()
 			}
 		}
 		resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -471,7 +471,7 @@ func TestTransportTimeouts(t *testing.T) {
 	t.Run("the deadline passing during an attempt is deadline-exceeded", func(t *testing.T) {
 		h := newHarness(t, compile(t, nil), step{block: true}, step{status: 200})
 		h.inner.onSend = func(int) {
-			go func() { waitFor(t, "the deadline timer", h.clk.HasWaiters); h.clk.Step(30 * time.Second) }()
+			go func() { waitFor(t, "the deadline timer", timerSet(h.clk)); h.clk.Advance(30 * time.Second) }()
 		}
 		_, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 		if outcomeOf(err) != OutcomeDeadlineExceeded || len(h.inner.sent) != 1 {
@@ -620,7 +620,7 @@ func TestTransportDeadlineWithoutAResponseCarriesNotBefore(t *testing.T) {
 	h := newHarness(t, compile(t, func(c *Config) { c.Deadline = 1500 * time.Millisecond }), step{block: true})
 	// The attempt's timer is armed before Inner is called: firing it from here
 	// ends the blocked attempt.
-	h.inner.onSend = func(int) { go h.clk.Step(1500 * time.Millisecond) }
+	h.inner.onSend = func(int) { go h.clk.Advance(1500 * time.Millisecond) }
 	_, err := h.do(get(context.Background(), "http://payments.shop.svc/q"))
 	var e *Error
 	if !errors.As(err, &e) || e.Outcome != OutcomeDeadlineExceeded {
@@ -649,7 +649,7 @@ func TestTransportTimeoutNamesItsPhase(t *testing.T) {
 			if tc.step.block {
 				// The attempt's timer is armed before Inner is called: firing it
 				// from here ends the blocked attempt.
-				h.inner.onSend = func(int) { go h.clk.Step(time.Second) }
+				h.inner.onSend = func(int) { go h.clk.Advance(time.Second) }
 			}
 			_, err := h.do(get(context.Background(), "http://payments.shop.svc/q"))
 			var e *Error
