@@ -19,6 +19,7 @@ import (
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // RehearseInput describes a rehearsal: Requests logical GETs sent by
@@ -106,7 +107,7 @@ func ParseQuota(s string) (int, time.Duration, error) {
 }
 
 // Rehearse runs the rehearsal on a virtual clock through the real
-// retrypolicy.Transport (decisions, budget, rate limiter, concurrency gate).
+// retryhttp.Transport (decisions, budget, rate limiter, concurrency gate).
 // Exactly one simulated goroutine runs at any time, so a seed gives one result.
 func Rehearse(in RehearseInput) (RehearseResult, error) {
 	if in.Requests < 1 || in.Concurrency < 1 || in.Quota < 1 || in.QuotaWindow <= 0 || in.Latency < 0 {
@@ -130,8 +131,8 @@ func Rehearse(in RehearseInput) (RehearseResult, error) {
 	var end time.Time
 	for w := 0; w < in.Concurrency; w++ {
 		p := s.spawn()
-		rt := &retrypolicy.Transport{
-			Inner: up, Route: retrypolicy.Static(pol), Clock: procClock{s, p},
+		rt := &retryhttp.Transport{
+			Inner: up, Route: retryhttp.Static(pol), Clock: procClock{s, p},
 			Sleep:  func(ctx context.Context, d time.Duration) error { return s.sleep(p, ctx, d) },
 			Random: rng.Float64,
 		}
@@ -181,7 +182,7 @@ func Rehearse(in RehearseInput) (RehearseResult, error) {
 func roundTrip(rt http.RoundTripper, req *http.Request) string {
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
-		var re *retrypolicy.Error
+		var re *retryhttp.Error
 		if errors.As(err, &re) {
 			return string(re.Outcome)
 		}
@@ -189,7 +190,7 @@ func roundTrip(rt http.RoundTripper, req *http.Request) string {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp.Header.Get(retrypolicy.HeaderOutcome)
+	return resp.Header.Get(retryhttp.HeaderOutcome)
 }
 
 func spacing(starts []time.Time) Spacing {
@@ -241,7 +242,7 @@ func (u *quotaUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	now := u.s.clk.Now()
 	u.track(now, +1)
 	u.starts = append(u.starts, now)
-	if req.Header.Get(retrypolicy.HeaderAttempt) == "1" {
+	if req.Header.Get(retryhttp.HeaderAttempt) == "1" {
 		u.firsts++
 	} else {
 		u.retries++

@@ -290,6 +290,9 @@ func (l *Limits) Queued() int {
 	return n
 }
 
+// Sleeper waits d, returning at once with the context's error if ctx ends first.
+type Sleeper func(ctx context.Context, d time.Duration) error
+
 // Ticket is an admitted attempt. Release it exactly once when the attempt really
 // ends (its response body closed, or its error returned). The zero Ticket holds
 // nothing.

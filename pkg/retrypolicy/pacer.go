@@ -104,6 +104,11 @@ func (p *Pacer) Hold() (time.Time, HoldReason) {
 	return p.until, p.reason
 }
 
+// Active reports whether a hold is in force or callers are queued, with one
+// atomic load: when it is false, Wait returns at once without reading the
+// clock, so a caller may skip even its own clock reading.
+func (p *Pacer) Active() bool { return p.active.Load() }
+
 // Queued reports how many callers are waiting for the hold to end.
 func (p *Pacer) Queued() int {
 	p.mu.Lock()

@@ -222,12 +222,3 @@ func TestPacerWaitWithoutHoldDoesNotAllocate(t *testing.T) {
 		t.Fatalf("Wait with no hold allocates %v times, want 0", n)
 	}
 }
-
-func TestCeilSeconds(t *testing.T) {
-	if got := ceilSeconds(1500 * time.Millisecond); got != 2 {
-		t.Fatalf("ceilSeconds(1.5s) = %d, want 2", got)
-	}
-	if got := ceilSeconds(MaxDelay); got != int64(MaxDelay/time.Second)+1 {
-		t.Fatalf("ceilSeconds(MaxDelay) = %d, does not saturate cleanly", got)
-	}
-}

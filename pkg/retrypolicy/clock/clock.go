@@ -1,7 +1,7 @@
-// Package clock is the time source of package retrypolicy: the three
-// operations its Transport, Limits.Admit, Gate.Acquire and Pacer use, and
-// nothing else, so that a program can inject a virtual clock (package
-// clocktest) and retrypolicy depends on the standard library only.
+// Package clock is the time source of packages retrypolicy and retryhttp: the
+// three operations that retryhttp.Transport, Limits.Admit, Gate.Acquire and
+// Pacer use, and nothing else, so that a program can inject a virtual clock
+// (package clocktest) and neither package depends on a clock library.
 // See docs/library.md#clocks.
 package clock
 

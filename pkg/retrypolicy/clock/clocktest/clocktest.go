@@ -4,7 +4,7 @@
 // timeouts are tested without sleeping. See docs/library.md#clocks.
 //
 //	clk := clocktest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-//	tr := &retrypolicy.Transport{Route: retrypolicy.Static(p), Clock: clk}
+//	tr := &retryhttp.Transport{Route: retryhttp.Static(p), Clock: clk}
 //	go func() { resp, err = client.Do(req) }()
 //	// wait until the Transport sleeps (clk.Pending() > 0), then:
 //	clk.Advance(2 * time.Second) // the backoff timer fires, the retry is sent
