@@ -30,11 +30,11 @@ func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
 		ends <- holdEnd{u, r}
 	}
 
-	if p.HoldAt(now, clk, now, HoldRateLimit, onEnd) {
-		t.Fatal("a hold ending now started")
+	if p.HoldAt(now, clk, now, HoldRateLimit, onEnd) || p.Active() {
+		t.Fatalf("a hold ending now started (active %v)", p.Active())
 	}
-	if !p.HoldAt(now, clk, now.Add(3*time.Second), HoldRateLimit, onEnd) {
-		t.Fatal("a 3s hold did not start")
+	if !p.HoldAt(now, clk, now.Add(3*time.Second), HoldRateLimit, onEnd) || !p.Active() {
+		t.Fatalf("a 3s hold did not start (active %v)", p.Active())
 	}
 	if p.HoldAt(now, clk, now.Add(2*time.Second), HoldDeferral, onEnd) {
 		t.Fatal("a shorter hold replaced a longer one")
@@ -60,8 +60,8 @@ func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
 	if !e.until.Equal(now.Add(5*time.Second)) || e.reason != HoldDeferral {
 		t.Fatalf("end = %+v; want now+5s, deferral", e)
 	}
-	if u, r := p.Hold(); !u.IsZero() || r != HoldNone || p.active.Load() {
-		t.Fatalf("after the end: Hold = %v, %v, active %v; want none", u, r, p.active.Load())
+	if u, r := p.Hold(); !u.IsZero() || r != HoldNone || p.Active() {
+		t.Fatalf("after the end: Hold = %v, %v, active %v; want none", u, r, p.Active())
 	}
 	if _, queued, err := p.Wait(context.Background(), clk, time.Second); err != nil || queued {
 		t.Fatalf("Wait with no hold = %v, queued %v; want go at once", err, queued)
