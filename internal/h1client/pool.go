@@ -8,7 +8,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 func (t *Transport) dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -119,12 +119,12 @@ func (t *Transport) popIdle(h *host) *conn {
 // here, and comes back as a conn with only h2 set (a stream reserved).
 //
 // The dial and the TLS handshake are bounded by the attempt's connect timeout
-// (retrypolicy.ConnectTimeout) when the request carries one. Errors are tagged
+// (retryhttp.ConnectTimeout) when the request carries one. Errors are tagged
 // with their phase (connect, or tls for the handshake) and stay the dialer's
 // own underneath (*net.OpError{Op: "dial"} or *net.DNSError).
 func (t *Transport) dial(ctx context.Context, key string, o *TLSOrigin) (*conn, error) {
 	dctx := ctx
-	if d, ok := retrypolicy.ConnectTimeout(ctx); ok && d > 0 {
+	if d, ok := retryhttp.ConnectTimeout(ctx); ok && d > 0 {
 		var cancel context.CancelFunc
 		dctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
@@ -153,9 +153,9 @@ func (t *Transport) dial(ctx context.Context, key string, o *TLSOrigin) (*conn, 
 	}
 	if err != nil {
 		t.freeSlot(key)
-		var pe *retrypolicy.PhaseError
+		var pe *retryhttp.PhaseError
 		if !errors.As(err, &pe) {
-			err = &retrypolicy.PhaseError{Phase: retrypolicy.PhaseConnect, Err: err}
+			err = &retryhttp.PhaseError{Phase: retryhttp.PhaseConnect, Err: err}
 		}
 		return nil, err
 	}

@@ -12,9 +12,10 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
-// Under pkg/retrypolicy.Transport, a connect failure of this client is a
+// Under pkg/retryhttp.Transport, a connect failure of this client is a
 // connect failure (retried for a streamed POST, R4), and a post-write failure
 // of a non-replayable request is not.
 func TestRetryPolicyClassification(t *testing.T) {
@@ -36,9 +37,9 @@ func TestRetryPolicyClassification(t *testing.T) {
 	}
 	var attempts atomic.Int32
 	var classes []retrypolicy.ErrorClass
-	rt := &retrypolicy.Transport{Inner: newTransport(t), Route: retrypolicy.Static(p),
-		Observer: retrypolicyObserver(func(e retrypolicy.Event) {
-			if e.Kind == retrypolicy.EventAttempt {
+	rt := &retryhttp.Transport{Inner: newTransport(t), Route: retryhttp.Static(p),
+		Observer: retrypolicyObserver(func(e retryhttp.Event) {
+			if e.Kind == retryhttp.EventAttempt {
 				attempts.Add(1)
 				classes = append(classes, e.ErrorClass)
 			}
@@ -48,7 +49,7 @@ func TestRetryPolicyClassification(t *testing.T) {
 	req, _ := http.NewRequestWithContext(context.Background(), "POST", "http://"+dead+"/", io.NopCloser(strings.NewReader("x")))
 	req.ContentLength = 1
 	_, err = rt.RoundTrip(req)
-	var re *retrypolicy.Error
+	var re *retryhttp.Error
 	if !errors.As(err, &re) || re.Attempts != 3 {
 		t.Fatalf("err = %v, want 3 attempts", err)
 	}
@@ -59,9 +60,9 @@ func TestRetryPolicyClassification(t *testing.T) {
 	}
 }
 
-type retrypolicyObserver func(retrypolicy.Event)
+type retrypolicyObserver func(retryhttp.Event)
 
-func (f retrypolicyObserver) Observe(e retrypolicy.Event) { f(e) }
+func (f retrypolicyObserver) Observe(e retryhttp.Event) { f(e) }
 
 func TestCanceledBeforeSendClosesBody(t *testing.T) {
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {})

@@ -20,7 +20,7 @@ package h1client
 //   - The handshake happens inside the dial, bounded with it by
 //     TLSDialTimeout: a handshake failure is a dial error (*net.OpError, Op
 //     "dial"), a connect failure — nothing of the request was sent. A
-//     certificate that does not verify is retrypolicy.ErrUntrustedCertificate
+//     certificate that does not verify is retryhttp.ErrUntrustedCertificate
 //     instead: never retried, since every attempt would meet it again.
 
 import (
@@ -32,7 +32,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // TLSOrigin is where and how RoundTripTLS reaches an upstream.
@@ -53,14 +53,14 @@ type TLSOrigin struct {
 const DefaultTLSDialTimeout = 10 * time.Second
 
 // errUntrusted wraps a verification failure so that both
-// retrypolicy.ErrUntrustedCertificate and the *tls.CertificateVerificationError
+// retryhttp.ErrUntrustedCertificate and the *tls.CertificateVerificationError
 // are found by errors.Is / errors.As.
 type untrustedError struct{ err error }
 
 func (e *untrustedError) Error() string {
-	return retrypolicy.ErrUntrustedCertificate.Error() + ": " + e.err.Error()
+	return retryhttp.ErrUntrustedCertificate.Error() + ": " + e.err.Error()
 }
-func (e *untrustedError) Unwrap() []error { return []error{retrypolicy.ErrUntrustedCertificate, e.err} }
+func (e *untrustedError) Unwrap() []error { return []error{retryhttp.ErrUntrustedCertificate, e.err} }
 
 // RoundTripTLS sends req (an http:// request as the app made it) to o over TLS:
 // HTTP/2 when the upstream selected it by ALPN, else HTTP/1.1 on this client's
@@ -101,7 +101,7 @@ func (t *Transport) dialTLS(ctx context.Context, o *TLSOrigin) (*tls.Conn, error
 	defer cancel()
 	nc, err := t.dialer()(dctx, "tcp", o.Addr)
 	if err != nil {
-		return nil, &retrypolicy.PhaseError{Phase: retrypolicy.PhaseConnect, Err: err}
+		return nil, &retryhttp.PhaseError{Phase: retryhttp.PhaseConnect, Err: err}
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
@@ -126,7 +126,7 @@ func (t *Transport) dialTLS(ctx context.Context, o *TLSOrigin) (*tls.Conn, error
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, cerr
 		}
-		return nil, &retrypolicy.PhaseError{Phase: retrypolicy.PhaseTLS,
+		return nil, &retryhttp.PhaseError{Phase: retryhttp.PhaseTLS,
 			Err: &net.OpError{Op: "dial", Net: "tcp", Source: nc.LocalAddr(), Addr: nc.RemoteAddr(), Err: fmt.Errorf("tls handshake: %w", err)}}
 	}
 	return tc, nil

@@ -16,9 +16,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/utils/clock"
-
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // RehearseInput describes a rehearsal: Requests logical GETs sent by
@@ -106,7 +107,7 @@ func ParseQuota(s string) (int, time.Duration, error) {
 }
 
 // Rehearse runs the rehearsal on a virtual clock through the real
-// retrypolicy.Transport (decisions, budget, rate limiter, concurrency gate).
+// retryhttp.Transport (decisions, budget, rate limiter, concurrency gate).
 // Exactly one simulated goroutine runs at any time, so a seed gives one result.
 func Rehearse(in RehearseInput) (RehearseResult, error) {
 	if in.Requests < 1 || in.Concurrency < 1 || in.Quota < 1 || in.QuotaWindow <= 0 || in.Latency < 0 {
@@ -130,8 +131,8 @@ func Rehearse(in RehearseInput) (RehearseResult, error) {
 	var end time.Time
 	for w := 0; w < in.Concurrency; w++ {
 		p := s.spawn()
-		rt := &retrypolicy.Transport{
-			Inner: up, Route: retrypolicy.Static(pol), Clock: procClock{s, p},
+		rt := &retryhttp.Transport{
+			Inner: up, Route: retryhttp.Static(pol), Clock: procClock{s, p},
 			Sleep:  func(ctx context.Context, d time.Duration) error { return s.sleep(p, ctx, d) },
 			Random: rng.Float64,
 		}
@@ -181,7 +182,7 @@ func Rehearse(in RehearseInput) (RehearseResult, error) {
 func roundTrip(rt http.RoundTripper, req *http.Request) string {
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
-		var re *retrypolicy.Error
+		var re *retryhttp.Error
 		if errors.As(err, &re) {
 			return string(re.Outcome)
 		}
@@ -189,7 +190,7 @@ func roundTrip(rt http.RoundTripper, req *http.Request) string {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp.Header.Get(retrypolicy.HeaderOutcome)
+	return resp.Header.Get(retryhttp.HeaderOutcome)
 }
 
 func spacing(starts []time.Time) Spacing {
@@ -241,7 +242,7 @@ func (u *quotaUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	now := u.s.clk.Now()
 	u.track(now, +1)
 	u.starts = append(u.starts, now)
-	if req.Header.Get(retrypolicy.HeaderAttempt) == "1" {
+	if req.Header.Get(retryhttp.HeaderAttempt) == "1" {
 		u.firsts++
 	} else {
 		u.retries++
@@ -286,7 +287,7 @@ func (u *quotaUpstream) track(now time.Time, delta int) {
 // wake-up is a timer of the clock, so the order of events is the order of
 // virtual time, ties in creation order.
 type sched struct {
-	clk  *Clock
+	clk  *clocktest.Clock
 	back chan struct{} // the running proc parked or ended
 	gate *retrypolicy.Gate
 
@@ -304,7 +305,7 @@ type proc struct {
 }
 
 func newSched(start time.Time, gate *retrypolicy.Gate) *sched {
-	s := &sched{clk: NewClock(start), back: make(chan struct{}), gate: gate}
+	s := &sched{clk: clocktest.NewClock(start), back: make(chan struct{}), gate: gate}
 	s.clk.BeforeFire = s.settle
 	return s
 }
@@ -402,11 +403,7 @@ type procClock struct {
 	p *proc
 }
 
-func (c procClock) Now() time.Time                         { return c.s.clk.Now() }
-func (c procClock) Since(t time.Time) time.Duration        { return c.s.clk.Since(t) }
-func (c procClock) After(d time.Duration) <-chan time.Time { return c.NewTimer(d).C() }
-func (c procClock) Tick(d time.Duration) <-chan time.Time  { return c.s.clk.Tick(d) }
-func (c procClock) Sleep(d time.Duration)                  { _ = c.s.sleep(c.p, context.Background(), d) }
+func (c procClock) Now() time.Time { return c.s.clk.Now() }
 
 func (c procClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 	return c.s.clk.AfterFunc(d, func() { f(); c.s.wakeCanceled() })
@@ -455,8 +452,6 @@ func (g *gateTimer) Stop() bool {
 	<-g.p.wake
 	return true
 }
-
-func (g *gateTimer) Reset(time.Duration) bool { panic("retrysim: gate timer Reset") }
 
 type procKey struct{}
 

@@ -7,6 +7,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// t0 is the virtual start of every rehearsal.
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
 func rehearse(t *testing.T, upstream string, concurrency int) RehearseResult {
 	t.Helper()
 	set, err := LoadPolicyFile("testdata/seed-plan.yaml")

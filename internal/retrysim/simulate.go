@@ -18,6 +18,8 @@ import (
 
 	"github.com/retrydev/retry-operator/internal/sidecar"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // SimulateInput is one logical request and the upstream's scripted answers.
@@ -94,7 +96,7 @@ type SimulateResult struct {
 var ErrRanOut = errors.New("ran out of responses")
 
 // Simulate sends one request through the sidecar's own proxy handler and
-// retrypolicy.Transport, with a virtual clock and an upstream that answers
+// retryhttp.Transport, with a virtual clock and an upstream that answers
 // with in.Responses in order. The decisions are the sidecar's, not a copy of
 // them: only time and the network are simulated.
 func Simulate(in SimulateInput) (SimulateResult, error) {
@@ -106,15 +108,15 @@ func Simulate(in SimulateInput) (SimulateResult, error) {
 	if url == "" {
 		url = "http://" + exampleHost(in.Policy.Config().Hosts) + "/"
 	}
-	clk := NewClock(in.Start)
+	clk := clocktest.NewClock(in.Start)
 	rec := &recorder{start: in.Start, clk: clk}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	up := &script{clk: clk, responses: in.Responses, rec: rec, abort: cancel}
 	rng := rand.New(rand.NewPCG(in.Seed, in.Seed^0x9e3779b97f4a7c15))
-	rt := &retrypolicy.Transport{
+	rt := &retryhttp.Transport{
 		Inner:    up,
-		Route:    retrypolicy.Static(in.Policy),
+		Route:    retryhttp.Static(in.Policy),
 		Observer: rec,
 		Clock:    clk,
 		Sleep: func(ctx context.Context, d time.Duration) error {
@@ -124,7 +126,7 @@ func Simulate(in SimulateInput) (SimulateResult, error) {
 		Random: rng.Float64,
 	}
 	proxy := &sidecar.Proxy{Transport: rt, Metrics: sidecar.NewMetrics(),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Route: retrypolicy.Static(in.Policy)}
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Route: retryhttp.Static(in.Policy)}
 
 	req := httptest.NewRequestWithContext(ctx, method, url, nil)
 	for k, vs := range in.Header {
@@ -142,7 +144,7 @@ func Simulate(in SimulateInput) (SimulateResult, error) {
 	res := SimulateResult{
 		Upstream: in.Policy.Name(), Method: method, URL: url, Seed: in.Seed,
 		Start: in.Start.UTC().Format(time.RFC3339), Attempts: rec.steps,
-		Outcome: w.Header().Get(retrypolicy.HeaderOutcome), Status: w.Code,
+		Outcome: w.Header().Get(retryhttp.HeaderOutcome), Status: w.Code,
 		Headers: map[string]string{}, Unused: len(in.Responses) - up.next,
 	}
 	res.duration = clk.Now().Sub(in.Start)
@@ -170,7 +172,7 @@ func exampleHost(hosts []string) string {
 
 // script is the simulated upstream: it answers attempt n with responses[n-1].
 type script struct {
-	clk       *Clock
+	clk       *clocktest.Clock
 	responses []Response
 	next      int
 	rec       *recorder
@@ -225,7 +227,7 @@ func (s *script) RoundTrip(req *http.Request) (*http.Response, error) {
 // Transport reported to its Observer.
 type recorder struct {
 	start time.Time
-	clk   *Clock
+	clk   *clocktest.Clock
 	steps []Step
 }
 
@@ -251,9 +253,9 @@ func (r *recorder) sent(n int, resp Response) {
 	}
 }
 
-// Observe implements retrypolicy.Observer.
-func (r *recorder) Observe(e retrypolicy.Event) {
-	if e.Kind != retrypolicy.EventAttempt {
+// Observe implements retryhttp.Observer.
+func (r *recorder) Observe(e retryhttp.Event) {
+	if e.Kind != retryhttp.EventAttempt {
 		return
 	}
 	s := r.step(e.Attempt)

@@ -4,10 +4,11 @@ import (
 	"log/slog"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // LogObserver logs the Transport's events with exactly the fields of docs/retry-semantics.md#r10
-// (through retrypolicy.SlogObserver, which never sees a header value other than
+// (through retryhttp.SlogObserver, which never sees a header value other than
 // the request id, a body, a query string or an error text). The one routine case,
 // a request answered successfully by its first transmission, is logged at Debug;
 // every retry, deferral, refusal and failure at Info:
@@ -20,19 +21,19 @@ import (
 // so --log-level=debug gives one line per attempt decision and per outcome, and
 // the default Info keeps a busy sidecar's log to what an operator acts on.
 type LogObserver struct {
-	routine, notable *retrypolicy.SlogObserver
+	routine, notable *retryhttp.SlogObserver
 }
 
 // NewLogObserver logs to l.
 func NewLogObserver(l *slog.Logger) *LogObserver {
 	return &LogObserver{
-		routine: &retrypolicy.SlogObserver{Logger: l, AttemptLevel: slog.LevelDebug, OutcomeLevel: slog.LevelDebug},
-		notable: &retrypolicy.SlogObserver{Logger: l, AttemptLevel: slog.LevelInfo, OutcomeLevel: slog.LevelInfo},
+		routine: &retryhttp.SlogObserver{Logger: l, AttemptLevel: slog.LevelDebug, OutcomeLevel: slog.LevelDebug},
+		notable: &retryhttp.SlogObserver{Logger: l, AttemptLevel: slog.LevelInfo, OutcomeLevel: slog.LevelInfo},
 	}
 }
 
-// Observe implements retrypolicy.Observer.
-func (o *LogObserver) Observe(e retrypolicy.Event) {
+// Observe implements retryhttp.Observer.
+func (o *LogObserver) Observe(e retryhttp.Event) {
 	if e.Attempt == 1 && e.Outcome == retrypolicy.OutcomeSuccess {
 		o.routine.Observe(e)
 		return

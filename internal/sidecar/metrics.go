@@ -10,10 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // Metrics are the sidecar's Prometheus series, all prefixed retry_sidecar_. It
-// implements retrypolicy.Observer: the Transport reports every attempt decision
+// implements retryhttp.Observer: the Transport reports every attempt decision
 // and every outcome here. Series of an upstream are resolved once and cached, so
 // observing an event does not allocate on the request path.
 //
@@ -166,22 +167,22 @@ func NewMetrics() *Metrics {
 }
 
 // passthroughTimeout counts a timeout of a request to a host without a policy.
-func (m *Metrics) passthroughTimeout(phase retrypolicy.Phase) {
+func (m *Metrics) passthroughTimeout(phase retryhttp.Phase) {
 	m.timeouts.WithLabelValues("", string(phase)).Inc()
 }
 
 // WatchReplayMemory exports the bytes rm has reserved now.
-func (m *Metrics) WatchReplayMemory(rm *retrypolicy.ReplayMemory) {
+func (m *Metrics) WatchReplayMemory(rm *retryhttp.ReplayMemory) {
 	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "retry_sidecar", Name: "replay_memory_bytes",
 		Help: "Bytes reserved by request replay buffers now; capped by --max-replay-memory."},
 		func() float64 { return float64(rm.InUse()) }))
 }
 
-// Observe implements retrypolicy.Observer.
-func (m *Metrics) Observe(e retrypolicy.Event) {
+// Observe implements retryhttp.Observer.
+func (m *Metrics) Observe(e retryhttp.Event) {
 	u := m.upstream(e.Upstream)
 	switch e.Kind {
-	case retrypolicy.EventOutcome:
+	case retryhttp.EventOutcome:
 		if i, ok := outcomeIndex[e.Outcome]; ok {
 			u.outcomes[i].Inc()
 			u.durations[i].Observe(e.Elapsed.Seconds())
@@ -192,7 +193,7 @@ func (m *Metrics) Observe(e retrypolicy.Event) {
 		case retrypolicy.OutcomeShed:
 			u.shed.Inc()
 		}
-	case retrypolicy.EventAttempt:
+	case retryhttp.EventAttempt:
 		if e.Phase != "" {
 			m.timeouts.WithLabelValues(e.Upstream, string(e.Phase)).Inc()
 		}
@@ -216,15 +217,15 @@ func (m *Metrics) Observe(e retrypolicy.Event) {
 		if e.RateLimitMalformed != "" {
 			m.rateLimitFailures.WithLabelValues(e.Upstream, e.RateLimitMalformed, e.RateLimitReason).Inc()
 		}
-	case retrypolicy.EventHeld:
+	case retryhttp.EventHeld:
 		if e.Outcome == "" {
 			u.waited.Inc()
 		} else {
 			u.answered.Inc()
 		}
-	case retrypolicy.EventHoldStart:
+	case retryhttp.EventHoldStart:
 		u.holdEnd.Set(float64(unixCeil(e.NotBefore)))
-	case retrypolicy.EventHoldEnd:
+	case retryhttp.EventHoldEnd:
 		u.holdEnd.Set(0)
 	}
 }

@@ -1,5 +1,5 @@
 // Package sidecar is the retry-sidecar: a forward HTTP proxy that sends each
-// request through a retrypolicy.Transport (routing), loads and hot-reloads the
+// request through a retryhttp.Transport (routing), loads and hot-reloads the
 // policies (Reloader), and serves health, readiness and metrics (Admin). It has
 // no retry logic of its own: every decision is pkg/retrypolicy's.
 package sidecar
@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // Proxy is the forward proxy handler. It accepts
@@ -25,7 +26,7 @@ import (
 // its own upstream (no Via, no X-Forwarded-*; the Transport adds X-Retry-Attempt
 // for upstreams with a policy), and streams bodies with pooled buffers.
 type Proxy struct {
-	// Transport sends the request: a *retrypolicy.Transport whose Route picks
+	// Transport sends the request: a *retryhttp.Transport whose Route picks
 	// the policy, passing hosts without one straight to its Inner.
 	Transport http.RoundTripper
 	// Dial opens CONNECT tunnels.
@@ -36,7 +37,7 @@ type Proxy struct {
 	// or a query).
 	Log *slog.Logger
 	// Route reports whether a request has a policy (for pass-through accounting);
-	// nil counts nothing. With a *retrypolicy.Transport its own lookup is used
+	// nil counts nothing. With a *retryhttp.Transport its own lookup is used
 	// instead (once per request: routing and accounting agree).
 	Route func(*http.Request) *retrypolicy.Policy
 	// Self holds the sidecar's own listen addresses; a request for one of them
@@ -90,7 +91,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 	var resp *http.Response
 	var err error
 	var passthrough bool
-	if rt, ok := p.Transport.(*retrypolicy.Transport); ok {
+	if rt, ok := p.Transport.(*retryhttp.Transport); ok {
 		// One lookup: the policy applied is the one counted.
 		pol := rt.Policy(out)
 		resp, err = rt.RoundTripPolicy(out, pol)
@@ -114,8 +115,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 		// Unrelayable (an upstream client that lets such a status through):
 		// answered like any malformed response, never a panic or a dropped
 		// connection. Upgrades are not proxied.
-		p.writeError(w, r, &retrypolicy.Error{Outcome: retrypolicy.OutcomeUpstreamError, Attempts: 1,
-			Err: retrypolicy.ErrMalformedResponse})
+		p.writeError(w, r, &retryhttp.Error{Outcome: retrypolicy.OutcomeUpstreamError, Attempts: 1,
+			Err: retryhttp.ErrMalformedResponse})
 		return
 	}
 
@@ -192,14 +193,14 @@ func (p *Proxy) abort(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	p.Metrics.truncated.Inc()
 	p.Log.Warn("upstream response body cut off; aborting the response to the app",
-		"method", r.Method, "path", r.URL.Path, "request_id", r.Header.Get(retrypolicy.HeaderRequestID))
+		"method", r.Method, "path", r.URL.Path, "request_id", r.Header.Get(retryhttp.HeaderRequestID))
 	panic(http.ErrAbortHandler)
 }
 
 // passthroughPhase is the phase of a timeout of a request without a policy:
 // only its dial (and TLS handshake) is bounded, by --dial-timeout.
-func passthroughPhase(err error) retrypolicy.Phase {
-	var pe *retrypolicy.PhaseError
+func passthroughPhase(err error) retryhttp.Phase {
+	var pe *retryhttp.PhaseError
 	var ne net.Error
 	if errors.As(err, &pe) && errors.As(err, &ne) && ne.Timeout() {
 		return pe.Phase
@@ -215,7 +216,7 @@ func defaultPort(scheme string) string {
 }
 
 func loopError(w http.ResponseWriter) {
-	w.Header()[retrypolicy.HeaderOutcome] = []string{string(retrypolicy.OutcomeUpstreamError)}
+	w.Header()[retryhttp.HeaderOutcome] = []string{string(retrypolicy.OutcomeUpstreamError)}
 	plainError(w, http.StatusLoopDetected, errLoop.Error()+"\n")
 }
 
@@ -233,13 +234,13 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	h := w.Header()
 	status, msg := http.StatusBadGateway, "retry-sidecar: upstream request failed\n"
-	var phase retrypolicy.Phase
-	var re *retrypolicy.Error
+	var phase retryhttp.Phase
+	var re *retryhttp.Error
 	if errors.As(err, &re) {
-		h[retrypolicy.HeaderOutcome] = []string{string(re.Outcome)}
-		h[retrypolicy.HeaderAttempts] = []string{itoa(re.Attempts)}
+		h[retryhttp.HeaderOutcome] = []string{string(re.Outcome)}
+		h[retryhttp.HeaderAttempts] = []string{itoa(re.Attempts)}
 		if !re.NotBefore.IsZero() {
-			h[retrypolicy.HeaderNotBefore] = []string{retrypolicy.FormatNotBefore(re.NotBefore)}
+			h[retryhttp.HeaderNotBefore] = []string{retrypolicy.FormatNotBefore(re.NotBefore)}
 		}
 		msg = "retry-sidecar: " + string(re.Outcome) + "\n"
 		phase = re.Phase
@@ -247,8 +248,8 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			status = http.StatusGatewayTimeout
 		}
 	} else {
-		h[retrypolicy.HeaderOutcome] = []string{string(retrypolicy.OutcomeUpstreamError)}
-		h[retrypolicy.HeaderAttempts] = []string{"1"}
+		h[retryhttp.HeaderOutcome] = []string{string(retrypolicy.OutcomeUpstreamError)}
+		h[retryhttp.HeaderAttempts] = []string{"1"}
 		phase = passthroughPhase(err)
 		if phase != "" {
 			p.Metrics.passthroughTimeout(phase)
@@ -261,14 +262,14 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if phase != "" {
 		// A timeout: which budget ran out (docs/retry-semantics.md#timeouts).
-		h[retrypolicy.HeaderTimeoutPhase] = []string{string(phase)}
+		h[retryhttp.HeaderTimeoutPhase] = []string{string(phase)}
 		status = http.StatusGatewayTimeout
 		msg = "retry-sidecar: timeout (" + string(phase) + ")\n"
 	}
-	if errors.Is(err, retrypolicy.ErrMalformedResponse) {
+	if errors.Is(err, retryhttp.ErrMalformedResponse) {
 		msg = "retry-sidecar: upstream-error: the upstream's response could not be relayed\n"
 	}
-	if errors.Is(err, retrypolicy.ErrUntrustedCertificate) {
+	if errors.Is(err, retryhttp.ErrUntrustedCertificate) {
 		msg = "retry-sidecar: upstream-error: the upstream's TLS certificate did not verify: " + untrustedReason(err) + "\n"
 	}
 	plainError(w, status, msg)

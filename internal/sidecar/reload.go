@@ -55,7 +55,7 @@ func NewReloader(src Sources, log *slog.Logger, m *Metrics) *Reloader {
 	return &Reloader{Sources: src, Log: log, Metrics: m, registry: retrypolicy.NewRegistry()}
 }
 
-// Route is the retrypolicy.Transport route: the policy of the request's
+// Route is the retryhttp.Transport route: the policy of the request's
 // authority in the configuration in force, or nil (pass through).
 func (r *Reloader) Route(req *http.Request) *retrypolicy.Policy {
 	c := r.current.Load()

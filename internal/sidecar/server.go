@@ -19,7 +19,7 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/h1client"
 	"github.com/retrydev/retry-operator/internal/h1server"
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // Options are the sidecar's settings, one per command-line flag.
@@ -208,11 +208,11 @@ func Run(ctx context.Context, o Options) error {
 	if replayMemory <= 0 {
 		replayMemory = DefaultMaxReplayMemory()
 	}
-	rt := &retrypolicy.Transport{
+	rt := &retryhttp.Transport{
 		Inner:        originator{h1: upstream, reloader: reloader},
 		Route:        reloader.Route,
-		Observer:     retrypolicy.Observers{metrics, NewLogObserver(log)},
-		ReplayMemory: retrypolicy.NewReplayMemory(replayMemory),
+		Observer:     retryhttp.Observers{metrics, NewLogObserver(log)},
+		ReplayMemory: retryhttp.NewReplayMemory(replayMemory),
 	}
 	metrics.WatchReplayMemory(rt.ReplayMemory)
 	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
@@ -231,7 +231,7 @@ func Run(ctx context.Context, o Options) error {
 	if tln != nil {
 		// Same upstream client, observers and policies; only the routing
 		// differs (by Host: the URL names the original destination).
-		trt := &retrypolicy.Transport{Inner: upstream, Route: reloader.RouteByHost, Observer: rt.Observer,
+		trt := &retryhttp.Transport{Inner: upstream, Route: reloader.RouteByHost, Observer: rt.Observer,
 			ReplayMemory: rt.ReplayMemory}
 		tproxy := &Proxy{Transport: trt, Dial: proxy.Dial, Metrics: metrics, Log: log, Route: reloader.RouteByHost, Self: self}
 		handler := &Transparent{Proxy: tproxy, Self: listenAddrPorts(ln, aln, tln)}

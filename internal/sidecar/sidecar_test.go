@@ -19,6 +19,7 @@ import (
 
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 func TestParseLabels(t *testing.T) {
@@ -208,14 +209,14 @@ func TestReloaderKeepsTheOldConfigOnError(t *testing.T) {
 
 func TestMetricsObserve(t *testing.T) {
 	m := NewMetrics()
-	events := []retrypolicy.Event{
-		{Kind: retrypolicy.EventAttempt, Upstream: "api", Attempt: 1, Status: 503, Action: retrypolicy.Retry, Delay: 250 * time.Millisecond,
+	events := []retryhttp.Event{
+		{Kind: retryhttp.EventAttempt, Upstream: "api", Attempt: 1, Status: 503, Action: retrypolicy.Retry, Delay: 250 * time.Millisecond,
 			RetryAfter: "malformed", RetryAfterReason: "not-digits", Skew: 3 * time.Second, HasSkew: true},
-		{Kind: retrypolicy.EventAttempt, Upstream: "api", Attempt: 2, ErrorClass: retrypolicy.ConnectFailure, Action: retrypolicy.Retry, Delay: time.Second},
-		{Kind: retrypolicy.EventAttempt, Upstream: "api", Attempt: 3, Status: 503, Outcome: retrypolicy.OutcomeBudgetExhausted},
-		{Kind: retrypolicy.EventOutcome, Upstream: "api", Attempt: 3, Status: 503, Outcome: retrypolicy.OutcomeBudgetExhausted},
-		{Kind: retrypolicy.EventAttempt, Upstream: "api", Attempt: 1, Outcome: retrypolicy.OutcomeShed}, // never sent
-		{Kind: retrypolicy.EventOutcome, Upstream: "api", Status: 503, Outcome: retrypolicy.OutcomeShed},
+		{Kind: retryhttp.EventAttempt, Upstream: "api", Attempt: 2, ErrorClass: retrypolicy.ConnectFailure, Action: retrypolicy.Retry, Delay: time.Second},
+		{Kind: retryhttp.EventAttempt, Upstream: "api", Attempt: 3, Status: 503, Outcome: retrypolicy.OutcomeBudgetExhausted},
+		{Kind: retryhttp.EventOutcome, Upstream: "api", Attempt: 3, Status: 503, Outcome: retrypolicy.OutcomeBudgetExhausted},
+		{Kind: retryhttp.EventAttempt, Upstream: "api", Attempt: 1, Outcome: retrypolicy.OutcomeShed}, // never sent
+		{Kind: retryhttp.EventOutcome, Upstream: "api", Status: 503, Outcome: retrypolicy.OutcomeShed},
 	}
 	for _, e := range events {
 		m.Observe(e)
@@ -243,18 +244,18 @@ func TestMetricsObserve(t *testing.T) {
 
 func TestLogObserverLevels(t *testing.T) {
 	tests := map[string]struct {
-		event   retrypolicy.Event
+		event   retryhttp.Event
 		atInfo  bool
 		atDebug bool
 	}{
 		"a first-attempt success is routine": {
-			event: retrypolicy.Event{Kind: retrypolicy.EventOutcome, Attempt: 1, Outcome: retrypolicy.OutcomeSuccess}, atDebug: true,
+			event: retryhttp.Event{Kind: retryhttp.EventOutcome, Attempt: 1, Outcome: retrypolicy.OutcomeSuccess}, atDebug: true,
 		},
 		"a success after retries is notable": {
-			event: retrypolicy.Event{Kind: retrypolicy.EventOutcome, Attempt: 2, Outcome: retrypolicy.OutcomeSuccess}, atInfo: true, atDebug: true,
+			event: retryhttp.Event{Kind: retryhttp.EventOutcome, Attempt: 2, Outcome: retrypolicy.OutcomeSuccess}, atInfo: true, atDebug: true,
 		},
 		"a retry decision is notable": {
-			event: retrypolicy.Event{Kind: retrypolicy.EventAttempt, Attempt: 1, Status: 503, Action: retrypolicy.Retry}, atInfo: true, atDebug: true,
+			event: retryhttp.Event{Kind: retryhttp.EventAttempt, Attempt: 1, Status: 503, Action: retrypolicy.Retry}, atInfo: true, atDebug: true,
 		},
 	}
 	for name, tc := range tests {
@@ -291,8 +292,8 @@ func BenchmarkProxy(b *testing.B) {
 	}
 	m := NewMetrics()
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	rt := &retrypolicy.Transport{Inner: UpstreamClient(DefaultOptions()), Route: set.MatchRequest,
-		Observer: retrypolicy.Observers{m, NewLogObserver(log)}}
+	rt := &retryhttp.Transport{Inner: UpstreamClient(DefaultOptions()), Route: set.MatchRequest,
+		Observer: retryhttp.Observers{m, NewLogObserver(log)}}
 	p := &Proxy{Transport: rt, Metrics: m, Log: log, Route: set.MatchRequest}
 	front := httptest.NewServer(p)
 	defer front.Close()

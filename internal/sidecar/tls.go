@@ -16,6 +16,7 @@ import (
 	"github.com/retrydev/retry-operator/internal/h1client"
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // tlsUpstream is the TLS origination of one upstream (docs/tls.md): the app
@@ -91,7 +92,7 @@ func (u *tlsUpstream) origin(authority string) *h1client.TLSOrigin {
 	return o
 }
 
-// originator is the Inner of the retrypolicy.Transport: every attempt of an
+// originator is the Inner of the retryhttp.Transport: every attempt of an
 // http:// request whose upstream has tls goes out over TLS (RoundTripTLS),
 // everything else as before.
 type originator struct {
@@ -118,7 +119,7 @@ func untrustedReason(err error) string {
 	if errors.As(err, &cv) && cv.Err != nil {
 		return cv.Err.Error()
 	}
-	return retrypolicy.ErrUntrustedCertificate.Error()
+	return retryhttp.ErrUntrustedCertificate.Error()
 }
 
 func tlsUpstreams(origin map[*retrypolicy.Policy]policyset.Upstream) (map[*retrypolicy.Policy]*tlsUpstream, error) {

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // TestTransparent drives the transparent handler in-process: the original
@@ -51,7 +51,7 @@ func TestTransparent(t *testing.T) {
 	}
 	self := netip.MustParseAddrPort("127.0.0.1:15006")
 	handler := &Transparent{
-		Proxy: &Proxy{Transport: &retrypolicy.Transport{Inner: UpstreamClient(DefaultOptions()), Route: rl.RouteByHost},
+		Proxy: &Proxy{Transport: &retryhttp.Transport{Inner: UpstreamClient(DefaultOptions()), Route: rl.RouteByHost},
 			Metrics: m, Log: log, Route: rl.RouteByHost},
 		Self: []netip.AddrPort{self},
 	}
@@ -101,8 +101,8 @@ func TestTransparent(t *testing.T) {
 			}
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != tc.status || resp.Header.Get(retrypolicy.HeaderOutcome) != tc.outcome {
-				t.Errorf("got %d, outcome %q; want %d, %q", resp.StatusCode, resp.Header.Get(retrypolicy.HeaderOutcome), tc.status, tc.outcome)
+			if resp.StatusCode != tc.status || resp.Header.Get(retryhttp.HeaderOutcome) != tc.outcome {
+				t.Errorf("got %d, outcome %q; want %d, %q", resp.StatusCode, resp.Header.Get(retryhttp.HeaderOutcome), tc.status, tc.outcome)
 			}
 			mu.Lock()
 			got := arrivals[tc.host+tc.path]

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	"k8s.io/utils/clock"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
 
 // ErrShed is returned by Admit when an attempt is refused for lack of capacity.
@@ -288,6 +289,9 @@ func (l *Limits) Queued() int {
 	}
 	return n
 }
+
+// Sleeper waits d, returning at once with the context's error if ctx ends first.
+type Sleeper func(ctx context.Context, d time.Duration) error
 
 // Ticket is an admitted attempt. Release it exactly once when the attempt really
 // ends (its response body closed, or its error returned). The zero Ticket holds

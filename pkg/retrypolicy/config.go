@@ -115,6 +115,10 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
 
+// DefaultConnectTimeout bounds a dial when the policy sets no connectTimeout
+// (and the deadline is not shorter).
+const DefaultConnectTimeout = 5 * time.Second
+
 // MinReserve is the time kept free after a wait for the next attempt when the
 // policy has no perTryTimeout (R3): a retry that could not even start a useful
 // attempt before the deadline is not made.
@@ -333,6 +337,43 @@ func (p *Policy) MethodReplayable(method string) bool {
 // IdempotencyKeyHeader is the canonical header name whose presence makes a
 // request replayable, or "".
 func (p *Policy) IdempotencyKeyHeader() string { return p.idemKey }
+
+// The accessors below read single fields of the compiled policy without the
+// copies Config makes, for an executor (package retryhttp's Transport) that
+// consults them on every request.
+
+// MaxAttempts is Config.MaxAttempts: transmissions including the first.
+func (p *Policy) MaxAttempts() int { return p.cfg.MaxAttempts }
+
+// Deadline is Config.Deadline: the bound of one logical request.
+func (p *Policy) Deadline() time.Duration { return p.cfg.Deadline }
+
+// PerTryTimeout is Config.PerTryTimeout: the bound of one attempt up to its
+// response headers, 0 for none.
+func (p *Policy) PerTryTimeout() time.Duration { return p.cfg.PerTryTimeout }
+
+// ConnectTimeout is the effective bound of a dial and TLS handshake:
+// Config.ConnectTimeout, or if that is 0 the shorter of DefaultConnectTimeout
+// and Deadline.
+func (p *Policy) ConnectTimeout() time.Duration { return p.connect }
+
+// Reserve is the time an attempt needs left before the deadline to be worth
+// starting: PerTryTimeout, or MinReserve if the policy has none. A wait (for a
+// retry, admission or a hold) that would leave less is not made (R3).
+func (p *Policy) Reserve() time.Duration { return p.reserve }
+
+// Backoff is Config.Backoff.
+func (p *Policy) Backoff() Backoff { return p.cfg.Backoff }
+
+// RetriesConnectFailure is Config.RetryOnConnectFailure.
+func (p *Policy) RetriesConnectFailure() bool { return p.cfg.RetryOnConnectFailure }
+
+// MaxReplayBodyBytes is Config.MaxReplayBodyBytes: the largest request body
+// buffered for replay, 0 for none.
+func (p *Policy) MaxReplayBodyBytes() int64 { return p.cfg.MaxReplayBodyBytes }
+
+// Pacing is Config.Pacing.
+func (p *Policy) Pacing() PacingConfig { return p.cfg.Pacing }
 
 // HostPatternProblem is the one grammar of a hosts entry, shared by the API's
 // validation and Compile: "" when h is valid, else what is wrong with it.

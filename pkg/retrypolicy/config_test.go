@@ -97,3 +97,53 @@ func TestCompileAcceptsHostForms(t *testing.T) {
 		t.Fatalf("base config does not compile: %v", err)
 	}
 }
+
+// TestPolicyAccessors: what an executor reads from a compiled policy, including
+// the two values Compile derives (the effective connect timeout and the reserve).
+func TestPolicyAccessors(t *testing.T) {
+	type view struct {
+		MaxAttempts           int
+		Deadline              time.Duration
+		PerTryTimeout         time.Duration
+		ConnectTimeout        time.Duration
+		Reserve               time.Duration
+		Backoff               Backoff
+		RetriesConnectFailure bool
+		MaxReplayBodyBytes    int64
+		Pacing                PacingConfig
+	}
+	base := baseConfig()
+	tests := map[string]struct {
+		mutate func(*Config)
+		want   view
+	}{
+		"no per-try or connect timeout: the default connect timeout and the minimum reserve": {nil, view{
+			MaxAttempts: 4, Deadline: 30 * time.Second, ConnectTimeout: DefaultConnectTimeout, Reserve: MinReserve,
+			Backoff: base.Backoff, RetriesConnectFailure: true, MaxReplayBodyBytes: 64 << 10,
+		}},
+		"a deadline shorter than the default connect timeout bounds the dial": {func(c *Config) {
+			c.Deadline = 2 * time.Second
+		}, view{
+			MaxAttempts: 4, Deadline: 2 * time.Second, ConnectTimeout: 2 * time.Second, Reserve: MinReserve,
+			Backoff: base.Backoff, RetriesConnectFailure: true, MaxReplayBodyBytes: 64 << 10,
+		}},
+		"set timeouts are used as they are; the per-try timeout is the reserve": {func(c *Config) {
+			c.MaxAttempts, c.PerTryTimeout, c.ConnectTimeout = 2, 3*time.Second, 700*time.Millisecond
+			c.RetryOnConnectFailure, c.MaxReplayBodyBytes = false, 0
+			c.Pacing = PacingConfig{HoldOnDeferral: true}
+		}, view{
+			MaxAttempts: 2, Deadline: 30 * time.Second, PerTryTimeout: 3 * time.Second, ConnectTimeout: 700 * time.Millisecond,
+			Reserve: 3 * time.Second, Backoff: base.Backoff, Pacing: PacingConfig{HoldOnDeferral: true},
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := compile(t, tc.mutate)
+			got := view{p.MaxAttempts(), p.Deadline(), p.PerTryTimeout(), p.ConnectTimeout(), p.Reserve(),
+				p.Backoff(), p.RetriesConnectFailure(), p.MaxReplayBodyBytes(), p.Pacing()}
+			if got != tc.want {
+				t.Fatalf("accessors = %+v\nwant        %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -104,7 +104,7 @@ type Decision struct {
 	NotBefore time.Time     // Defer: the earliest time a retry is allowed
 }
 
-// Decide is DecideAt with the current time. In the Transport, "now" is the time the
+// Decide is DecideAt with the current time. In retryhttp.Transport, "now" is the time the
 // response was received, which is what the hint is anchored to.
 func (p *Policy) Decide(a Attempt) Decision { return p.DecideAt(time.Now(), a) }
 

@@ -1,44 +1,29 @@
-// Package retrypolicy decides whether, when and how an HTTP request is retried,
-// and executes that decision as an http.RoundTripper. The retry-sidecar uses it
-// behind its proxy; any Go program can use it in-process with the same results.
+// Package retrypolicy decides whether, when and how an HTTP request is retried.
+// It is the pure core: policies, decisions, and the per-upstream state that
+// admission and pacing keep. Package retryhttp executes those decisions as an
+// http.RoundTripper; the retry-sidecar uses it behind its proxy, and any Go
+// program can use it in-process with the same results (docs/library.md).
 //
 // It exists because naive retries are unsafe: they resend before the server said
 // so, resend what is not replayable, exceed the caller's deadline, multiply load
 // during an outage, keep going after the caller gave up, and leak credentials into
 // logs. Each of those is a rule of docs/retry-semantics.md (R1–R10) and each has a named test.
 //
-// The pieces, from pure to effectful:
+// The pieces, from pure to stateful:
 //
 //   - Config → Compile → *Policy: an immutable, validated upstream policy.
 //   - Set: finds the Policy for a request authority (host:port > host > *.suffix).
-//   - ParseRetryAfter: strict RFC 9110 Retry-After, anchored at receipt (R1).
+//   - ParseRetryAfter, ParseRateLimit: strict parsing of the server's hints,
+//     anchored at receipt (R1).
 //   - Backoff.Delay and Policy.DecideAt: a pure, allocation-free decision (R2–R5).
-//   - Budget, Gate, Limits.Admit: outage budget and admission (R6, R7), kept per
-//     upstream in a Registry so that config reloads do not reset them.
-//   - Transport: the executor (R4–R10), reporting to an Observer.
+//   - Budget, Gate, Limits.Admit, Pacer: outage budget, admission and holds (R6,
+//     R7, docs/pacing.md), kept per upstream in a Registry so that config
+//     reloads do not reset them.
 //
-// Clocks and randomness are injected (Transport.Clock, Transport.Sleep,
-// Transport.Random; every time-dependent method has an ...At twin), so every
-// path is tested without sleeping.
-//
-// In-process use:
-//
-//	p, err := retrypolicy.Compile(retrypolicy.Config{
-//		Name: "payments-api", Hosts: []string{"payments.shop.svc"},
-//		MaxAttempts: 4, Deadline: 30 * time.Second,
-//		Backoff:       retrypolicy.Backoff{Base: time.Second, Max: 8 * time.Second, Jitter: retrypolicy.JitterFull},
-//		RetryOnStatus: []int{429, 503}, RetryOnConnectFailure: true,
-//		ReplayableMethods: []string{"GET", "HEAD", "OPTIONS"}, IdempotencyKeyHeader: "Idempotency-Key",
-//		MaxReplayBodyBytes: 64 << 10, RetryAfterMaxWait: 30 * time.Second, RetryAfterSpread: time.Second,
-//	})
-//	if err != nil { return err } // e.g. "backoff.max: must be >= backoff.base (1s)"
-//	client := &http.Client{Transport: &retrypolicy.Transport{Route: retrypolicy.Static(p)}}
-//	resp, err := client.Get("http://payments.shop.svc/v1/charges/42")
-//	// resp.Header: X-Retry-Outcome: success, X-Retry-Attempts: 2
-//	// err, if any, is a *retrypolicy.Error carrying the Outcome (canceled, ...).
-//
-// In the sidecar, one Transport serves all upstreams: compile a Set on every
-// config load, call Registry.Adopt(set) so each upstream keeps its budget, tokens
-// and in-flight slots, publish the set in an atomic.Pointer, and route with
-// func(r *http.Request) *Policy { return cur.Load().MatchRequest(r) }.
+// The executor lives in package retryhttp (Transport, Observer, Error): R4–R10
+// for HTTP. The package depends on the standard library and
+// golang.org/x/time/rate only. Time comes from a clock.Clock (package clock;
+// clocktest is a virtual one) and randomness is a parameter; every
+// time-dependent method has an ...At twin, so every path is tested without
+// sleeping.
 package retrypolicy

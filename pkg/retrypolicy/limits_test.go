@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	clocktesting "k8s.io/utils/clock/testing"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
 // TestBudgetSteps is a step table (R6): retryPercent 20 and no floor, so 10 first
@@ -111,9 +111,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
+// timerSet is a waitFor condition: the code under test has set a timer on c.
+func timerSet(c *clocktest.Clock) func() bool {
+	return func() bool { return c.Pending() > 0 }
+}
+
 // TestGateQueue covers R7's in-flight bound and its bounded FIFO queue.
 func TestGateQueue(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	g := NewGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second})
 	ctx := context.Background()
 	if _, err := g.Acquire(ctx, clk, time.Minute); err != nil {
@@ -136,8 +141,8 @@ func TestGateQueue(t *testing.T) {
 	}
 
 	go func() { _, err := g.Acquire(ctx, clk, time.Minute); got <- err }()
-	waitFor(t, "a timer for the queue timeout", clk.HasWaiters)
-	clk.Step(time.Second)
+	waitFor(t, "a timer for the queue timeout", timerSet(clk))
+	clk.Advance(time.Second)
 	if err := <-got; !errors.Is(err, ErrShed) {
 		t.Fatalf("Acquire past the queue timeout = %v, want ErrShed", err)
 	}
@@ -165,10 +170,10 @@ func TestGateQueue(t *testing.T) {
 // TestAdmitRateLimit: starts are spaced by the limiter; a wait that does not fit
 // is shed at once with the exact time the next token comes (R7).
 func TestAdmitRateLimit(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	l := newLimits(Config{RateLimit: &RateLimitConfig{RequestsPerSecond: 0.5, Burst: 1}})
 	var slept []time.Duration
-	sleep := func(_ context.Context, d time.Duration) error { slept = append(slept, d); clk.Step(d); return nil }
+	sleep := func(_ context.Context, d time.Duration) error { slept = append(slept, d); clk.Advance(d); return nil }
 	ctx := context.Background()
 	if _, _, err := l.Admit(ctx, clk, sleep, time.Minute); err != nil || len(slept) != 0 {
 		t.Fatalf("first start: %v, slept %v; want immediate", err, slept)
@@ -235,7 +240,7 @@ func TestRegistryKeepsStateAcrossReload(t *testing.T) {
 // afford the expected queue wait is shed immediately, not queued until its
 // deadline (R7).
 func TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	ctx := context.Background()
 	tests := map[string]struct {
 		history time.Duration // hold time of one finished attempt (0: none yet)
@@ -280,7 +285,7 @@ func TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testing.T) {
 // TestAdmitGivesTheStartTokenBackWhenTheGateSheds: an attempt shed by the
 // concurrency gate never started, so it does not spend a rate-limit token.
 func TestAdmitGivesTheStartTokenBackWhenTheGateSheds(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	p := compile(t, func(c *Config) {
 		c.RateLimit = &RateLimitConfig{RequestsPerSecond: 1, Burst: 2}
 		c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 0, QueueTimeout: time.Second}
@@ -308,8 +313,8 @@ func TestLimitsOccupancy(t *testing.T) {
 
 	t.Run("an upstream without limits counts its attempts in flight", func(t *testing.T) {
 		l := newLimits(Config{})
-		a, _, _ := l.Admit(ctx, clocktesting.NewFakeClock(now), nil, time.Second)
-		b, _, _ := l.Admit(ctx, clocktesting.NewFakeClock(now), nil, time.Second)
+		a, _, _ := l.Admit(ctx, clocktest.NewClock(now), nil, time.Second)
+		b, _, _ := l.Admit(ctx, clocktest.NewClock(now), nil, time.Second)
 		if l.InFlight() != 2 || l.Queued() != 0 {
 			t.Fatalf("two admitted: %d in flight, %d queued; want 2, 0", l.InFlight(), l.Queued())
 		}
@@ -322,12 +327,12 @@ func TestLimitsOccupancy(t *testing.T) {
 	})
 
 	t.Run("a caller pacing for a start token is queued, then in flight", func(t *testing.T) {
-		clk := clocktesting.NewFakeClock(now)
+		clk := clocktest.NewClock(now)
 		l := newLimits(Config{RateLimit: &RateLimitConfig{RequestsPerSecond: 1, Burst: 1}})
 		var queuedWhileSleeping int
 		sleep := func(_ context.Context, d time.Duration) error {
 			queuedWhileSleeping = l.Queued()
-			clk.Step(d)
+			clk.Advance(d)
 			return nil
 		}
 		first, _, _ := l.Admit(ctx, clk, sleep, time.Minute)
@@ -340,7 +345,7 @@ func TestLimitsOccupancy(t *testing.T) {
 	})
 
 	t.Run("a caller in the gate's queue is queued; a shed caller is neither", func(t *testing.T) {
-		clk := clocktesting.NewFakeClock(now)
+		clk := clocktest.NewClock(now)
 		l := newLimits(Config{Concurrency: &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second}})
 		held, _, _ := l.Admit(ctx, clk, nil, time.Minute)
 		done := make(chan Ticket)

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/utils/clock"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
 
 // PacingConfig is quota-aware pacing (docs/pacing.md): holding an upstream
@@ -104,6 +104,11 @@ func (p *Pacer) Hold() (time.Time, HoldReason) {
 	return p.until, p.reason
 }
 
+// Active reports whether a hold is in force or callers are queued, with one
+// atomic load: when it is false, Wait returns at once without reading the
+// clock, so a caller may skip even its own clock reading.
+func (p *Pacer) Active() bool { return p.active.Load() }
+
 // Queued reports how many callers are waiting for the hold to end.
 func (p *Pacer) Queued() int {
 	p.mu.Lock()
@@ -117,7 +122,7 @@ func (p *Pacer) Queued() int {
 // after now, or not after the hold in force). notify, if not nil, is told of
 // the start now and of the end later (on the timer's goroutine).
 // Waiters whose deadline does not reach the new end are refused.
-func (p *Pacer) HoldAt(now time.Time, clk clock.WithDelayedExecution, until time.Time, reason HoldReason,
+func (p *Pacer) HoldAt(now time.Time, clk clock.Clock, until time.Time, reason HoldReason,
 	notify HoldNotify) bool {
 	if !until.After(now) {
 		return false
@@ -212,7 +217,7 @@ func (p *Pacer) heldLocked(now time.Time) bool {
 //	nil, queued true      waited in line until the hold ended: go now
 //	ErrHeld, until        the hold ends too late for the caller: answer locally
 //	ctx.Err()             the caller gave up while waiting
-func (p *Pacer) Wait(ctx context.Context, clk clock.PassiveClock, maxWait time.Duration) (until time.Time, queued bool, err error) {
+func (p *Pacer) Wait(ctx context.Context, clk clock.Clock, maxWait time.Duration) (until time.Time, queued bool, err error) {
 	if !p.active.Load() {
 		return time.Time{}, false, nil
 	}

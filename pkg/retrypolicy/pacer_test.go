@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	clocktesting "k8s.io/utils/clock/testing"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
 type holdEnd struct {
@@ -18,7 +18,7 @@ type holdEnd struct {
 // TestPacerHoldStartsAndEndsOnTheClock: a hold is in force until its end on the
 // injected clock, is extended but never shortened, and reports its end once.
 func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	p := NewPacer()
 	ends := make(chan holdEnd, 4)
 	starts := 0
@@ -30,11 +30,11 @@ func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
 		ends <- holdEnd{u, r}
 	}
 
-	if p.HoldAt(now, clk, now, HoldRateLimit, onEnd) {
-		t.Fatal("a hold ending now started")
+	if p.HoldAt(now, clk, now, HoldRateLimit, onEnd) || p.Active() {
+		t.Fatalf("a hold ending now started (active %v)", p.Active())
 	}
-	if !p.HoldAt(now, clk, now.Add(3*time.Second), HoldRateLimit, onEnd) {
-		t.Fatal("a 3s hold did not start")
+	if !p.HoldAt(now, clk, now.Add(3*time.Second), HoldRateLimit, onEnd) || !p.Active() {
+		t.Fatalf("a 3s hold did not start (active %v)", p.Active())
 	}
 	if p.HoldAt(now, clk, now.Add(2*time.Second), HoldDeferral, onEnd) {
 		t.Fatal("a shorter hold replaced a longer one")
@@ -42,11 +42,11 @@ func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
 	if u, r := p.Hold(); !u.Equal(now.Add(3*time.Second)) || r != HoldRateLimit {
 		t.Fatalf("Hold = %v, %v; want now+3s, rate-limit", u, r)
 	}
-	clk.Step(time.Second)
+	clk.Advance(time.Second)
 	if !p.HoldAt(clk.Now(), clk, now.Add(5*time.Second), HoldDeferral, onEnd) {
 		t.Fatal("a longer hold did not extend the one in force")
 	}
-	clk.Step(2 * time.Second) // now+3s: the first timer was replaced
+	clk.Advance(2 * time.Second) // now+3s: the first timer was replaced
 	if u, _ := p.Hold(); !u.Equal(now.Add(5 * time.Second)) {
 		t.Fatalf("hold ended at its first end; still want now+5s, got %v", u)
 	}
@@ -55,13 +55,13 @@ func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
 		t.Fatalf("hold reported ended early: %+v", e)
 	default:
 	}
-	clk.Step(2 * time.Second) // now+5s
+	clk.Advance(2 * time.Second) // now+5s
 	e := <-ends
 	if !e.until.Equal(now.Add(5*time.Second)) || e.reason != HoldDeferral {
 		t.Fatalf("end = %+v; want now+5s, deferral", e)
 	}
-	if u, r := p.Hold(); !u.IsZero() || r != HoldNone || p.active.Load() {
-		t.Fatalf("after the end: Hold = %v, %v, active %v; want none", u, r, p.active.Load())
+	if u, r := p.Hold(); !u.IsZero() || r != HoldNone || p.Active() {
+		t.Fatalf("after the end: Hold = %v, %v, active %v; want none", u, r, p.Active())
 	}
 	if _, queued, err := p.Wait(context.Background(), clk, time.Second); err != nil || queued {
 		t.Fatalf("Wait with no hold = %v, queued %v; want go at once", err, queued)
@@ -86,7 +86,7 @@ func TestPacerWaitsOrAnswersByDeadline(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			clk := clocktesting.NewFakeClock(now)
+			clk := clocktest.NewClock(now)
 			p := NewPacer()
 			p.HoldAt(now, clk, now.Add(3*time.Second), HoldRateLimit, nil)
 			type result struct {
@@ -106,7 +106,7 @@ func TestPacerWaitsOrAnswersByDeadline(t *testing.T) {
 					t.Fatalf("returned before the hold ended: %+v", r)
 				default:
 				}
-				clk.Step(3 * time.Second)
+				clk.Advance(3 * time.Second)
 			}
 			r := <-done
 			if !errors.Is(r.err, tc.wantErr) || r.queued != tc.wantQueued {
@@ -122,7 +122,7 @@ func TestPacerWaitsOrAnswersByDeadline(t *testing.T) {
 // TestPacerReleasesInArrivalOrder: waiters leave one after the other in the
 // order they came, each woken by the one before it.
 func TestPacerReleasesInArrivalOrder(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	p := NewPacer()
 	p.HoldAt(now, clk, now.Add(time.Second), HoldRateLimit, nil)
 	var mu sync.Mutex
@@ -143,7 +143,7 @@ func TestPacerReleasesInArrivalOrder(t *testing.T) {
 		}()
 		waitFor(t, "the next waiter in line", func() bool { return p.Queued() == i+1 })
 	}
-	clk.Step(time.Second)
+	clk.Advance(time.Second)
 	wg.Wait()
 	for i, got := range order {
 		if got != i {
@@ -158,7 +158,7 @@ func TestPacerReleasesInArrivalOrder(t *testing.T) {
 // TestPacerExtensionRefusesWaitersItMakesLate and a caller that gives up leaves
 // the line without blocking the others.
 func TestPacerExtensionRefusesWaitersItMakesLate(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	p := NewPacer()
 	p.HoldAt(now, clk, now.Add(time.Second), HoldRateLimit, nil)
 	results := make([]chan error, 3)
@@ -180,7 +180,7 @@ func TestPacerExtensionRefusesWaitersItMakesLate(t *testing.T) {
 	if err := <-results[1]; !errors.Is(err, context.Canceled) {
 		t.Fatalf("waiter that gave up: %v, want context.Canceled", err)
 	}
-	clk.Step(10 * time.Second)
+	clk.Advance(10 * time.Second)
 	if err := <-results[2]; err != nil {
 		t.Fatalf("last waiter: %v, want to go after the hold", err)
 	}
@@ -189,7 +189,7 @@ func TestPacerExtensionRefusesWaitersItMakesLate(t *testing.T) {
 // TestRegistryKeepsTheHoldAcrossReload: the pacer is part of the upstream's
 // Limits, so a reloaded policy is still held.
 func TestRegistryKeepsTheHoldAcrossReload(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	reg := NewRegistry()
 	paced := func(c *Config) { c.Pacing = PacingConfig{RateLimitHeaders: true} }
 	old := compile(t, paced)
@@ -215,19 +215,10 @@ func TestRegistryKeepsTheHoldAcrossReload(t *testing.T) {
 }
 
 func TestPacerWaitWithoutHoldDoesNotAllocate(t *testing.T) {
-	clk := clocktesting.NewFakeClock(now)
+	clk := clocktest.NewClock(now)
 	p := NewPacer()
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(100, func() { p.Wait(ctx, clk, time.Second) }); n != 0 {
 		t.Fatalf("Wait with no hold allocates %v times, want 0", n)
-	}
-}
-
-func TestCeilSeconds(t *testing.T) {
-	if got := ceilSeconds(1500 * time.Millisecond); got != 2 {
-		t.Fatalf("ceilSeconds(1.5s) = %d, want 2", got)
-	}
-	if got := ceilSeconds(MaxDelay); got != int64(MaxDelay/time.Second)+1 {
-		t.Fatalf("ceilSeconds(MaxDelay) = %d, does not saturate cleanly", got)
 	}
 }

@@ -307,3 +307,12 @@ func FuzzParseRateLimit(f *testing.F) {
 		}
 	})
 }
+
+// hdr builds a header from name, value pairs.
+func hdr(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i < len(kv); i += 2 {
+		h.Set(kv[i], kv[i+1])
+	}
+	return h
+}

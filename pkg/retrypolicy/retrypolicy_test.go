@@ -11,36 +11,39 @@ package retrypolicy
 //	                            TestDecideRules ("the spread is added after the hint ...")
 //	R3 never shorten a wait     TestDecideWorkedExamples ("server asks 30s ...", "a 60s hint ..."),
 //	                            TestDecideRules (deadline and reserve rows),
-//	                            TestTransportOutcomes ("a hint over maxWait defers ..."), FuzzDecide
+//	                            retryhttp.TestTransportOutcomes ("a hint over maxWait defers ..."), FuzzDecide
 //	R4 what is retryable        TestDecideRules (replayable/connect/ambiguous rows),
-//	                            TestTransportOutcomes (POST/PUT rows),
-//	                            TestTransportReplaysTheSameIdempotencyKeyAndBody,
-//	                            TestTransportSendsANonRereadableBodyOnce, FuzzDecide
+//	                            retryhttp.TestTransportOutcomes (POST/PUT rows),
+//	                            retryhttp.TestTransportReplaysTheSameIdempotencyKeyAndBody,
+//	                            retryhttp.TestTransportSendsANonRereadableBodyOnce, FuzzDecide
 //	R5 attempt budget           TestDecideWorkedExamples ("retry index 3 of 3 stops"),
-//	                            TestTransportOutcomes ("a 503 four times ...", "... already carries
-//	                            X-Retry-Attempt ..."), TestTransport503Then429Then200
+//	                            retryhttp.TestTransportOutcomes ("a 503 four times ...", "... already carries
+//	                            X-Retry-Attempt ..."), retryhttp.TestTransport503Then429Then200
 //	R6 outage budget            TestBudgetSteps, TestBudgetConcurrentUse,
-//	                            TestTransportOutcomes ("an exhausted budget ...")
-//	R7 admission                TestGateQueue, TestAdmitRateLimit, TestTransportShed,
-//	                            TestTransportRateLimitShedsWithTheTimeCapacityReturns,
+//	                            retryhttp.TestTransportOutcomes ("an exhausted budget ...")
+//	R7 admission                TestGateQueue, TestAdmitRateLimit, retryhttp.TestTransportShed,
+//	                            retryhttp.TestTransportRateLimitShedsWithTheTimeCapacityReturns,
 //	                            TestRegistryKeepsStateAcrossReload
-//	R8 cancellation             TestTransportCancellation (before / during / right after the wait,
+//	R8 cancellation             retryhttp.TestTransportCancellation (before / during / right after the wait,
 //	                            default sleeper, during an attempt)
-//	R9 resources                TestTransport503Then429Then200 (the harness's sleeper fails the
+//	R9 resources                retryhttp.TestTransport503Then429Then200 (the harness's sleeper fails the
 //	                            test if an earlier response was not drained and closed)
-//	R10 observability           TestTransportLogsNoSecrets, TestTransportErrorTextNeverReachesObservers
+//	R10 observability           retryhttp.TestTransportLogsNoSecrets, retryhttp.TestTransportErrorTextNeverReachesObservers
 //
 // Pacing (docs/pacing.md)     TestParseRateLimit, TestParseRateLimitRepeatedFieldLines, TestRateLimitHintHold,
 //	                            FuzzRateLimitAgreesWithHTTPSFV, FuzzParseRateLimit,
 //	                            TestPacerHoldStartsAndEndsOnTheClock, TestPacerWaitsOrAnswersByDeadline,
 //	                            TestPacerReleasesInArrivalOrder, TestPacerExtensionRefusesWaitersItMakesLate,
-//	                            TestRegistryKeepsTheHoldAcrossReload, TestTransportRateLimitHeadersHoldTheUpstream,
-//	                            TestTransportHeldRequestWaitsWhenItsDeadlineAllows, TestTransportNotBeforeIsRoundedUp,
-//	                            TestTransportHoldOnDeferral, TestTransportPacingAddsNoAllocations
+//	                            TestRegistryKeepsTheHoldAcrossReload, retryhttp.TestTransportRateLimitHeadersHoldTheUpstream,
+//	                            retryhttp.TestTransportHeldRequestWaitsWhenItsDeadlineAllows, retryhttp.TestTransportNotBeforeIsRoundedUp,
+//	                            retryhttp.TestTransportHoldOnDeferral, retryhttp.TestTransportPacingAddsNoAllocations
+//
+// Names with retryhttp. are tests of package retryhttp (the executor).
 //
 // Also: TestCompileRejects (every error names the field and the allowed values),
 // TestSetMatch, TestNewSetRejectsConflicts, TestDecideDoesNotAllocate,
-// TestParseRetryAfterDoesNotAllocate; benchmarks in bench_test.go.
+// TestParseRetryAfterDoesNotAllocate; benchmarks in bench_test.go (the Transport's in
+// retryhttp/bench_test.go).
 
 import "testing"
 

@@ -1,27 +1,34 @@
-// Package retrysim runs pkg/retrypolicy on a virtual clock: Simulate plays one
-// logical request against scripted upstream responses through the sidecar's own
-// proxy and Transport, and Rehearse runs many logical requests against a
-// simulated quota-limited upstream. Nothing really waits: minutes of virtual
-// time take milliseconds. See docs/kubectl-retry.md.
-package retrysim
+// Package clocktest provides a virtual clock for tests of code that uses
+// package retrypolicy (and for simulations such as kubectl-retry's): time moves
+// only when the test says so, so retries, backoff, Retry-After waits and
+// timeouts are tested without sleeping. See docs/library.md#clocks.
+//
+//	clk := clocktest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+//	tr := &retryhttp.Transport{Route: retryhttp.Static(p), Clock: clk}
+//	go func() { resp, err = client.Do(req) }()
+//	// wait until the Transport sleeps (clk.Pending() > 0), then:
+//	clk.Advance(2 * time.Second) // the backoff timer fires, the retry is sent
+package clocktest
 
 import (
 	"container/heap"
 	"sync"
 	"time"
 
-	"k8s.io/utils/clock"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
 
 // Clock is a virtual clock: time moves only when its driver calls Advance,
 // AdvanceTo or Next, and timers fire (their channel is sent to, or their
-// function is called) in time order, ties in creation order, on the goroutine
-// that moves the clock. It implements clock.WithDelayedExecution, so it can be
-// given to retrypolicy.Transport.Clock. Safe for concurrent use, but meant for
-// one driver.
+// function is called) in time order, ties in creation order, each at its own
+// time, on the goroutine that moves the clock and without the clock's lock
+// held (a timer's function may use the clock). Safe for concurrent use, but
+// meant for one driver: two goroutines moving the clock at once may fire two
+// timers out of order.
 type Clock struct {
-	// BeforeFire, if set, runs before each timer fires, without the lock (the
-	// rehearsal scheduler settles its goroutines there).
+	// BeforeFire, if set, runs before each timer fires, without the lock (a
+	// scheduler of simulated goroutines lets them settle there). Set it before
+	// the clock is first moved.
 	BeforeFire func()
 
 	mu     sync.Mutex
@@ -30,52 +37,33 @@ type Clock struct {
 	timers timerHeap
 }
 
-var _ clock.WithDelayedExecution = (*Clock)(nil)
+var _ clock.Clock = (*Clock)(nil)
 
 // NewClock returns a clock that reads start until it is moved.
 func NewClock(start time.Time) *Clock { return &Clock{now: start} }
 
-// Now implements clock.PassiveClock.
+// Now implements clock.Clock.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-// Since implements clock.PassiveClock.
-func (c *Clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
-
-// After implements clock.Clock.
-func (c *Clock) After(d time.Duration) <-chan time.Time { return c.NewTimer(d).C() }
-
-// NewTimer implements clock.Clock.
+// NewTimer implements clock.Clock: the timer fires when the clock is moved to
+// or past now+d.
 func (c *Clock) NewTimer(d time.Duration) clock.Timer {
 	t := &timer{c: c, ch: make(chan time.Time, 1)}
 	c.arm(t, d)
 	return t
 }
 
-// AfterFunc implements clock.WithDelayedExecution: f runs on the goroutine that
-// moves the clock past the timer.
+// AfterFunc implements clock.Clock: f runs on the goroutine that moves the
+// clock to or past now+d.
 func (c *Clock) AfterFunc(d time.Duration, f func()) clock.Timer {
 	t := &timer{c: c, fn: f}
 	c.arm(t, d)
 	return t
 }
-
-// Tick implements clock.Clock with a ticker that re-arms itself.
-func (c *Clock) Tick(d time.Duration) <-chan time.Time {
-	if d <= 0 {
-		return nil
-	}
-	t := &timer{c: c, ch: make(chan time.Time, 1), period: d}
-	c.arm(t, d)
-	return t.ch
-}
-
-// Sleep implements clock.Clock by moving the clock: it is only meaningful for a
-// single-goroutine driver (Simulate).
-func (c *Clock) Sleep(d time.Duration) { c.Advance(d) }
 
 // Advance moves the clock forward by d, firing every timer due on the way.
 func (c *Clock) Advance(d time.Duration) {
@@ -116,6 +104,15 @@ func (c *Clock) Next() bool {
 	return true
 }
 
+// Pending is the number of timers that have not fired and were not stopped. A
+// test that runs the code under test on another goroutine waits for Pending to
+// grow before it moves the clock, so that the timer it means to fire exists.
+func (c *Clock) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}
+
 // NextAt is the time of the earliest pending timer, if any.
 func (c *Clock) NextAt() (time.Time, bool) {
 	c.mu.Lock()
@@ -135,21 +132,12 @@ func (c *Clock) fireNextLocked() {
 		c.now = t.when
 	}
 	now := c.now
-	if t.period > 0 {
-		t.when = now.Add(t.period)
-		c.seq++
-		t.seq = c.seq
-		heap.Push(&c.timers, t)
-	}
 	c.mu.Unlock()
 	if t.fn != nil {
 		t.fn()
 		return
 	}
-	select {
-	case t.ch <- now:
-	default: // a ticker whose reader is behind drops ticks, like time.Ticker
-	}
+	t.ch <- now // capacity 1, and a timer fires once
 }
 
 func (c *Clock) arm(t *timer, d time.Duration) {
@@ -162,13 +150,12 @@ func (c *Clock) arm(t *timer, d time.Duration) {
 }
 
 type timer struct {
-	c      *Clock
-	ch     chan time.Time
-	fn     func()
-	when   time.Time
-	seq    uint64
-	period time.Duration
-	index  int // in the heap; -1 when not pending
+	c     *Clock
+	ch    chan time.Time
+	fn    func()
+	when  time.Time
+	seq   uint64
+	index int // in the heap; -1 when not pending
 }
 
 func (t *timer) C() <-chan time.Time { return t.ch }
@@ -184,13 +171,6 @@ func (t *timer) Stop() bool {
 	heap.Remove(&c.timers, t.index)
 	t.index = -1
 	return true
-}
-
-// Reset re-arms the timer d from now and reports whether it was pending.
-func (t *timer) Reset(d time.Duration) bool {
-	was := t.Stop()
-	t.c.arm(t, d)
-	return was
 }
 
 type timerHeap []*timer

@@ -1,9 +1,11 @@
-package retrypolicy
+package retryhttp
 
 import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 // EventKind tells an attempt decision from a final outcome.
@@ -56,19 +58,19 @@ type Event struct {
 	// Status of the attempt's response; 0 if it had none.
 	Status int
 	// ErrorClass of an attempt without a response.
-	ErrorClass ErrorClass
+	ErrorClass retrypolicy.ErrorClass
 	// Phase of a timeout: of the attempt (attempt events) or of the one that
 	// ended the request (outcome events); "" when no timeout was involved.
 	Phase Phase
 	// Action decided after the attempt (attempt events).
-	Action Action
+	Action retrypolicy.Action
 	// Delay is the planned wait before the next transmission (Action Retry).
 	Delay time.Duration
 	// NotBefore is the earliest retry time given to the caller (deferred and
 	// deadline-exceeded).
 	NotBefore time.Time
 	// Outcome, on outcome events and on attempt events that end the request.
-	Outcome Outcome
+	Outcome retrypolicy.Outcome
 	// RetryAfter is the parse result of the response's Retry-After: "absent", a
 	// HintForm name ("seconds", "imf-fixdate", "rfc850", "asctime") or
 	// "malformed", with RetryAfterReason the ParseError reason.
@@ -86,7 +88,7 @@ type Event struct {
 	RateLimitMalformed string
 	RateLimitReason    string
 	// HoldReason is why the upstream is held (hold events).
-	HoldReason HoldReason
+	HoldReason retrypolicy.HoldReason
 }
 
 // Observer receives one event per attempt decision and one per outcome. It is
@@ -152,7 +154,7 @@ func (o *SlogObserver) Observe(e Event) {
 	if e.Status != 0 {
 		attrs = append(attrs, slog.Int("status", e.Status))
 	}
-	if e.ErrorClass != NoError {
+	if e.ErrorClass != retrypolicy.NoError {
 		attrs = append(attrs, slog.String("error_class", e.ErrorClass.String()))
 	}
 	if e.Phase != "" {
@@ -160,7 +162,7 @@ func (o *SlogObserver) Observe(e Event) {
 	}
 	if e.Kind == EventAttempt {
 		attrs = append(attrs, slog.String("decision", e.Action.String()))
-		if e.Action == Retry {
+		if e.Action == retrypolicy.Retry {
 			attrs = append(attrs, slog.Duration("delay", e.Delay))
 		}
 	}

@@ -1,4 +1,4 @@
-package retrypolicy
+package retryhttp
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 // The Transport's side of quota-aware pacing (docs/pacing.md): before each
@@ -20,20 +22,20 @@ import (
 // local 429 when the hold ends too late for the deadline, or the context's
 // error when the caller gave up in line.
 func (c *call) awaitHold(ctx context.Context, n int) (*http.Response, error) {
-	pc := c.p.limits.Load().parts.Load().pacer
-	if pc == nil || !pc.active.Load() {
+	pc := c.p.Limits().Pacer()
+	if pc == nil || !pc.Active() {
 		return nil, nil
 	}
 	start := c.clk.Now()
-	until, queued, err := pc.Wait(ctx, c.clk, c.deadline.Sub(start)-c.p.reserve)
+	until, queued, err := pc.Wait(ctx, c.clk, c.deadline.Sub(start)-c.p.Reserve())
 	switch {
-	case errors.Is(err, ErrHeld):
+	case errors.Is(err, retrypolicy.ErrHeld):
 		return c.answerHeld(n, until), nil
 	case err != nil:
-		return c.fail(OutcomeCanceled, n-1, err)
+		return c.fail(retrypolicy.OutcomeCanceled, n-1, err)
 	case queued:
 		if o := c.t.Observer; o != nil {
-			o.Observe(Event{Kind: EventHeld, RequestID: c.id, Upstream: c.p.cfg.Name, Method: c.req.Method,
+			o.Observe(Event{Kind: EventHeld, RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
 				Path: c.req.URL.Path, Attempt: n - 1, Delay: c.clk.Now().Sub(start)})
 		}
 	}
@@ -44,32 +46,32 @@ func (c *call) awaitHold(ctx context.Context, n int) (*http.Response, error) {
 // until its rate-limit headers' reset when they announce remaining 0
 // (pacing.rateLimitHeaders), or until Not-Before when the decision deferred it
 // (pacing.holdOnDeferral). It notes a malformed rate-limit header in ev.
-func (c *call) startHolds(ev *Event, resp *http.Response, received time.Time, d Decision) {
-	cfg := c.p.cfg.Pacing
+func (c *call) startHolds(ev *Event, resp *http.Response, received time.Time, d retrypolicy.Decision) {
+	cfg := c.p.Pacing()
 	if !cfg.Enabled() {
 		return
 	}
-	pc := c.p.limits.Load().parts.Load().pacer
+	pc := c.p.Limits().Pacer()
 	if pc == nil {
 		return
 	}
 	if cfg.RateLimitHeaders && resp != nil {
-		rl := ParseRateLimit(resp.Header, received)
+		rl := retrypolicy.ParseRateLimit(resp.Header, received)
 		ev.RateLimitMalformed, ev.RateLimitReason = rl.Malformed, rl.Reason
 		if wait, ok := rl.Hold(); ok {
-			c.hold(pc, received, received.Add(wait), HoldRateLimit)
+			c.hold(pc, received, received.Add(wait), retrypolicy.HoldRateLimit)
 		}
 	}
-	if cfg.HoldOnDeferral && d.Action == Defer && d.Outcome == OutcomeDeferred {
-		c.hold(pc, received, d.NotBefore, HoldDeferral)
+	if cfg.HoldOnDeferral && d.Action == retrypolicy.Defer && d.Outcome == retrypolicy.OutcomeDeferred {
+		c.hold(pc, received, d.NotBefore, retrypolicy.HoldDeferral)
 	}
 }
 
-func (c *call) hold(pc *Pacer, now, until time.Time, reason HoldReason) {
-	var notify HoldNotify
+func (c *call) hold(pc *retrypolicy.Pacer, now, until time.Time, reason retrypolicy.HoldReason) {
+	var notify retrypolicy.HoldNotify
 	if o := c.t.Observer; o != nil {
-		name, id := c.p.cfg.Name, c.id
-		notify = func(start bool, until time.Time, reason HoldReason) {
+		name, id := c.p.Name(), c.id
+		notify = func(start bool, until time.Time, reason retrypolicy.HoldReason) {
 			e := Event{Kind: EventHoldEnd, Upstream: name, NotBefore: until, HoldReason: reason}
 			if start {
 				e.Kind, e.RequestID = EventHoldStart, id
@@ -92,7 +94,7 @@ func (c *call) answerHeld(n int, until time.Time) *http.Response {
 	}
 	now := c.clk.Now()
 	secs := max(ceilSeconds(until.Sub(now)), 1)
-	notBefore := CeilSecond(until)
+	notBefore := retrypolicy.CeilSecond(until)
 	const msg = "retry: upstream quota exhausted; request not sent before X-Retry-Not-Before\n"
 	resp := &http.Response{
 		Status:     "429 Too Many Requests",
@@ -101,19 +103,19 @@ func (c *call) answerHeld(n int, until time.Time) *http.Response {
 		Header: http.Header{
 			"Content-Type":  {"text/plain; charset=utf-8"},
 			"Retry-After":   {strconv.FormatInt(secs, 10)},
-			HeaderOutcome:   {string(OutcomeDeferred)},
+			HeaderOutcome:   {string(retrypolicy.OutcomeDeferred)},
 			HeaderAttempts:  {attemptString(n - 1)},
-			HeaderNotBefore: {FormatNotBefore(notBefore)},
+			HeaderNotBefore: {retrypolicy.FormatNotBefore(notBefore)},
 		},
 		Body:          io.NopCloser(bytes.NewReader([]byte(msg))),
 		ContentLength: int64(len(msg)),
 		Request:       c.req,
 	}
 	if o := c.t.Observer; o != nil {
-		o.Observe(Event{Kind: EventHeld, RequestID: c.id, Upstream: c.p.cfg.Name, Method: c.req.Method,
-			Path: c.req.URL.Path, Attempt: n - 1, Outcome: OutcomeDeferred, NotBefore: notBefore})
+		o.Observe(Event{Kind: EventHeld, RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
+			Path: c.req.URL.Path, Attempt: n - 1, Outcome: retrypolicy.OutcomeDeferred, NotBefore: notBefore})
 	}
-	c.observeOutcome(OutcomeDeferred, n-1, resp.StatusCode, notBefore)
+	c.observeOutcome(retrypolicy.OutcomeDeferred, n-1, resp.StatusCode, notBefore)
 	return resp
 }
 

@@ -1,4 +1,4 @@
-package retrypolicy
+package retryhttp
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 // lockedEvents records events from any goroutine (holds end on the timer).
@@ -29,8 +31,8 @@ func (l *lockedEvents) kinds(k EventKind) []Event {
 	return out
 }
 
-func pacedHarness(t *testing.T, pacing PacingConfig, deadline time.Duration, steps ...step) (*harness, *lockedEvents) {
-	p := compile(t, func(c *Config) { c.Pacing = pacing; c.Deadline = deadline })
+func pacedHarness(t *testing.T, pacing retrypolicy.PacingConfig, deadline time.Duration, steps ...step) (*harness, *lockedEvents) {
+	p := compile(t, func(c *retrypolicy.Config) { c.Pacing = pacing; c.Deadline = deadline })
 	h := newHarness(t, p, steps...)
 	ev := &lockedEvents{}
 	h.tr.Observer = ev
@@ -67,7 +69,7 @@ func wantLocal429(t *testing.T, resp *http.Response, err error, retryAfter, notB
 // too short is answered locally with 429 and Not-Before; one whose deadline
 // allows waits and goes out at the reset.
 func TestTransportRateLimitHeadersHoldTheUpstream(t *testing.T) {
-	h, ev := pacedHarness(t, PacingConfig{RateLimitHeaders: true}, 2*time.Second,
+	h, ev := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
 		step{status: 200, header: hdr("RateLimit", `"default";r=0;t=3`), body: "last one"},
 		step{status: 200, body: "after the reset"})
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -75,7 +77,7 @@ func TestTransportRateLimitHeadersHoldTheUpstream(t *testing.T) {
 		t.Fatalf("first request: %v, %v", resp, err)
 	}
 	starts := ev.kinds(EventHoldStart)
-	if len(starts) != 1 || !starts[0].NotBefore.Equal(now.Add(3*time.Second)) || starts[0].HoldReason != HoldRateLimit {
+	if len(starts) != 1 || !starts[0].NotBefore.Equal(now.Add(3*time.Second)) || starts[0].HoldReason != retrypolicy.HoldRateLimit {
 		t.Fatalf("hold-start events %+v; want one until now+3s, reason rate-limit", starts)
 	}
 
@@ -85,13 +87,13 @@ func TestTransportRateLimitHeadersHoldTheUpstream(t *testing.T) {
 	if n := h.sentCount(); n != 1 {
 		t.Fatalf("%d transmissions; a held request must not reach the upstream", n)
 	}
-	if held := ev.kinds(EventHeld); len(held) != 1 || held[0].Outcome != OutcomeDeferred {
+	if held := ev.kinds(EventHeld); len(held) != 1 || held[0].Outcome != retrypolicy.OutcomeDeferred {
 		t.Fatalf("held events %+v; want one answered locally", held)
 	}
 }
 
 func TestTransportHeldRequestWaitsWhenItsDeadlineAllows(t *testing.T) {
-	h, ev := pacedHarness(t, PacingConfig{RateLimitHeaders: true}, 30*time.Second,
+	h, ev := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 30*time.Second,
 		step{status: 200, header: hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "3")},
 		step{status: 200, body: "after the reset"})
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -109,11 +111,11 @@ func TestTransportHeldRequestWaitsWhenItsDeadlineAllows(t *testing.T) {
 	}()
 	pc := h.tr.Route(nil).Limits().Pacer()
 	waitFor(t, "the request to wait in line", func() bool { return pc.Queued() == 1 })
-	h.clk.Step(2999 * time.Millisecond)
+	h.clk.Advance(2999 * time.Millisecond)
 	if n := h.sentCount(); n != 1 {
 		t.Fatalf("%d transmissions before the reset, want 1", n)
 	}
-	h.clk.Step(time.Millisecond)
+	h.clk.Advance(time.Millisecond)
 	resp = <-done
 	if resp == nil || resp.StatusCode != 200 || readBody(t, resp) != "after the reset" {
 		t.Fatalf("waiting request: %v", resp)
@@ -135,9 +137,9 @@ func TestTransportHeldRequestWaitsWhenItsDeadlineAllows(t *testing.T) {
 // TestTransportNotBeforeIsRoundedUp: a reset that ends mid-second is announced
 // as the next whole second, never earlier.
 func TestTransportNotBeforeIsRoundedUp(t *testing.T) {
-	h, _ := pacedHarness(t, PacingConfig{RateLimitHeaders: true}, 2*time.Second,
+	h, _ := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
 		step{status: 200, header: hdr("RateLimit-Remaining", "0", "RateLimit-Reset", "3")})
-	h.inner.onSend = func(int) { h.clk.Step(400 * time.Millisecond) } // received at 12:00:00.4
+	h.inner.onSend = func(int) { h.clk.Advance(400 * time.Millisecond) } // received at 12:00:00.4
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 	if err != nil {
 		t.Fatal(err)
@@ -151,11 +153,11 @@ func TestTransportNotBeforeIsRoundedUp(t *testing.T) {
 // and, with holdOnDeferral, holds every later request until Not-Before.
 func TestTransportHoldOnDeferral(t *testing.T) {
 	tests := map[string]struct {
-		pacing   PacingConfig
+		pacing   retrypolicy.PacingConfig
 		wantSent int
 	}{
-		"holdOnDeferral on: the second request is answered locally":   {PacingConfig{HoldOnDeferral: true}, 1},
-		"holdOnDeferral off: the second request reaches the upstream": {PacingConfig{RateLimitHeaders: true}, 2},
+		"holdOnDeferral on: the second request is answered locally":   {retrypolicy.PacingConfig{HoldOnDeferral: true}, 1},
+		"holdOnDeferral off: the second request reaches the upstream": {retrypolicy.PacingConfig{RateLimitHeaders: true}, 2},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -170,7 +172,7 @@ func TestTransportHoldOnDeferral(t *testing.T) {
 			resp, err = h.do(get(context.Background(), "http://payments.shop.svc/"))
 			if tc.wantSent == 1 {
 				wantLocal429(t, resp, err, "3600", "Fri, 01 May 2026 13:00:00 GMT")
-				if s := ev.kinds(EventHoldStart); len(s) != 1 || s[0].HoldReason != HoldDeferral {
+				if s := ev.kinds(EventHoldStart); len(s) != 1 || s[0].HoldReason != retrypolicy.HoldDeferral {
 					t.Fatalf("hold-start events %+v; want one, reason deferral", s)
 				}
 			} else if err != nil || resp.Header.Get(HeaderAttempts) != "1" {
@@ -185,7 +187,7 @@ func TestTransportHoldOnDeferral(t *testing.T) {
 
 // TestTransportIgnoresRateLimitHeadersWhenOff: pacing is opt-in.
 func TestTransportIgnoresRateLimitHeadersWhenOff(t *testing.T) {
-	h, ev := pacedHarness(t, PacingConfig{}, 2*time.Second,
+	h, ev := pacedHarness(t, retrypolicy.PacingConfig{}, 2*time.Second,
 		step{status: 200, header: hdr("RateLimit", `"default";r=0;t=3`)}, step{status: 200})
 	for range 2 {
 		resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -202,7 +204,7 @@ func TestTransportIgnoresRateLimitHeadersWhenOff(t *testing.T) {
 // TestTransportReportsMalformedRateLimitHeaders: ignored, and named in the
 // attempt event (never the value).
 func TestTransportReportsMalformedRateLimitHeaders(t *testing.T) {
-	h, ev := pacedHarness(t, PacingConfig{RateLimitHeaders: true}, 2*time.Second,
+	h, ev := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
 		step{status: 200, header: hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "soon")}, step{status: 200})
 	for range 2 {
 		resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -220,7 +222,7 @@ func TestTransportReportsMalformedRateLimitHeaders(t *testing.T) {
 // TestTransportHeldRequestGivesItsReplayMemoryBack: a buffered body of a
 // request answered locally by a hold returns its bytes to the process-wide cap.
 func TestTransportHeldRequestGivesItsReplayMemoryBack(t *testing.T) {
-	h, _ := pacedHarness(t, PacingConfig{RateLimitHeaders: true}, 2*time.Second,
+	h, _ := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
 		step{status: 200, header: hdr("RateLimit", `"default";r=0;t=3`)})
 	h.tr.ReplayMemory = NewReplayMemory(1 << 20)
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -238,5 +240,14 @@ func TestTransportHeldRequestGivesItsReplayMemoryBack(t *testing.T) {
 	readBody(t, resp)
 	if got := h.tr.ReplayMemory.InUse(); got != 0 {
 		t.Fatalf("%d bytes of replay memory still reserved after the local answer", got)
+	}
+}
+
+func TestCeilSeconds(t *testing.T) {
+	if got := ceilSeconds(1500 * time.Millisecond); got != 2 {
+		t.Fatalf("ceilSeconds(1.5s) = %d, want 2", got)
+	}
+	if got := ceilSeconds(retrypolicy.MaxDelay); got != int64(retrypolicy.MaxDelay/time.Second)+1 {
+		t.Fatalf("ceilSeconds(MaxDelay) = %d, does not saturate cleanly", got)
 	}
 }

@@ -1,4 +1,4 @@
-package retrypolicy
+package retryhttp
 
 import (
 	"bytes"
@@ -14,7 +14,8 @@ import (
 	"time"
 	"unsafe"
 
-	"k8s.io/utils/clock"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
 
 // Header names the Transport reads and writes (docs/retry-semantics.md#r5).
@@ -33,9 +34,6 @@ const DefaultMaxDrainBytes = 64 << 10
 // MaxDrainWait bounds the time spent draining a retried response body: a body
 // that stalls costs its connection, never the logical request's deadline.
 const MaxDrainWait = time.Second
-
-// Sleeper waits d, returning at once with the context's error if ctx ends first.
-type Sleeper func(ctx context.Context, d time.Duration) error
 
 // Transport is an http.RoundTripper that applies a Policy to each request
 // (R4–R10): it buffers replayable bodies, marks attempts with X-Retry-Attempt,
@@ -59,14 +57,14 @@ type Transport struct {
 	// Route picks the policy of a request, or nil for none. Typical values:
 	// set.MatchRequest, Static(p), or a func that loads the current *Set from an
 	// atomic.Pointer and calls MatchRequest.
-	Route func(*http.Request) *Policy
+	Route func(*http.Request) *retrypolicy.Policy
 	// Observer receives attempt and outcome events (nil: none).
 	Observer Observer
 	// Clock is used for every time measurement and timer; nil means the real clock.
-	Clock clock.WithDelayedExecution
+	Clock clock.Clock
 	// Sleep waits between attempts; nil means a timer on Clock that ends at once
 	// when the request's context ends.
-	Sleep Sleeper
+	Sleep retrypolicy.Sleeper
 	// Random returns numbers in [0, 1] for jitter; nil means math/rand/v2.
 	Random func() float64
 	// MaxDrainBytes bounds the drain of a retried response; 0 means
@@ -78,8 +76,8 @@ type Transport struct {
 }
 
 // Static routes every request to p.
-func Static(p *Policy) func(*http.Request) *Policy {
-	return func(*http.Request) *Policy { return p }
+func Static(p *retrypolicy.Policy) func(*http.Request) *retrypolicy.Policy {
+	return func(*http.Request) *retrypolicy.Policy { return p }
 }
 
 var (
@@ -92,7 +90,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // Policy is the policy Route picks for req, or nil.
-func (t *Transport) Policy(req *http.Request) *Policy {
+func (t *Transport) Policy(req *http.Request) *retrypolicy.Policy {
 	if t.Route == nil {
 		return nil
 	}
@@ -102,7 +100,7 @@ func (t *Transport) Policy(req *http.Request) *Policy {
 // RoundTripPolicy is RoundTrip with the policy already looked up (by Policy):
 // a caller that also acts on whether a request has one (pass-through
 // accounting) looks it up once and both act on the same answer.
-func (t *Transport) RoundTripPolicy(req *http.Request, p *Policy) (*http.Response, error) {
+func (t *Transport) RoundTripPolicy(req *http.Request, p *retrypolicy.Policy) (*http.Response, error) {
 	if p == nil {
 		return t.inner().RoundTrip(req)
 	}
@@ -117,14 +115,14 @@ func (t *Transport) inner() http.RoundTripper {
 	return http.DefaultTransport
 }
 
-func (t *Transport) clock() clock.WithDelayedExecution {
+func (t *Transport) clock() clock.Clock {
 	if t.Clock != nil {
 		return t.Clock
 	}
 	return realClock
 }
 
-var realClock clock.WithDelayedExecution = clock.RealClock{}
+var realClock clock.Clock = clock.Real{}
 
 func (t *Transport) random() float64 {
 	if t.Random != nil {
@@ -158,9 +156,9 @@ func (c *call) sleep(ctx context.Context, d time.Duration) error {
 // allocates little.
 type call struct {
 	t   *Transport
-	p   *Policy
+	p   *retrypolicy.Policy
 	req *http.Request
-	clk clock.WithDelayedExecution
+	clk clock.Clock
 
 	deadline time.Time
 	nested   bool
@@ -180,7 +178,7 @@ type call struct {
 	vals     [3]string    // backing of X-Retry-Attempt (first attempt), -Outcome, -Attempts
 	fired    atomic.Int32 // which bound ended the attempt: firedNone, firedPerTry, firedDeadline
 	firedWhy int32
-	ticket   Ticket
+	ticket   retrypolicy.Ticket
 
 	// the returned response body
 	rc       io.ReadCloser
@@ -214,10 +212,10 @@ func (c *call) run() (*http.Response, error) {
 	ctx := c.req.Context()
 	c.begin(ctx)
 	if err := c.prepareBody(); err != nil {
-		return c.fail(OutcomeUpstreamError, 0, err)
+		return c.fail(retrypolicy.OutcomeUpstreamError, 0, err)
 	}
-	limits := c.p.limits.Load()
-	budget := limits.parts.Load().budget
+	limits := c.p.Limits()
+	budget := limits.Budget()
 
 	for n := 1; ; n++ {
 		admitted, resp, err, done := c.admit(ctx, limits, n)
@@ -230,30 +228,30 @@ func (c *call) run() (*http.Response, error) {
 		out, err := c.attemptRequest(ctx, n, admitted)
 		if err != nil {
 			c.endAttempt()
-			return c.fail(OutcomeNotReplayable, n-1, err)
+			return c.fail(retrypolicy.OutcomeNotReplayable, n-1, err)
 		}
 		resp, received, err := c.send(out)
 
 		a, ev := c.assess(ctx, n, resp, err, received)
-		if a.Err == Canceled {
+		if a.Err == retrypolicy.Canceled {
 			c.endAttempt()
-			c.observeAttempt(&ev, n, a, Decision{Action: Stop, Outcome: OutcomeCanceled})
-			return c.fail(OutcomeCanceled, n, err)
+			c.observeAttempt(&ev, n, a, retrypolicy.Decision{Action: retrypolicy.Stop, Outcome: retrypolicy.OutcomeCanceled})
+			return c.fail(retrypolicy.OutcomeCanceled, n, err)
 		}
-		if a.Err != NoError && c.firedWhy == firedDeadline {
+		if a.Err != retrypolicy.NoError && c.firedWhy == firedDeadline {
 			c.endAttempt()
-			d := Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded,
-				NotBefore: received.Add(c.p.cfg.Backoff.Delay(n-1, a.Random))}
+			d := retrypolicy.Decision{Action: retrypolicy.Defer, Outcome: retrypolicy.OutcomeDeadlineExceeded,
+				NotBefore: received.Add(c.p.Backoff().Delay(n-1, a.Random))}
 			c.observeAttempt(&ev, n, a, d)
 			return c.failDecided(d, n, err, ev.Phase)
 		}
 		d := c.p.DecideAt(received, a)
-		if d.Action == Retry && !budget.TryRetryAt(received) {
-			d = Decision{Action: Stop, Outcome: OutcomeBudgetExhausted}
+		if d.Action == retrypolicy.Retry && !budget.TryRetryAt(received) {
+			d = retrypolicy.Decision{Action: retrypolicy.Stop, Outcome: retrypolicy.OutcomeBudgetExhausted}
 		}
 		c.startHolds(&ev, resp, received, d) // pacing.go
 		c.observeAttempt(&ev, n, a, d)
-		if d.Action != Retry {
+		if d.Action != retrypolicy.Retry {
 			if resp == nil {
 				c.endAttempt()
 				return c.failDecided(d, n, err, ev.Phase)
@@ -266,7 +264,7 @@ func (c *call) run() (*http.Response, error) {
 		}
 		c.endAttempt()
 		if err := c.sleep(ctx, d.Delay); err != nil {
-			return c.fail(OutcomeCanceled, n, err)
+			return c.fail(retrypolicy.OutcomeCanceled, n, err)
 		}
 	}
 }
@@ -279,7 +277,7 @@ func (c *call) begin(ctx context.Context) {
 	req := c.req
 	start := c.clk.Now()
 	c.start = start
-	c.deadline = start.Add(c.p.cfg.Deadline)
+	c.deadline = start.Add(c.p.Deadline())
 	if d, ok := ctx.Deadline(); ok {
 		if rem := time.Until(d); start.Add(rem).Before(c.deadline) {
 			c.deadline = start.Add(rem)
@@ -287,8 +285,8 @@ func (c *call) begin(ctx context.Context) {
 	}
 	_, c.nested = req.Header[HeaderAttempt]
 	c.idem = c.p.MethodReplayable(req.Method)
-	if !c.idem && c.p.idemKey != "" {
-		if v := req.Header[c.p.idemKey]; len(v) > 0 && v[0] != "" {
+	if !c.idem && c.p.IdempotencyKeyHeader() != "" {
+		if v := req.Header[c.p.IdempotencyKeyHeader()]; len(v) > 0 && v[0] != "" {
 			c.idem = true
 		}
 	}
@@ -303,35 +301,35 @@ func (c *call) begin(ctx context.Context) {
 // admit clears transmission n for sending (R7, R8, pacing): the caller is still
 // there, the upstream is not held, admission gave a slot within the deadline.
 // It returns the admission time, or done with what the request ends with.
-func (c *call) admit(ctx context.Context, limits *Limits, n int) (admitted time.Time, resp *http.Response, err error, done bool) {
+func (c *call) admit(ctx context.Context, limits *retrypolicy.Limits, n int) (admitted time.Time, resp *http.Response, err error, done bool) {
 	// R8: the caller may have gone during the wait: nothing more is sent.
 	if err := ctx.Err(); err != nil {
-		resp, err = c.fail(OutcomeCanceled, n-1, err)
+		resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
 		return time.Time{}, resp, err, true
 	}
 	if resp, err := c.awaitHold(ctx, n); resp != nil || err != nil {
 		return time.Time{}, resp, err, true // the upstream is held (pacing.go)
 	}
 	now := c.clk.Now()
-	tk, ra, err := limits.Admit(ctx, c.clk, c.sleep, c.deadline.Sub(now)-c.p.reserve)
+	tk, ra, err := limits.Admit(ctx, c.clk, c.sleep, c.deadline.Sub(now)-c.p.Reserve())
 	if err != nil {
-		if errors.Is(err, ErrShed) {
+		if errors.Is(err, retrypolicy.ErrShed) {
 			resp, err = c.shed(n, ra)
 		} else {
-			resp, err = c.fail(OutcomeCanceled, n-1, err)
+			resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
 		}
 		return time.Time{}, resp, err, true
 	}
 	if err := ctx.Err(); err != nil { // admission may have waited
 		tk.Release(c.clk.Now())
-		resp, err = c.fail(OutcomeCanceled, n-1, err)
+		resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
 		return time.Time{}, resp, err, true
 	}
 	c.ticket = tk
 	admitted = c.clk.Now()
 	if !admitted.Before(c.deadline) {
 		c.endAttempt()
-		resp, err = c.failDecided(Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: admitted}, n-1, errDeadline, "")
+		resp, err = c.failDecided(retrypolicy.Decision{Action: retrypolicy.Defer, Outcome: retrypolicy.OutcomeDeadlineExceeded, NotBefore: admitted}, n-1, errDeadline, "")
 		return time.Time{}, resp, err, true
 	}
 	return admitted, nil, nil, false
@@ -354,8 +352,8 @@ func (c *call) send(out *http.Request) (*http.Response, time.Time, error) {
 // assess describes attempt n for the decision (R1, R4) and the observers:
 // the error class and timeout phase without a response; the status, the
 // Retry-After hint and the clock skew with one.
-func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error, received time.Time) (Attempt, Event) {
-	a := Attempt{Number: n, Replayable: c.idem && c.rewindable(), Rewindable: c.rewindable(),
+func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error, received time.Time) (retrypolicy.Attempt, Event) {
+	a := retrypolicy.Attempt{Number: n, Replayable: c.idem && c.rewindable(), Rewindable: c.rewindable(),
 		Nested: c.nested, Deadline: c.deadline, Random: c.t.random()}
 	var ev Event
 	if err != nil {
@@ -368,11 +366,11 @@ func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error
 	date := firstValue(resp.Header["Date"])
 	if date != "" {
 		// R1: the skew is reported whenever the response is dated.
-		ev.Skew, ev.HasSkew = DateSkew(date, received)
+		ev.Skew, ev.HasSkew = retrypolicy.DateSkew(date, received)
 	}
 	if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
-		h, perr := ParseRetryAfter(v[0], received, date)
-		var pe *ParseError
+		h, perr := retrypolicy.ParseRetryAfter(v[0], received, date)
+		var pe *retrypolicy.ParseError
 		if errors.As(perr, &pe) {
 			ev.RetryAfter, ev.RetryAfterReason = "malformed", pe.Reason
 		} else {
@@ -385,15 +383,15 @@ func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error
 
 // prepareBody decides how the request body can be sent again (R4).
 func (c *call) prepareBody() error {
-	req, cfg := c.req, &c.p.cfg
+	req, p := c.req, c.p
 	switch {
 	case req.Body == nil || req.Body == http.NoBody:
 		c.body.kind = bodyNone
 	case req.GetBody != nil:
 		c.body.kind = bodyGetBody
-	case c.idem && !c.nested && cfg.MaxAttempts > 1 && req.ContentLength <= cfg.MaxReplayBodyBytes &&
-		c.reserveReplayMemory(replayReservation(req.ContentLength, cfg.MaxReplayBodyBytes)):
-		limit := cfg.MaxReplayBodyBytes
+	case c.idem && !c.nested && p.MaxAttempts() > 1 && req.ContentLength <= p.MaxReplayBodyBytes() &&
+		c.reserveReplayMemory(replayReservation(req.ContentLength, p.MaxReplayBodyBytes())):
+		limit := p.MaxReplayBodyBytes()
 		if req.ContentLength > 0 { // 0 with a non-nil Body means "unknown" for clients
 			limit = req.ContentLength
 		}
@@ -406,7 +404,7 @@ func (c *call) prepareBody() error {
 			req.Body.Close()
 			return err
 		}
-		if int64(len(buf)) <= cfg.MaxReplayBodyBytes && (req.ContentLength <= 0 || int64(len(buf)) == req.ContentLength) {
+		if int64(len(buf)) <= p.MaxReplayBodyBytes() && (req.ContentLength <= 0 || int64(len(buf)) == req.ContentLength) {
 			req.Body.Close()
 			c.body = bodySource{kind: bodyBuffered, buf: buf}
 			return nil
@@ -419,7 +417,7 @@ func (c *call) prepareBody() error {
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(buf), req.Body), req.Body}}
 		c.body.tracked.read.Store(true)
-	case cfg.RetryOnConnectFailure && !c.nested && cfg.MaxAttempts > 1:
+	case p.RetriesConnectFailure() && !c.nested && p.MaxAttempts() > 1:
 		c.body = bodySource{kind: bodyTracked, tracked: &trackedBody{rc: req.Body}}
 	default:
 		c.body.kind = bodyStream
@@ -486,7 +484,7 @@ func (c *call) attemptRequest(ctx context.Context, n int, now time.Time) (*http.
 	// deadline; it is stopped as soon as the response headers arrive. now is
 	// the time the attempt was admitted (read once: the clock costs a vDSO call).
 	bound, why := c.deadline.Sub(now), firedDeadline
-	if pt := c.p.cfg.PerTryTimeout; pt > 0 && pt < bound {
+	if pt := c.p.PerTryTimeout(); pt > 0 && pt < bound {
 		bound, why = pt, firedPerTry
 	}
 	actx, cancel := context.WithCancel(ctx)
@@ -506,10 +504,10 @@ func (c *call) attemptRequest(ctx context.Context, n int, now time.Time) (*http.
 	// attempt uses the context value embedded in the call.
 	var attemptCtx *attemptContext
 	if n == 1 {
-		c.actx = attemptContext{Context: actx, connectTimeout: c.p.connect}
+		c.actx = attemptContext{Context: actx, connectTimeout: c.p.ConnectTimeout()}
 		attemptCtx = &c.actx
 	} else {
-		attemptCtx = &attemptContext{Context: actx, connectTimeout: c.p.connect}
+		attemptCtx = &attemptContext{Context: actx, connectTimeout: c.p.ConnectTimeout()}
 	}
 	out := c.req.WithContext(attemptCtx)
 	switch c.body.kind {
@@ -605,32 +603,32 @@ func (c *call) endAttempt() {
 		c.cancel = nil
 	}
 	c.ticket.Release(c.clk.Now())
-	c.ticket = Ticket{}
+	c.ticket = retrypolicy.Ticket{}
 }
 
 // classify says what became of an attempt without a response.
-func (c *call) classify(ctx context.Context, err error) ErrorClass {
+func (c *call) classify(ctx context.Context, err error) retrypolicy.ErrorClass {
 	if ctx.Err() != nil {
-		return Canceled
+		return retrypolicy.Canceled
 	}
 	if c.firedWhy != firedNone {
-		return Ambiguous // timed out: the request may have been written
+		return retrypolicy.Ambiguous // timed out: the request may have been written
 	}
 	if errors.Is(err, ErrMalformedResponse) {
-		return Malformed
+		return retrypolicy.Malformed
 	}
 	if errors.Is(err, ErrUntrustedCertificate) {
-		return Untrusted
+		return retrypolicy.Untrusted
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
-		return ConnectFailure
+		return retrypolicy.ConnectFailure
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		return ConnectFailure
+		return retrypolicy.ConnectFailure
 	}
-	return Ambiguous
+	return retrypolicy.Ambiguous
 }
 
 // drain reads what is left of a response that will be retried, so its
@@ -655,7 +653,7 @@ func (c *call) drain(body io.ReadCloser, now time.Time) {
 
 // finish decorates the response given back to the caller. The attempt's context
 // and admission slot live until its body is closed.
-func (c *call) finish(resp *http.Response, d Decision, n int) *http.Response {
+func (c *call) finish(resp *http.Response, d retrypolicy.Decision, n int) *http.Response {
 	c.closeRequestBody()
 	c.releaseReplayMemory()
 	if resp.Header == nil {
@@ -664,16 +662,16 @@ func (c *call) finish(resp *http.Response, d Decision, n int) *http.Response {
 	c.vals[1], c.vals[2] = string(d.Outcome), attemptString(n)
 	resp.Header[HeaderOutcome] = c.vals[1:2:2]
 	resp.Header[HeaderAttempts] = c.vals[2:3:3]
-	if d.Action == Defer {
-		d.NotBefore = CeilSecond(d.NotBefore)
-		resp.Header[HeaderNotBefore] = []string{FormatNotBefore(d.NotBefore)}
+	if d.Action == retrypolicy.Defer {
+		d.NotBefore = retrypolicy.CeilSecond(d.NotBefore)
+		resp.Header[HeaderNotBefore] = []string{retrypolicy.FormatNotBefore(d.NotBefore)}
 	}
 	c.observeOutcome(d.Outcome, n, resp.StatusCode, d.NotBefore)
 	c.stopTimer()
 	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil {
 		// An upgraded connection is not an attempt in flight any more.
 		c.ticket.Release(c.clk.Now())
-		c.ticket = Ticket{}
+		c.ticket = retrypolicy.Ticket{}
 		return resp
 	}
 	c.rc = resp.Body
@@ -725,21 +723,21 @@ func (c *call) closeUnsentBody() {
 }
 
 // fail ends the logical request without a response.
-func (c *call) fail(o Outcome, attempts int, err error) (*http.Response, error) {
-	return c.failDecided(Decision{Action: Stop, Outcome: o}, attempts, err, "")
+func (c *call) fail(o retrypolicy.Outcome, attempts int, err error) (*http.Response, error) {
+	return c.failDecided(retrypolicy.Decision{Action: retrypolicy.Stop, Outcome: o}, attempts, err, "")
 }
 
 // failDecided ends the logical request without a response as d says; a Defer
 // carries its Not-Before (rounded up) into the *Error, a timeout its phase.
-func (c *call) failDecided(d Decision, attempts int, err error, phase Phase) (*http.Response, error) {
+func (c *call) failDecided(d retrypolicy.Decision, attempts int, err error, phase Phase) (*http.Response, error) {
 	c.closeRequestBody()
 	if attempts == 0 {
 		c.closeUnsentBody()
 	}
 	c.releaseReplayMemory()
 	var notBefore time.Time
-	if d.Action == Defer {
-		notBefore = CeilSecond(d.NotBefore)
+	if d.Action == retrypolicy.Defer {
+		notBefore = retrypolicy.CeilSecond(d.NotBefore)
 	}
 	c.observeOutcomePhase(d.Outcome, attempts, 0, notBefore, phase)
 	return nil, &Error{Outcome: d.Outcome, Attempts: attempts, Err: err, NotBefore: notBefore, Phase: phase}
@@ -763,7 +761,7 @@ func (c *call) shed(n int, retryAfter time.Duration) (*http.Response, error) {
 		Header: http.Header{
 			"Content-Type":     {"text/plain; charset=utf-8"},
 			"Retry-After":      {strconv.FormatInt(secs, 10)},
-			HeaderOutcome:      {string(OutcomeShed)},
+			HeaderOutcome:      {string(retrypolicy.OutcomeShed)},
 			HeaderAttempts:     {attemptString(n - 1)},
 			HeaderTimeoutPhase: {string(PhaseQueue)},
 		},
@@ -773,19 +771,19 @@ func (c *call) shed(n int, retryAfter time.Duration) (*http.Response, error) {
 	}
 	if c.t.Observer != nil {
 		ev := Event{Phase: PhaseQueue}
-		c.observeAttempt(&ev, n, Attempt{}, Decision{Action: Stop, Outcome: OutcomeShed})
+		c.observeAttempt(&ev, n, retrypolicy.Attempt{}, retrypolicy.Decision{Action: retrypolicy.Stop, Outcome: retrypolicy.OutcomeShed})
 	}
-	c.observeOutcomePhase(OutcomeShed, n-1, resp.StatusCode, time.Time{}, PhaseQueue)
+	c.observeOutcomePhase(retrypolicy.OutcomeShed, n-1, resp.StatusCode, time.Time{}, PhaseQueue)
 	return resp, nil
 }
 
-func (c *call) observeAttempt(ev *Event, n int, a Attempt, d Decision) {
+func (c *call) observeAttempt(ev *Event, n int, a retrypolicy.Attempt, d retrypolicy.Decision) {
 	o := c.t.Observer
 	if o == nil {
 		return
 	}
 	ev.Kind = EventAttempt
-	ev.RequestID, ev.Upstream = c.id, c.p.cfg.Name
+	ev.RequestID, ev.Upstream = c.id, c.p.Name()
 	ev.Method, ev.Path = c.req.Method, c.req.URL.Path
 	ev.Attempt, ev.Status, ev.ErrorClass = n, a.Status, a.Err
 	ev.Action, ev.Delay, ev.NotBefore = d.Action, d.Delay, d.NotBefore
@@ -793,18 +791,18 @@ func (c *call) observeAttempt(ev *Event, n int, a Attempt, d Decision) {
 	o.Observe(*ev)
 }
 
-func (c *call) observeOutcome(o Outcome, attempts, status int, notBefore time.Time) {
+func (c *call) observeOutcome(o retrypolicy.Outcome, attempts, status int, notBefore time.Time) {
 	c.observeOutcomePhase(o, attempts, status, notBefore, "")
 }
 
-func (c *call) observeOutcomePhase(o Outcome, attempts, status int, notBefore time.Time, phase Phase) {
+func (c *call) observeOutcomePhase(o retrypolicy.Outcome, attempts, status int, notBefore time.Time, phase Phase) {
 	obs := c.t.Observer
 	if obs == nil {
 		return
 	}
-	obs.Observe(Event{Kind: EventOutcome, RequestID: c.id, Upstream: c.p.cfg.Name,
+	obs.Observe(Event{Kind: EventOutcome, RequestID: c.id, Upstream: c.p.Name(),
 		Method: c.req.Method, Path: c.req.URL.Path, Attempt: attempts, Status: status,
-		Outcome: o, NotBefore: notBefore, Phase: phase, Elapsed: c.clk.Since(c.start)})
+		Outcome: o, NotBefore: notBefore, Phase: phase, Elapsed: c.clk.Now().Sub(c.start)})
 }
 
 var attemptStrings = [...]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}

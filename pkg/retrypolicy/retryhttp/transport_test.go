@@ -1,4 +1,4 @@
-package retrypolicy
+package retryhttp
 
 import (
 	"bytes"
@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	clocktesting "k8s.io/utils/clock/testing"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
 // step is one scripted answer of the inner RoundTripper.
@@ -35,7 +36,7 @@ type sent struct {
 // scripted answers each transmission with the next step and records it.
 type scripted struct {
 	mu     sync.Mutex
-	clk    *clocktesting.FakeClock
+	clk    *clocktest.Clock
 	steps  []step
 	sent   []sent
 	bodies []*respBody
@@ -97,7 +98,7 @@ func (s *scripted) RoundTrip(req *http.Request) (*http.Response, error) {
 // clock instead of sleeping.
 type harness struct {
 	t      *testing.T
-	clk    *clocktesting.FakeClock
+	clk    *clocktest.Clock
 	inner  *scripted
 	tr     *Transport
 	delays []time.Duration
@@ -107,8 +108,8 @@ type harness struct {
 	onSleep func(ctx context.Context) error
 }
 
-func newHarness(t *testing.T, p *Policy, steps ...step) *harness {
-	h := &harness{t: t, clk: clocktesting.NewFakeClock(now)}
+func newHarness(t *testing.T, p *retrypolicy.Policy, steps ...step) *harness {
+	h := &harness{t: t, clk: clocktest.NewClock(now)}
 	h.inner = &scripted{clk: h.clk, steps: steps}
 	h.tr = &Transport{
 		Inner:  h.inner,
@@ -132,7 +133,7 @@ func newHarness(t *testing.T, p *Policy, steps ...step) *harness {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			h.clk.Step(d)
+			h.clk.Advance(d)
 			return nil
 		},
 		Observer: Observers{
@@ -157,7 +158,7 @@ func get(ctx context.Context, url string) *http.Request {
 	return r
 }
 
-func outcomeOf(err error) Outcome {
+func outcomeOf(err error) retrypolicy.Outcome {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Outcome
@@ -243,65 +244,65 @@ func attempts(s *scripted) string {
 
 func TestTransportOutcomes(t *testing.T) {
 	tests := map[string]struct {
-		cfg          func(*Config)
+		cfg          func(*retrypolicy.Config)
 		steps        []step
 		method, body string
 		header       http.Header
 		wantStatus   int
 		wantBody     string
-		wantOutcome  Outcome
+		wantOutcome  retrypolicy.Outcome
 		wantAttempts string // X-Retry-Attempt of each transmission
 		wantHeaders  http.Header
 		wantSent     []string // bodies the upstream received; default: the body every time
 	}{
 		"a 404 is returned at once as not-retryable": {
 			steps:      []step{{status: 404, body: "nope"}},
-			wantStatus: 404, wantBody: "nope", wantOutcome: OutcomeNotRetryable, wantAttempts: "1",
+			wantStatus: 404, wantBody: "nope", wantOutcome: retrypolicy.OutcomeNotRetryable, wantAttempts: "1",
 		},
 		"a 503 four times is exhausted with the last response": {
 			steps:      []step{{status: 503, body: "1"}, {status: 503, body: "2"}, {status: 503, body: "3"}, {status: 503, body: "4"}},
-			wantStatus: 503, wantBody: "4", wantOutcome: OutcomeExhausted, wantAttempts: "1,2,3,4",
+			wantStatus: 503, wantBody: "4", wantOutcome: retrypolicy.OutcomeExhausted, wantAttempts: "1,2,3,4",
 		},
 		"a hint over maxWait defers with the upstream's own response and Retry-After": {
 			steps:      []step{{status: 429, header: hdr("Retry-After", "60"), body: "later"}},
-			wantStatus: 429, wantBody: "later", wantOutcome: OutcomeDeferred, wantAttempts: "1",
+			wantStatus: 429, wantBody: "later", wantOutcome: retrypolicy.OutcomeDeferred, wantAttempts: "1",
 			wantHeaders: hdr("Retry-After", "60", HeaderNotBefore, "Fri, 01 May 2026 12:01:00 GMT"),
 		},
 		"a malformed Retry-After falls back to the local backoff": {
 			steps:      []step{{status: 503, header: hdr("Retry-After", "-1")}, {status: 200, body: "ok"}},
-			wantStatus: 200, wantBody: "ok", wantOutcome: OutcomeSuccess, wantAttempts: "1,2",
+			wantStatus: 200, wantBody: "ok", wantOutcome: retrypolicy.OutcomeSuccess, wantAttempts: "1,2",
 		},
 		"a request that already carries X-Retry-Attempt is not retried again": {
 			header:     hdr(HeaderAttempt, "2"),
 			steps:      []step{{status: 503, body: "busy"}},
-			wantStatus: 503, wantBody: "busy", wantOutcome: OutcomeExhausted, wantAttempts: "2",
+			wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeExhausted, wantAttempts: "2",
 		},
 		"an exhausted budget stops with the last upstream response": {
-			cfg:        func(c *Config) { c.Budget = &BudgetConfig{RetryPercent: 0} },
+			cfg:        func(c *retrypolicy.Config) { c.Budget = &retrypolicy.BudgetConfig{RetryPercent: 0} },
 			steps:      []step{{status: 503, body: "busy"}},
-			wantStatus: 503, wantBody: "busy", wantOutcome: OutcomeBudgetExhausted, wantAttempts: "1",
+			wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeBudgetExhausted, wantAttempts: "1",
 		},
 		"a POST without a key is not replayed after a 503": {
 			method: "POST", body: "charge 10",
 			steps:      []step{{status: 503, body: "busy"}},
-			wantStatus: 503, wantBody: "busy", wantOutcome: OutcomeNotReplayable, wantAttempts: "1",
+			wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeNotReplayable, wantAttempts: "1",
 		},
 		"a POST with an idempotency key is replayed": {
 			method: "POST", body: "charge 10", header: hdr("Idempotency-Key", "k-1"),
 			steps:      []step{{status: 503}, {status: 200, body: "ok"}},
-			wantStatus: 200, wantBody: "ok", wantOutcome: OutcomeSuccess, wantAttempts: "1,2",
+			wantStatus: 200, wantBody: "ok", wantOutcome: retrypolicy.OutcomeSuccess, wantAttempts: "1,2",
 		},
 		"a POST whose connection was refused is sent again": {
 			method: "POST", body: "charge 10",
 			steps:      []step{{err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}}, {status: 200, body: "ok"}},
-			wantStatus: 200, wantBody: "ok", wantOutcome: OutcomeSuccess, wantAttempts: "1,2",
+			wantStatus: 200, wantBody: "ok", wantOutcome: retrypolicy.OutcomeSuccess, wantAttempts: "1,2",
 			wantSent: []string{"", "charge 10"},
 		},
 		"a PUT larger than maxReplayBodyBytes is streamed once": {
-			cfg:    func(c *Config) { c.ReplayableMethods = []string{"PUT"}; c.MaxReplayBodyBytes = 4 },
+			cfg:    func(c *retrypolicy.Config) { c.ReplayableMethods = []string{"PUT"}; c.MaxReplayBodyBytes = 4 },
 			method: "PUT", body: "12345",
 			steps:      []step{{status: 503, body: "busy"}},
-			wantStatus: 503, wantBody: "busy", wantOutcome: OutcomeNotReplayable, wantAttempts: "1",
+			wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeNotReplayable, wantAttempts: "1",
 		},
 	}
 	for name, tc := range tests {
@@ -388,11 +389,11 @@ func (b *nonRereadable) Close() error               { return nil }
 func TestTransportSendsANonRereadableBodyOnce(t *testing.T) {
 	// GET is replayable by method, but its streamed body is larger than the replay
 	// limit, so after an ambiguous failure the request is not sent again.
-	h := newHarness(t, compile(t, func(c *Config) { c.MaxReplayBodyBytes = 3 }),
+	h := newHarness(t, compile(t, func(c *retrypolicy.Config) { c.MaxReplayBodyBytes = 3 }),
 		step{err: errors.New("connection reset by peer")}, step{status: 200})
 	req, _ := http.NewRequest("GET", "http://payments.shop.svc/q", &nonRereadable{r: strings.NewReader("abcdef")})
 	_, err := h.do(req)
-	if outcomeOf(err) != OutcomeNotReplayable || len(h.inner.sent) != 1 || h.inner.sent[0].body != "abcdef" {
+	if outcomeOf(err) != retrypolicy.OutcomeNotReplayable || len(h.inner.sent) != 1 || h.inner.sent[0].body != "abcdef" {
 		t.Fatalf("err %v after %d transmissions; want not-replayable after exactly 1 with the whole body", err, len(h.inner.sent))
 	}
 }
@@ -404,7 +405,7 @@ func TestTransportCancellation(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		_, err := h.do(get(ctx, "http://payments.shop.svc/"))
-		if outcomeOf(err) != OutcomeCanceled || len(h.inner.sent) != 0 {
+		if outcomeOf(err) != retrypolicy.OutcomeCanceled || len(h.inner.sent) != 0 {
 			t.Fatalf("err %v, %d transmissions; want canceled and none", err, len(h.inner.sent))
 		}
 	})
@@ -413,11 +414,11 @@ func TestTransportCancellation(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		h.onSleep = func(ctx context.Context) error { cancel(); return ctx.Err() }
 		_, err := h.do(get(ctx, "http://payments.shop.svc/"))
-		if outcomeOf(err) != OutcomeCanceled || len(h.inner.sent) != 1 || !errors.Is(err, context.Canceled) {
+		if outcomeOf(err) != retrypolicy.OutcomeCanceled || len(h.inner.sent) != 1 || !errors.Is(err, context.Canceled) {
 			t.Fatalf("err %v, %d transmissions; want canceled after 1", err, len(h.inner.sent))
 		}
 		if h.clk.Now() != now {
-			t.Fatalf("the clock moved %v: the wait was not cut short", h.clk.Since(now))
+			t.Fatalf("the clock moved %v: the wait was not cut short", h.clk.Now().Sub(now))
 		}
 	})
 	t.Run("canceled right after the wait is caught before sending", func(t *testing.T) {
@@ -425,7 +426,7 @@ func TestTransportCancellation(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		h.tr.Sleep = func(context.Context, time.Duration) error { cancel(); return nil } // a sleeper that misses it
 		_, err := h.do(get(ctx, "http://payments.shop.svc/"))
-		if outcomeOf(err) != OutcomeCanceled || len(h.inner.sent) != 1 {
+		if outcomeOf(err) != retrypolicy.OutcomeCanceled || len(h.inner.sent) != 1 {
 			t.Fatalf("err %v, %d transmissions; want canceled after 1", err, len(h.inner.sent))
 		}
 	})
@@ -435,13 +436,13 @@ func TestTransportCancellation(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		h.inner.onSend = func(n int) {
 			go func() {
-				waitFor(t, "the wait timer", h.clk.HasWaiters)
+				waitFor(t, "the wait timer", timerSet(h.clk))
 				cancel()
 			}()
 		}
 		_, err := h.do(get(ctx, "http://payments.shop.svc/"))
-		if outcomeOf(err) != OutcomeCanceled || len(h.inner.sent) != 1 || h.clk.Now() != now {
-			t.Fatalf("err %v, %d transmissions, clock +%v; want canceled after 1 without time passing", err, len(h.inner.sent), h.clk.Since(now))
+		if outcomeOf(err) != retrypolicy.OutcomeCanceled || len(h.inner.sent) != 1 || h.clk.Now() != now {
+			t.Fatalf("err %v, %d transmissions, clock +%v; want canceled after 1 without time passing", err, len(h.inner.sent), h.clk.Now().Sub(now))
 		}
 	})
 	t.Run("canceled during an attempt is canceled, not retried", func(t *testing.T) {
@@ -449,7 +450,7 @@ func TestTransportCancellation(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		h.inner.onSend = func(int) { cancel() }
 		_, err := h.do(get(ctx, "http://payments.shop.svc/"))
-		if outcomeOf(err) != OutcomeCanceled || len(h.inner.sent) != 1 {
+		if outcomeOf(err) != retrypolicy.OutcomeCanceled || len(h.inner.sent) != 1 {
 			t.Fatalf("err %v, %d transmissions; want canceled after 1", err, len(h.inner.sent))
 		}
 	})
@@ -457,10 +458,10 @@ func TestTransportCancellation(t *testing.T) {
 
 func TestTransportTimeouts(t *testing.T) {
 	t.Run("a per-try timeout is retried for a replayable request", func(t *testing.T) {
-		h := newHarness(t, compile(t, func(c *Config) { c.PerTryTimeout = 2 * time.Second }), step{block: true}, step{status: 200})
+		h := newHarness(t, compile(t, func(c *retrypolicy.Config) { c.PerTryTimeout = 2 * time.Second }), step{block: true}, step{status: 200})
 		h.inner.onSend = func(n int) {
 			if n == 1 {
-				go func() { waitFor(t, "the per-try timer", h.clk.HasWaiters); h.clk.Step(2 * time.Second) }()
+				go func() { waitFor(t, "the per-try timer", timerSet(h.clk)); h.clk.Advance(2 * time.Second) }()
 			}
 		}
 		resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -471,10 +472,10 @@ func TestTransportTimeouts(t *testing.T) {
 	t.Run("the deadline passing during an attempt is deadline-exceeded", func(t *testing.T) {
 		h := newHarness(t, compile(t, nil), step{block: true}, step{status: 200})
 		h.inner.onSend = func(int) {
-			go func() { waitFor(t, "the deadline timer", h.clk.HasWaiters); h.clk.Step(30 * time.Second) }()
+			go func() { waitFor(t, "the deadline timer", timerSet(h.clk)); h.clk.Advance(30 * time.Second) }()
 		}
 		_, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
-		if outcomeOf(err) != OutcomeDeadlineExceeded || len(h.inner.sent) != 1 {
+		if outcomeOf(err) != retrypolicy.OutcomeDeadlineExceeded || len(h.inner.sent) != 1 {
 			t.Fatalf("err %v after %d transmissions; want deadline-exceeded after 1", err, len(h.inner.sent))
 		}
 	})
@@ -483,7 +484,7 @@ func TestTransportTimeouts(t *testing.T) {
 // TestTransportShed covers R7 through the Transport: a full gate sheds at once
 // with a synthesized 503, and capacity returns only when the body is closed.
 func TestTransportShed(t *testing.T) {
-	p := compile(t, func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1} })
+	p := compile(t, func(c *retrypolicy.Config) { c.Concurrency = &retrypolicy.ConcurrencyConfig{MaxInFlight: 1} })
 	h := newHarness(t, p, step{status: 200, body: "first"}, step{status: 200, body: "third"})
 	first, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 	if err != nil {
@@ -505,7 +506,9 @@ func TestTransportShed(t *testing.T) {
 }
 
 func TestTransportRateLimitShedsWithTheTimeCapacityReturns(t *testing.T) {
-	p := compile(t, func(c *Config) { c.RateLimit = &RateLimitConfig{RequestsPerSecond: 0.01, Burst: 1} })
+	p := compile(t, func(c *retrypolicy.Config) {
+		c.RateLimit = &retrypolicy.RateLimitConfig{RequestsPerSecond: 0.01, Burst: 1}
+	})
 	h := newHarness(t, p, step{status: 200})
 	if _, err := h.do(get(context.Background(), "http://payments.shop.svc/")); err != nil {
 		t.Fatal(err)
@@ -518,7 +521,7 @@ func TestTransportRateLimitShedsWithTheTimeCapacityReturns(t *testing.T) {
 
 func TestTransportWithoutPolicyPassesThrough(t *testing.T) {
 	h := newHarness(t, compile(t, nil), step{status: 503, body: "busy"})
-	h.tr.Route = func(*http.Request) *Policy { return nil }
+	h.tr.Route = func(*http.Request) *retrypolicy.Policy { return nil }
 	resp, err := h.do(get(context.Background(), "http://elsewhere.test/"))
 	if err != nil || resp.StatusCode != 503 || len(h.inner.sent) != 1 {
 		t.Fatalf("%v, %v, %d transmissions", resp, err, len(h.inner.sent))
@@ -568,10 +571,10 @@ func TestTransportLogsNoSecrets(t *testing.T) {
 // TestTransportErrorTextNeverReachesObservers: Go's *url.Error repeats the full
 // URL with its query; an Event has no field that could carry it.
 func TestTransportErrorTextNeverReachesObservers(t *testing.T) {
-	h := newHarness(t, compile(t, func(c *Config) { c.RetryOnConnectFailure = false }),
+	h := newHarness(t, compile(t, func(c *retrypolicy.Config) { c.RetryOnConnectFailure = false }),
 		step{err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("refused token=query-secret")}})
 	_, err := h.do(get(context.Background(), "http://payments.shop.svc/x?token=query-secret"))
-	if outcomeOf(err) != OutcomeUpstreamError {
+	if outcomeOf(err) != retrypolicy.OutcomeUpstreamError {
 		t.Fatalf("err = %v, want upstream-error", err)
 	}
 	if strings.Contains(h.logs.String(), "query-secret") {
@@ -586,10 +589,10 @@ func TestTransportReplayMemoryIsAdmittedBeforeTheBufferIsFilled(t *testing.T) {
 	tests := map[string]struct {
 		capBytes      int64
 		transmissions int
-		outcome       Outcome
+		outcome       retrypolicy.Outcome
 	}{
-		"a body that fits is buffered and replayed":      {capBytes: 1 << 10, transmissions: 2, outcome: OutcomeSuccess},
-		"a body that does not fit is streamed just once": {capBytes: 10, transmissions: 1, outcome: OutcomeNotReplayable},
+		"a body that fits is buffered and replayed":      {capBytes: 1 << 10, transmissions: 2, outcome: retrypolicy.OutcomeSuccess},
+		"a body that does not fit is streamed just once": {capBytes: 10, transmissions: 1, outcome: retrypolicy.OutcomeNotReplayable},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -599,9 +602,9 @@ func TestTransportReplayMemoryIsAdmittedBeforeTheBufferIsFilled(t *testing.T) {
 			req.GetBody = nil
 			req.Header.Set("Idempotency-Key", "7f1c")
 			resp, err := h.do(req)
-			var o Outcome
+			var o retrypolicy.Outcome
 			if err == nil {
-				o = Outcome(resp.Header.Get(HeaderOutcome))
+				o = retrypolicy.Outcome(resp.Header.Get(HeaderOutcome))
 				readBody(t, resp)
 			}
 			if len(h.inner.sent) != tc.transmissions || o != tc.outcome {
@@ -617,13 +620,13 @@ func TestTransportReplayMemoryIsAdmittedBeforeTheBufferIsFilled(t *testing.T) {
 // TestTransportDeadlineWithoutAResponseCarriesNotBefore: an attempt cut off by
 // the deadline gives an *Error whose NotBefore is rounded up to the second.
 func TestTransportDeadlineWithoutAResponseCarriesNotBefore(t *testing.T) {
-	h := newHarness(t, compile(t, func(c *Config) { c.Deadline = 1500 * time.Millisecond }), step{block: true})
+	h := newHarness(t, compile(t, func(c *retrypolicy.Config) { c.Deadline = 1500 * time.Millisecond }), step{block: true})
 	// The attempt's timer is armed before Inner is called: firing it from here
 	// ends the blocked attempt.
-	h.inner.onSend = func(int) { go h.clk.Step(1500 * time.Millisecond) }
+	h.inner.onSend = func(int) { go h.clk.Advance(1500 * time.Millisecond) }
 	_, err := h.do(get(context.Background(), "http://payments.shop.svc/q"))
 	var e *Error
-	if !errors.As(err, &e) || e.Outcome != OutcomeDeadlineExceeded {
+	if !errors.As(err, &e) || e.Outcome != retrypolicy.OutcomeDeadlineExceeded {
 		t.Fatalf("err = %v, want deadline-exceeded", err)
 	}
 	if e.NotBefore.IsZero() || e.NotBefore.Nanosecond() != 0 || e.NotBefore.Before(now.Add(1500*time.Millisecond)) {
@@ -645,11 +648,11 @@ func TestTransportTimeoutNamesItsPhase(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, compile(t, func(c *Config) { c.MaxAttempts = 1; c.PerTryTimeout = time.Second }), tc.step)
+			h := newHarness(t, compile(t, func(c *retrypolicy.Config) { c.MaxAttempts = 1; c.PerTryTimeout = time.Second }), tc.step)
 			if tc.step.block {
 				// The attempt's timer is armed before Inner is called: firing it
 				// from here ends the blocked attempt.
-				h.inner.onSend = func(int) { go h.clk.Step(time.Second) }
+				h.inner.onSend = func(int) { go h.clk.Advance(time.Second) }
 			}
 			_, err := h.do(get(context.Background(), "http://payments.shop.svc/q"))
 			var e *Error

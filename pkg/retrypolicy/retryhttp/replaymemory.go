@@ -1,4 +1,4 @@
-package retrypolicy
+package retryhttp
 
 import "sync/atomic"
 

@@ -1,4 +1,4 @@
-package retrypolicy
+package retryhttp
 
 import (
 	"context"
@@ -28,10 +28,6 @@ const (
 // HeaderTimeoutPhase is set on the responses the sidecar generates for a
 // timeout (504, and the 503 of a shed request): which budget ran out.
 const HeaderTimeoutPhase = "X-Retry-Timeout-Phase"
-
-// DefaultConnectTimeout bounds a dial when the policy sets no connectTimeout
-// (and the deadline is not shorter).
-const DefaultConnectTimeout = 5 * time.Second
 
 // PhaseError tags an upstream client's error with the phase it happened in. A
 // client that dials TLS returns its handshake failures as PhaseError{PhaseTLS}

@@ -1,0 +1,49 @@
+package retryhttp
+
+import (
+	"errors"
+	"time"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+)
+
+// ErrMalformedResponse marks an upstream answer that cannot be relayed as an
+// HTTP response: a malformed head, a status outside 100–999. An upstream client
+// wraps it (errors.Is); the Transport never retries it and ends the request
+// with retrypolicy.OutcomeUpstreamError.
+var ErrMalformedResponse = errors.New("malformed upstream response")
+
+// ErrUntrustedCertificate marks a TLS handshake that failed because the
+// upstream's certificate did not verify (unknown authority, a name it is not
+// valid for, expired). An upstream client wraps it together with the
+// verification error (errors.Is); the Transport never retries it and ends the
+// request with retrypolicy.OutcomeUpstreamError. Other handshake failures are connect
+// failures: nothing was sent.
+var ErrUntrustedCertificate = errors.New("upstream certificate did not verify")
+
+// Error is what the Transport returns when a logical request ends without a
+// response to give back: canceled, deadline-exceeded, or a transport failure that
+// was not (or no longer) retried. Attempts is the number of transmissions made.
+// Err is the last underlying error; its text may contain the request URL (Go's
+// *url.Error does), so observers never log it (R10).
+type Error struct {
+	Outcome  retrypolicy.Outcome
+	Attempts int
+	Err      error
+	// NotBefore is the earliest time a new request may be sent, for outcomes
+	// deferred and deadline-exceeded (zero otherwise); already rounded up to the
+	// whole second, as X-Retry-Not-Before carries it.
+	NotBefore time.Time
+	// Phase says which budget ran out when a timeout ended the request
+	// (connect, tls, headers; queue for admission), "" otherwise.
+	Phase Phase
+}
+
+func (e *Error) Error() string {
+	if e.Err == nil {
+		return "retrypolicy: " + string(e.Outcome)
+	}
+	return "retrypolicy: " + string(e.Outcome) + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
