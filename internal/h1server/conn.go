@@ -39,15 +39,12 @@ type conn struct {
 	bw     *bufio.Writer
 	res    response
 	watch  watcher
-	ctx    context.Context
-	cancel context.CancelFunc
 	tmpl   http.Request // zero: WithContext copies it into each request
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{srv: s, nc: nc, remote: nc.RemoteAddr().String(), buf: make([]byte, headBufSize),
 		bw: bufio.NewWriterSize(nc, 4<<10)}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.watch.init(nc)
 	return c
 }
@@ -57,7 +54,6 @@ func newConn(s *Server, nc net.Conn) *conn {
 func (c *conn) serve() {
 	handedOff := false
 	defer func() {
-		c.cancel()
 		c.srv.track(c, false)
 		if !handedOff {
 			c.nc.Close()
@@ -143,7 +139,9 @@ func (c *conn) handOff() bool {
 // serveOne answers one request and reports whether the connection stays open
 // for the next.
 func (c *conn) serveOne(h *head) (keepAlive bool) {
-	ctx, cancel := context.WithCancel(c.ctx)
+	// A root context: the request ends before its connection does, so a
+	// connection-wide parent would only add a registration per request.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel() // as net/http: the request's context ends with the handler
 	req := c.tmpl.WithContext(ctx)
 	req.Method, req.URL, req.RequestURI = h.method, h.url, h.target
