@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -138,7 +139,7 @@ func TestCompute(t *testing.T) {
 			for _, p := range out.Document.Policies {
 				names = append(names, p.Name)
 			}
-			if len(names) != len(tc.rendered) || (len(names) > 0 && !equal(names, tc.rendered)) {
+			if len(names) != len(tc.rendered) || (len(names) > 0 && !slices.Equal(names, tc.rendered)) {
 				t.Errorf("rendered %v, want %v", names, tc.rendered)
 			}
 			if len(tc.rendered) == 0 && out.Data != nil {
@@ -209,18 +210,6 @@ func TestSelectorsMayOverlap(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestComputeRevisionAndLastAccepted(t *testing.T) {
