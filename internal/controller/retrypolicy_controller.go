@@ -90,105 +90,161 @@ type RetryPolicyReconciler struct {
 // differs: the ConfigMap by server-side apply when its content or owners
 // changed, a policy's status when meta.SetStatusCondition reports a change.
 func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	ns := req.Namespace
-	log := logf.FromContext(ctx).WithValues("namespace", ns)
+	g, err := r.gather(ctx, req.Namespace)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	out, err := Compute(g.in)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if out, err = r.apply(ctx, g, out); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.applyStatuses(ctx, g.policies, out); err != nil {
+		return ctrl.Result{}, err
+	}
+	// Come back until every ready sidecar runs the new revision (bounded).
+	return ctrl.Result{RequeueAfter: r.convergeAfter(g.namespace, g.pods, out.Document.Revision)}, nil
+}
 
-	// Gather.
+// gathered is what one reconcile reads of a namespace.
+type gathered struct {
+	namespace string
+	policies  []v1alpha1.RetryPolicy
+	// pods are the injected pods.
+	pods []corev1.Pod
+	// configMap is the retry-policies ConfigMap, when configMapExists.
+	configMap       corev1.ConfigMap
+	configMapExists bool
+	// namespaceObj is the Namespace (zero if it is gone).
+	namespaceObj corev1.Namespace
+	// in is Compute's input made of the above.
+	in Input
+}
+
+// gather reads the namespace's policies, injected pods, retry-policies
+// ConfigMap, the Namespace itself and the ConfigMaps the policies name as CA
+// certificates, and makes Compute's input of them.
+func (r *RetryPolicyReconciler) gather(ctx context.Context, ns string) (*gathered, error) {
+	g := &gathered{namespace: ns, configMapExists: true}
 	var policies v1alpha1.RetryPolicyList
 	if err := r.List(ctx, &policies, client.InNamespace(ns)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing RetryPolicies in %s: %w", ns, err)
+		return nil, fmt.Errorf("listing RetryPolicies in %s: %w", ns, err)
 	}
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(ns),
 		client.MatchingLabels{v1alpha1.LabelSidecar: v1alpha1.LabelSidecarInjected}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing injected pods in %s: %w", ns, err)
+		return nil, fmt.Errorf("listing injected pods in %s: %w", ns, err)
 	}
-	var cm corev1.ConfigMap
-	cmExists := true
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm); apierrors.IsNotFound(err) {
-		cmExists = false
+	g.policies, g.pods = policies.Items, pods.Items
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &g.configMap); apierrors.IsNotFound(err) {
+		g.configMapExists = false
 	} else if err != nil {
-		return ctrl.Result{}, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, v1alpha1.PoliciesConfigMapName, err)
+		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, v1alpha1.PoliciesConfigMapName, err)
 	}
-	var nsObj corev1.Namespace
-	if err := r.Get(ctx, types.NamespacedName{Name: ns}, &nsObj); client.IgnoreNotFound(err) != nil {
-		return ctrl.Result{}, fmt.Errorf("reading Namespace %s: %w", ns, err)
+	if err := r.Get(ctx, types.NamespacedName{Name: ns}, &g.namespaceObj); client.IgnoreNotFound(err) != nil {
+		return nil, fmt.Errorf("reading Namespace %s: %w", ns, err)
 	}
-	in := Input{Policies: policies.Items, Now: r.now(), ConfigMaps: map[string]map[string]string{}}
-	for _, name := range caRefNames(policies.Items) {
+	g.in = Input{Policies: g.policies, Now: r.now()}
+	var err error
+	if g.in.ConfigMaps, err = r.caConfigMaps(ctx, ns, g.policies); err != nil {
+		return nil, err
+	}
+	if g.configMapExists {
+		g.in.Previous = previousDocument(ctx, ns, &g.configMap)
+	}
+	g.in.Pods = r.podInfos(ns, g.pods)
+	return g, nil
+}
+
+// caConfigMaps reads the data of the ConfigMaps the policies name in
+// tls.caCertificateRefs, by name; one that does not exist is left out.
+func (r *RetryPolicyReconciler) caConfigMaps(ctx context.Context, ns string, policies []v1alpha1.RetryPolicy) (map[string]map[string]string, error) {
+	data := map[string]map[string]string{}
+	for _, name := range caRefNames(policies) {
 		var ca corev1.ConfigMap
 		err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &ca)
 		if apierrors.IsNotFound(err) {
 			continue // Compute reports it: Accepted=False, InvalidRef
 		}
 		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, name, err)
+			return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, name, err)
 		}
-		in.ConfigMaps[name] = ca.Data
+		data[name] = ca.Data
 	}
-	if cmExists {
-		if doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey])); err != nil {
-			// Someone edited it by hand: rebuild from the policies and their
-			// status.lastAccepted, with a revision past every one they remember.
-			log.Info("ignoring unreadable ConfigMap content; rendering from the policies", "configMap", v1alpha1.PoliciesConfigMapName, "error", err.Error())
-		} else {
-			in.Previous = doc
-		}
-	}
-	in.Pods = r.podInfos(ns, pods.Items)
+	return data, nil
+}
 
-	// Compute.
-	out, err := Compute(in)
+// previousDocument is the document the retry-policies ConfigMap holds, zero
+// when it is unreadable: someone edited it by hand, and it is rebuilt from the
+// policies and their status.lastAccepted, with a revision past every one they
+// remember.
+func previousDocument(ctx context.Context, ns string, cm *corev1.ConfigMap) policyset.Document {
+	doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
 	if err != nil {
-		return ctrl.Result{}, err
+		logf.FromContext(ctx).WithValues("namespace", ns).Info("ignoring unreadable ConfigMap content; rendering from the policies",
+			"configMap", v1alpha1.PoliciesConfigMapName, "error", err.Error())
+		return policyset.Document{}
 	}
+	return doc
+}
 
-	// Apply: the sidecars' read access, then the ConfigMap, so a status never
-	// claims a rendering that is not there yet.
-	if nsObj.DeletionTimestamp == nil && nsObj.Name != "" {
-		if err := r.applySidecarBinding(ctx, ns, wantSidecarBinding(&nsObj, len(pods.Items))); err != nil {
-			return ctrl.Result{}, err
+// apply writes the desired state: the sidecars' read access, then the
+// ConfigMap, so a status never claims a rendering that is not there yet. It
+// returns the output the statuses are to come from (see recountProgrammed).
+func (r *RetryPolicyReconciler) apply(ctx context.Context, g *gathered, out Output) (Output, error) {
+	if g.namespaceObj.DeletionTimestamp == nil && g.namespaceObj.Name != "" {
+		if err := r.applySidecarBinding(ctx, g.namespace, wantSidecarBinding(&g.namespaceObj, len(g.pods))); err != nil {
+			return Output{}, err
 		}
 	}
-	written, err := r.applyConfigMap(ctx, ns, &cm, cmExists, out)
+	written, err := r.applyConfigMap(ctx, g.namespace, &g.configMap, g.configMapExists, out)
 	if err != nil {
-		return ctrl.Result{}, err
+		return Output{}, err
 	}
-	// Which revision each ready sidecar runs: asked only of those not known to
-	// run it already, after the ConfigMap is written (so asking never delays a
-	// rendering), and not in the pass that just wrote a new revision (no
-	// sidecar can have it yet; the requeue below asks). The counts feed the
-	// statuses of this pass: Compute again, with the document just rendered as
-	// the previous one, changes nothing but them.
-	if !written && out.Document.Revision > 0 {
-		r.refreshRevisions(ctx, ns, pods.Items, out.Document.Revision)
-		in.Pods, in.Previous = r.podInfos(ns, pods.Items), out.Document
-		if out, err = Compute(in); err != nil {
-			return ctrl.Result{}, err
-		}
+	if written || out.Document.Revision <= 0 {
+		return out, nil
 	}
+	return r.recountProgrammed(ctx, g, out)
+}
+
+// recountProgrammed asks which revision each ready sidecar runs, of those not
+// known to run out's already, and computes again with the new counts. It is
+// called after the ConfigMap is written (so asking never delays a rendering),
+// and not in the pass that just wrote a new revision (no sidecar can have it
+// yet; the requeue asks). Compute again, with the document just rendered as the
+// previous one, changes nothing but the counts.
+func (r *RetryPolicyReconciler) recountProgrammed(ctx context.Context, g *gathered, out Output) (Output, error) {
+	r.refreshRevisions(ctx, g.namespace, g.pods, out.Document.Revision)
+	in := g.in
+	in.Pods, in.Previous = r.podInfos(g.namespace, g.pods), out.Document
+	return Compute(in)
+}
+
+// applyStatuses writes each policy's desired status where it changed. A policy
+// that has just become invalid makes it return a TerminalError: retrying cannot
+// fix a spec, and the next edit of the policy triggers a new reconcile.
+func (r *RetryPolicyReconciler) applyStatuses(ctx context.Context, policies []v1alpha1.RetryPolicy, out Output) error {
 	var invalid []string
-	for i := range policies.Items {
-		p := &policies.Items[i]
+	for i := range policies {
+		p := &policies[i]
 		st, ok := out.Status[p.Name]
 		if !ok {
 			continue
 		}
 		newlyInvalid, err := r.applyStatus(ctx, p, st)
 		if err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 		if newlyInvalid {
 			invalid = append(invalid, fmt.Sprintf("%s (generation %d): %s", p.Name, p.Generation, st.Accepted.Message))
 		}
 	}
 	if len(invalid) > 0 {
-		// Retrying cannot fix a spec; the next edit of the policy triggers a new
-		// reconcile. TerminalError records it without a requeue.
-		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("invalid RetryPolicy %s", strings.Join(invalid, "; ")))
+		return reconcile.TerminalError(fmt.Errorf("invalid RetryPolicy %s", strings.Join(invalid, "; ")))
 	}
-	// Come back until every ready sidecar runs the new revision (bounded).
-	return ctrl.Result{RequeueAfter: r.convergeAfter(ns, pods.Items, out.Document.Revision)}, nil
+	return nil
 }
 
 // applyConfigMap makes the ConfigMap hold out.Data, owned by the rendered
