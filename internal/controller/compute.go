@@ -161,11 +161,7 @@ func validatePolicy(p *v1alpha1.RetryPolicy, configMaps map[string]map[string]st
 	if errs := v1alpha1.Validate(p); len(errs) > 0 {
 		return nil, errs, ReasonInvalid
 	}
-	bundles, errs := policyset.ResolveCABundles(p, func(name string) (string, bool, bool) {
-		data, ok := configMaps[name]
-		v, hasKey := data[v1alpha1.CACertificateKey]
-		return v, ok, hasKey
-	})
+	bundles, errs := policyset.ResolveCABundles(p, policyset.MapLookup(configMaps, ""))
 	return bundles, errs, ReasonInvalidRef
 }
 
