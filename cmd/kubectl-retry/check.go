@@ -27,15 +27,13 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	c, _, err := cf.client()
 	if err != nil {
-		fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
-		return exitFindings
+		return failed(stderr, sub, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	r, err := checkCluster(ctx, c)
 	if err != nil {
-		fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
-		return exitFindings
+		return failed(stderr, sub, err)
 	}
 	code := exitOK
 	if r.Findings > 0 {

@@ -35,15 +35,13 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ns, err := cf.client()
 	if err != nil {
-		fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
-		return exitFindings
+		return failed(stderr, sub, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ex, err := explainPod(ctx, c, ns, name, *host)
 	if err != nil {
-		fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
-		return exitFindings
+		return failed(stderr, sub, err)
 	}
 	code := exitOK
 	if len(ex.Findings) > 0 {

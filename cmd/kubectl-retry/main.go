@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/retrydev/retry-operator/internal/retrysim"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 // Exit codes.
@@ -149,6 +150,32 @@ func loadErr(stderr io.Writer, sub string, err error) int {
 	if errors.As(err, &ue) {
 		return usageErr(stderr, sub, err)
 	}
+	return failed(stderr, sub, err)
+}
+
+// failed prints err as the subcommand's failure and returns exit code 1.
+func failed(stderr io.Writer, sub string, err error) int {
 	fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
 	return exitFindings
+}
+
+// policyFlags are the flags of the commands that run one upstream's policy
+// from a file: -f and --upstream.
+type policyFlags struct {
+	file, upstream string
+}
+
+func (f *policyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.file, "f", "", "RetryPolicy YAML file (what you would kubectl apply)")
+	fs.StringVar(&f.upstream, "upstream", "", "upstream name (needed when the file has several)")
+}
+
+// policy loads the file and picks the upstream's policy; report an error with
+// loadErr.
+func (f *policyFlags) policy() (*retrypolicy.Policy, error) {
+	set, err := retrysim.LoadPolicyFile(f.file)
+	if err != nil {
+		return nil, err
+	}
+	return retrysim.PickUpstream(set, f.upstream)
 }

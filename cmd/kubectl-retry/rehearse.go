@@ -15,8 +15,8 @@ import (
 func runRehearse(args []string, stdout, stderr io.Writer) int {
 	const sub = "rehearse"
 	fs := flag.NewFlagSet(sub, flag.ContinueOnError)
-	file := fs.String("f", "", "RetryPolicy YAML file (what you would kubectl apply)")
-	upstream := fs.String("upstream", "", "upstream name (needed when the file has several)")
+	var pf policyFlags
+	pf.register(fs)
 	requests := fs.Int("requests", 20, "logical requests to send")
 	quota := fs.String("quota", "", "the upstream's quota per rolling window, e.g. 120/m (s, m or h)")
 	concurrency := fs.Int("concurrency", 10, "the app's workers: requests in progress at once")
@@ -48,11 +48,7 @@ func runRehearse(args []string, stdout, stderr io.Writer) int {
 	case *latency < 0:
 		return usageErr(stderr, sub, fmt.Errorf("--latency %s: must be >= 0", *latency))
 	}
-	set, err := retrysim.LoadPolicyFile(*file)
-	if err != nil {
-		return loadErr(stderr, sub, err)
-	}
-	p, err := retrysim.PickUpstream(set, *upstream)
+	p, err := pf.policy()
 	if err != nil {
 		return loadErr(stderr, sub, err)
 	}
@@ -60,8 +56,7 @@ func runRehearse(args []string, stdout, stderr io.Writer) int {
 		QuotaWindow: window, Concurrency: *concurrency, Latency: *latency, Seed: *seed,
 		Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
 	if err != nil {
-		fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
-		return exitFindings
+		return failed(stderr, sub, err)
 	}
 	code := exitOK
 	if res.Status429 > 0 || len(res.FinalErrors) > 0 {

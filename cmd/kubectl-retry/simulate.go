@@ -17,8 +17,8 @@ import (
 func runSimulate(args []string, stdout, stderr io.Writer) int {
 	const sub = "simulate"
 	fs := flag.NewFlagSet(sub, flag.ContinueOnError)
-	file := fs.String("f", "", "RetryPolicy YAML file (what you would kubectl apply)")
-	upstream := fs.String("upstream", "", "upstream name (needed when the file has several)")
+	var pf policyFlags
+	pf.register(fs)
 	responses := fs.String("responses", "", `the upstream's answers in order, e.g. "429 ra=2, 503, 200"`)
 	seed := fs.Uint64("seed", 1, "seed of the jitter")
 	deadline := fs.Duration("deadline", 0, "deadline of the logical request (default: the upstream's deadline)")
@@ -55,11 +55,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	if *deadline < 0 {
 		return usageErr(stderr, sub, fmt.Errorf("--deadline %s: must be > 0", *deadline))
 	}
-	set, err := retrysim.LoadPolicyFile(*file)
-	if err != nil {
-		return loadErr(stderr, sub, err)
-	}
-	p, err := retrysim.PickUpstream(set, *upstream)
+	p, err := pf.policy()
 	if err != nil {
 		return loadErr(stderr, sub, err)
 	}
