@@ -302,6 +302,13 @@ func (u *upstream) got() []arrival {
 	return append([]arrival(nil), u.arrivals...)
 }
 
+// waitForArrivals waits until the upstream has received n requests (at most
+// 10s, as waitFor).
+func (u *upstream) waitForArrivals(t *testing.T, n int) {
+	t.Helper()
+	waitFor(t, func() bool { return len(u.got()) >= n })
+}
+
 func status(code int, header ...string) func(int, http.ResponseWriter, *http.Request) {
 	return func(_ int, w http.ResponseWriter, _ *http.Request) {
 		for i := 0; i+1 < len(header); i += 2 {

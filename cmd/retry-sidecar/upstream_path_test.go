@@ -729,17 +729,22 @@ func TestFullConcurrencyShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testi
 		}
 	}
 
+	// holdTheSlot starts an upstream that holds /held until release closes and
+	// a sidecar with the policy fields (one slot), and fills the slot with /held.
+	holdTheSlot := func(t *testing.T, release chan struct{}, policy ...string) (*sidecar, *upstream, <-chan result) {
+		t.Helper()
+		up := newUpstream(t, hold(release))
+		s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields(policy...)...))
+		first := s.goGet(up.url("/held"))
+		up.waitForArrivals(t, 1)
+		return s, up, first
+	}
+
 	t.Run("the deadline is shorter than capacity can return", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
 		defer close(release)
-		up := newUpstream(t, hold(release))
-		s := startSidecar(t, "--policy-file="+policyFile(t, up.host(),
-			fields("deadline: 800ms", "concurrency: {maxInFlight: 1, maxQueued: 5, queueTimeout: 5s}")...))
-		first := s.goGet(up.url("/held"))
-		for len(up.got()) == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
+		s, up, first := holdTheSlot(t, release, "deadline: 800ms", "concurrency: {maxInFlight: 1, maxQueued: 5, queueTimeout: 5s}")
 		r := s.get(up.url("/second"))
 		assertOutcome(t, r, 503, "shed", "0")
 		if r.elapsed > 400*time.Millisecond {
@@ -757,13 +762,7 @@ func TestFullConcurrencyShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testi
 	t.Run("a queue wait that fits the deadline is still queued", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
-		up := newUpstream(t, hold(release))
-		s := startSidecar(t, "--policy-file="+policyFile(t, up.host(),
-			fields("deadline: 10s", "concurrency: {maxInFlight: 1, maxQueued: 5, queueTimeout: 3s}")...))
-		first := s.goGet(up.url("/held"))
-		for len(up.got()) == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
+		s, up, first := holdTheSlot(t, release, "deadline: 10s", "concurrency: {maxInFlight: 1, maxQueued: 5, queueTimeout: 3s}")
 		time.AfterFunc(300*time.Millisecond, func() { close(release) })
 		r := s.get(up.url("/second"))
 		assertOutcome(t, r, 200, "success", "1")

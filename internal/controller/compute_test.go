@@ -2,6 +2,7 @@ package controller
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -385,12 +386,13 @@ func TestComputeResolvesCACertificateRefs(t *testing.T) {
 }
 
 func TestReadyCondition(t *testing.T) {
-	acc := func(s metav1.ConditionStatus, r string) metav1.Condition {
-		return metav1.Condition{Type: ConditionAccepted, Status: s, Reason: r, Message: "accepted says " + r}
+	// cond(typ) makes conditions of type typ whose message names it: "accepted says Valid".
+	cond := func(typ string) func(metav1.ConditionStatus, string) metav1.Condition {
+		return func(s metav1.ConditionStatus, r string) metav1.Condition {
+			return metav1.Condition{Type: typ, Status: s, Reason: r, Message: strings.ToLower(typ) + " says " + r}
+		}
 	}
-	prog := func(s metav1.ConditionStatus, r string) metav1.Condition {
-		return metav1.Condition{Type: ConditionProgrammed, Status: s, Reason: r, Message: "programmed says " + r}
-	}
+	acc, prog := cond(ConditionAccepted), cond(ConditionProgrammed)
 	tests := map[string]struct {
 		accepted, programmed metav1.Condition
 		want                 metav1.Condition
