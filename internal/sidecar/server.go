@@ -329,8 +329,8 @@ func watchSources(ctx context.Context, o Options, log *slog.Logger, reloader *Re
 	}
 	aw, err := NewAPIWatch(o.API, reloader, log, metrics)
 	if err != nil {
-		metrics.apiFallbacks.WithLabelValues("error").Inc()
-		log.Warn("cannot watch retry-policies through the API server; following the mounted file", "reason", "error", "error", err.Error())
+		metrics.apiFallbacks.WithLabelValues(string(apiFallbackError)).Inc()
+		log.Warn("cannot watch retry-policies through the API server; following the mounted file", "reason", string(apiFallbackError), "error", err.Error())
 		return
 	}
 	go aw.Run(ctx)
