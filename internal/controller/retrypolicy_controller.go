@@ -482,17 +482,49 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("indexing RetryPolicies by CA ConfigMap: %w", err)
 	}
 	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: v1alpha1.PoliciesConfigMapName}}}
+		return namespaceRequest(o.GetNamespace())
 	})
-	referencedCA := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+	namespaceToItself := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return namespaceRequest(o.GetName())
+	})
+	named := func(name string) predicate.Predicate {
+		return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == name })
+	}
+	notRendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() != v1alpha1.PoliciesConfigMapName })
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("retrypolicy").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
+		Watches(&v1alpha1.RetryPolicy{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(named(v1alpha1.PoliciesConfigMapName))).
+		Watches(&corev1.ConfigMap{}, r.referencedCA(), builder.WithPredicates(caCertificateChanged(), notRendered)).
+		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
+		Watches(&rbacv1.RoleBinding{}, toNamespace, builder.WithPredicates(named(SidecarRoleBindingName))).
+		Watches(&corev1.Namespace{}, namespaceToItself, builder.WithPredicates(apiAccessChanged())).
+		Complete(r)
+}
+
+// namespaceRequest is the one request of namespace ns (the unit of
+// reconciliation).
+func namespaceRequest(ns string) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}}}
+}
+
+// referencedCA maps a ConfigMap to its namespace's request when some policy
+// of the namespace names it in tls.caCertificateRefs (the caRefIndex).
+func (r *RetryPolicyReconciler) referencedCA() handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		var refs v1alpha1.RetryPolicyList
 		if err := r.List(ctx, &refs, client.InNamespace(o.GetNamespace()), client.MatchingFields{caRefIndex: o.GetName()}); err != nil || len(refs.Items) == 0 {
 			return nil
 		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: v1alpha1.PoliciesConfigMapName}}}
+		return namespaceRequest(o.GetNamespace())
 	})
-	isRendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == v1alpha1.PoliciesConfigMapName })
-	caChanged := predicate.Funcs{
+}
+
+// caCertificateChanged passes the ConfigMap events that can change a CA
+// bundle: create, delete, and an update of the key ca.crt.
+func caCertificateChanged() predicate.Predicate {
+	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*corev1.ConfigMap)
 			n, ok2 := e.ObjectNew.(*corev1.ConfigMap)
@@ -505,11 +537,12 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
-	isBinding := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == SidecarRoleBindingName })
-	namespaceToItself := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetName(), Name: v1alpha1.PoliciesConfigMapName}}}
-	})
-	apiAccessChanged := predicate.Funcs{
+}
+
+// apiAccessChanged passes the Namespace updates that change the
+// retry.dev/sidecar-api-access annotation, and nothing else.
+func apiAccessChanged() predicate.Predicate {
+	return predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
@@ -517,18 +550,6 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return e.ObjectOld.GetAnnotations()[v1alpha1.AnnotationSidecarAPIAccess] != e.ObjectNew.GetAnnotations()[v1alpha1.AnnotationSidecarAPIAccess]
 		},
 	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("retrypolicy").
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
-		Watches(&v1alpha1.RetryPolicy{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(isRendered)).
-		Watches(&corev1.ConfigMap{}, referencedCA, builder.WithPredicates(caChanged, predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return o.GetName() != v1alpha1.PoliciesConfigMapName
-		}))).
-		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
-		Watches(&rbacv1.RoleBinding{}, toNamespace, builder.WithPredicates(isBinding)).
-		Watches(&corev1.Namespace{}, namespaceToItself, builder.WithPredicates(apiAccessChanged)).
-		Complete(r)
 }
 
 // podChanged passes the pod events that can change a count of ready selected
