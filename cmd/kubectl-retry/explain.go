@@ -53,6 +53,13 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
+	printExplanation(stdout, ex)
+	return code
+}
+
+// printExplanation writes ex for people: the pod's injection, the policies
+// selecting it, the host, the findings.
+func printExplanation(stdout io.Writer, ex Explanation) {
 	fmt.Fprintf(stdout, "pod %s: %s\n", ex.Pod, wrap(ex.Detail, 90, "  "))
 	if len(ex.Policies) == 0 {
 		fmt.Fprintln(stdout, "policies: none in the namespace selects this pod")
@@ -76,7 +83,6 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	for _, f := range ex.Findings {
 		fmt.Fprintf(stdout, "finding: %s\n", wrapWords(f, 88, "  "))
 	}
-	return code
 }
 
 func yesNo(b bool) string {

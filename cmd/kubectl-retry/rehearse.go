@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/retrysim"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 func runRehearse(args []string, stdout, stderr io.Writer) int {
@@ -69,9 +70,16 @@ func runRehearse(args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
+	printRehearsal(stdout, p.Config(), res)
+	return code
+}
+
+// printRehearsal writes the rehearsal of policy c for people: the setting,
+// then one line per measure.
+func printRehearsal(stdout io.Writer, c retrypolicy.Config, res retrysim.RehearseResult) {
 	fmt.Fprintf(stdout, "upstream %s: %d GET requests, %d at a time; upstream quota %s, latency %s (seed %d)\n",
 		res.Upstream, res.Requests, res.Concurrency, res.Quota, res.Latency, res.Seed)
-	fmt.Fprintf(stdout, "policy: %s\n\n", describePolicy(p.Config()))
+	fmt.Fprintf(stdout, "policy: %s\n\n", describePolicy(c))
 	pace := num(res.Plan.RequestsPerMinute) + "/min"
 	var t table
 	t.add("", "first attempts", strconv.Itoa(res.FirstAttempts))
@@ -84,7 +92,6 @@ func runRehearse(args []string, stdout, stderr io.Writer) int {
 		num(res.MeanConcurrency), num(res.Plan.MeanConcurrency), pace, res.Latency))
 	t.add("", "virtual duration", fmt.Sprintf("%s (plan ≥ %s = %d at %s)", res.VirtualDuration, res.Plan.MinDuration, res.Requests, pace))
 	t.write(stdout)
-	return code
 }
 
 func finalErrors(m map[string]int) string {
