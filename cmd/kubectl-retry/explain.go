@@ -16,11 +16,8 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	cf.register(fs)
 	host := fs.String("host", "", "a host (host, host:port or URL) the pod calls: which policy and upstream apply")
 	output := outputFlag(fs)
-	pos, err := parseFlags(fs, args)
+	pos, err := parseCommand(fs, args, output)
 	if err != nil {
-		return usageErr(stderr, sub, err)
-	}
-	if err := checkOutput(*output); err != nil {
 		return usageErr(stderr, sub, err)
 	}
 	if len(pos) != 1 {
@@ -47,14 +44,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if len(ex.Findings) > 0 {
 		code = exitFindings
 	}
-	if *output == "json" {
-		if err := writeJSON(stdout, ex); err != nil {
-			return exitFindings
-		}
-		return code
-	}
-	printExplanation(stdout, ex)
-	return code
+	return report(stdout, stderr, *output, ex, code, func() { printExplanation(stdout, ex) })
 }
 
 // printExplanation writes ex for people: the pod's injection, the policies

@@ -131,6 +131,41 @@ func checkOutput(o string) error {
 	return fmt.Errorf("-o %s: want json", o)
 }
 
+// parseCommand parses a subcommand's flags (parseFlags) and checks its -o;
+// it returns the positional arguments.
+func parseCommand(fs *flag.FlagSet, args []string, output *string) ([]string, error) {
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	return pos, checkOutput(*output)
+}
+
+// parseNoArgs is parseCommand for a subcommand that takes no positional
+// argument.
+func parseNoArgs(fs *flag.FlagSet, args []string, output *string) error {
+	pos, err := parseCommand(fs, args, output)
+	if err == nil && len(pos) > 0 {
+		err = fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	return err
+}
+
+// report writes a subcommand's result v: as JSON with -o json, else by forPeople
+// for people. It returns code, or exitFindings when the JSON cannot be
+// written (the error printed on stderr).
+func report(stdout, stderr io.Writer, output string, v any, code int, forPeople func()) int {
+	if output != "json" {
+		forPeople()
+		return code
+	}
+	if err := writeJSON(stdout, v); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitFindings
+	}
+	return code
+}
+
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

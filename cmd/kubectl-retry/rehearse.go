@@ -24,14 +24,7 @@ func runRehearse(args []string, stdout, stderr io.Writer) int {
 	latency := fs.Duration("latency", 100*time.Millisecond, "the upstream's answer time")
 	seed := fs.Uint64("seed", 1, "seed of the jitter")
 	output := outputFlag(fs)
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return usageErr(stderr, sub, err)
-	}
-	if len(pos) > 0 {
-		return usageErr(stderr, sub, fmt.Errorf("unexpected argument %q", pos[0]))
-	}
-	if err := checkOutput(*output); err != nil {
+	if err := parseNoArgs(fs, args, output); err != nil {
 		return usageErr(stderr, sub, err)
 	}
 	if *quota == "" {
@@ -63,15 +56,7 @@ func runRehearse(args []string, stdout, stderr io.Writer) int {
 	if res.Status429 > 0 || len(res.FinalErrors) > 0 {
 		code = exitFindings
 	}
-	if *output == "json" {
-		if err := writeJSON(stdout, res); err != nil {
-			fmt.Fprintln(stderr, err)
-			return exitFindings
-		}
-		return code
-	}
-	printRehearsal(stdout, p.Config(), res)
-	return code
+	return report(stdout, stderr, *output, res, code, func() { printRehearsal(stdout, p.Config(), res) })
 }
 
 // printRehearsal writes the rehearsal of policy c for people: the setting,

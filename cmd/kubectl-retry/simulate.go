@@ -27,14 +27,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&headers, "header", "request header K=V (repeatable), e.g. Idempotency-Key=k1")
 	start := fs.String("start", "", "virtual start time, RFC 3339 or IMF-fixdate (default: now, whole seconds)")
 	output := outputFlag(fs)
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return usageErr(stderr, sub, err)
-	}
-	if len(pos) > 0 {
-		return usageErr(stderr, sub, fmt.Errorf("unexpected argument %q", pos[0]))
-	}
-	if err := checkOutput(*output); err != nil {
+	if err := parseNoArgs(fs, args, output); err != nil {
 		return usageErr(stderr, sub, err)
 	}
 	if *responses == "" {
@@ -72,15 +65,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageErr(stderr, sub, err)
 	}
-	if *output == "json" {
-		if err := writeJSON(stdout, res); err != nil {
-			fmt.Fprintln(stderr, err)
-			return exitFindings
-		}
-		return exitOK
-	}
-	printSimulation(stdout, p.Config(), res)
-	return exitOK
+	return report(stdout, stderr, *output, res, exitOK, func() { printSimulation(stdout, p.Config(), res) })
 }
 
 func parseHeaders(hs []string) (http.Header, error) {
