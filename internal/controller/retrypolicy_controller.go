@@ -524,19 +524,11 @@ func (r *RetryPolicyReconciler) referencedCA() handler.EventHandler {
 // caCertificateChanged passes the ConfigMap events that can change a CA
 // bundle: create, delete, and an update of the key ca.crt.
 func caCertificateChanged() predicate.Predicate {
-	return predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*corev1.ConfigMap)
-			n, ok2 := e.ObjectNew.(*corev1.ConfigMap)
-			if !ok1 || !ok2 {
-				return true
-			}
-			ov, oHas := o.Data[v1alpha1.CACertificateKey]
-			nv, nHas := n.Data[v1alpha1.CACertificateKey]
-			return ov != nv || oHas != nHas
-		},
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
+	return onUpdateIf(func(o, n *corev1.ConfigMap) bool {
+		ov, oHas := o.Data[v1alpha1.CACertificateKey]
+		nv, nHas := n.Data[v1alpha1.CACertificateKey]
+		return ov != nv || oHas != nHas
+	})
 }
 
 // apiAccessChanged passes the Namespace updates that change the
@@ -555,14 +547,22 @@ func apiAccessChanged() predicate.Predicate {
 // podChanged passes the pod events that can change a count of ready selected
 // pods: create, delete, and an update that flips readiness or changes labels.
 func podChanged() predicate.Predicate {
+	return onUpdateIf(func(o, n *corev1.Pod) bool {
+		return podReady(o) != podReady(n) || !maps.Equal(o.Labels, n.Labels)
+	})
+}
+
+// onUpdateIf passes create and delete events, an update when changed says the
+// object changed in a way that matters (or is not a T), and no generic event.
+func onUpdateIf[T client.Object](changed func(before, after T) bool) predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*corev1.Pod)
-			n, ok2 := e.ObjectNew.(*corev1.Pod)
+			o, ok1 := e.ObjectOld.(T)
+			n, ok2 := e.ObjectNew.(T)
 			if !ok1 || !ok2 {
 				return true
 			}
-			return podReady(o) != podReady(n) || !maps.Equal(o.Labels, n.Labels)
+			return changed(o, n)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
