@@ -15,38 +15,29 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	var cf clusterFlags
 	cf.register(fs)
 	output := outputFlag(fs)
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args, output); err != nil {
 		return usageErr(stderr, sub, err)
-	}
-	if err := checkOutput(*output); err != nil {
-		return usageErr(stderr, sub, err)
-	}
-	if len(pos) > 0 {
-		return usageErr(stderr, sub, fmt.Errorf("unexpected argument %q", pos[0]))
 	}
 	c, _, err := cf.client()
 	if err != nil {
-		fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
-		return exitFindings
+		return failed(stderr, sub, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	r, err := checkCluster(ctx, c)
 	if err != nil {
-		fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
-		return exitFindings
+		return failed(stderr, sub, err)
 	}
 	code := exitOK
 	if r.Findings > 0 {
 		code = exitFindings
 	}
-	if *output == "json" {
-		if err := writeJSON(stdout, r); err != nil {
-			return exitFindings
-		}
-		return code
-	}
+	return report(stdout, stderr, *output, r, code, func() { printCheck(stdout, r) })
+}
+
+// printCheck writes the check report for people: one line per check, the
+// opted-in namespaces and the number of findings.
+func printCheck(stdout io.Writer, r CheckReport) {
 	for _, ch := range r.Checks {
 		mark := "ok  "
 		if !ch.OK {
@@ -60,5 +51,4 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "namespaces opted in (retry.dev/injection=enabled): %s\n", wrapWords(ns, 46, "  "))
 	fmt.Fprintf(stdout, "%d finding(s)\n", r.Findings)
-	return code
 }

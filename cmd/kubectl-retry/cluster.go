@@ -176,69 +176,20 @@ func explainPod(ctx context.Context, c client.Client, ns, name, host string) (Ex
 		return Explanation{}, err
 	}
 	ex := Explanation{Pod: ns + "/" + name, Policies: []PolicyInfo{}, Findings: []string{}}
-	cfg := podinject.Config{ExcludedNamespaces: excludedNamespaces(ctx, c)}
-	if hasSidecar(&pod) {
-		ex.Injected = true
-		bare := pod.DeepCopy()
-		bare.Spec.InitContainers = slices.DeleteFunc(bare.Spec.InitContainers, isSidecar)
-		bare.Spec.Containers = slices.DeleteFunc(bare.Spec.Containers, isSidecar)
-		ok, why := cfg.ShouldInject(&nsObj, bare)
-		ex.Reason = string(why)
-		ex.Detail = "injected: " + reasonText(why, ns)
-		if !ok {
-			ex.Detail = "injected, but would not be now: " + reasonText(why, ns)
-		}
-	} else {
-		ok, why := cfg.ShouldInject(&nsObj, &pod)
-		ex.Reason = string(why)
-		ex.Detail = "not injected: " + reasonText(why, ns)
-		if ok {
-			ex.Detail = "not injected although opted in (" + reasonText(why, ns) + ")"
-			ex.Findings = append(ex.Findings, "opted in but has no sidecar: created before the opt-in or while the "+
-				"webhook was unreachable (failurePolicy Ignore); recreate the pod")
-		}
-	}
-
+	ex.explainInjection(podinject.Config{ExcludedNamespaces: excludedNamespaces(ctx, c)}, &nsObj, &pod)
 	var rps v1alpha1.RetryPolicyList
 	if err := c.List(ctx, &rps, client.InNamespace(ns)); err != nil {
 		return Explanation{}, err
 	}
-	var cm corev1.ConfigMap
-	var doc policyset.Document
-	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm); {
-	case err == nil:
-		d, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
-		if err != nil {
-			ex.Findings = append(ex.Findings, fmt.Sprintf("ConfigMap %s: %v", v1alpha1.PoliciesConfigMapName, err))
-		}
-		doc = d
-	case !apierrors.IsNotFound(err):
+	doc, err := ex.renderedDocument(ctx, c, ns)
+	if err != nil {
 		return Explanation{}, err
 	}
 	selected, err := policyset.Select(doc, pod.Labels)
 	if err != nil {
 		return Explanation{}, err
 	}
-	rendered := map[string]bool{}
-	for _, p := range selected {
-		rendered[p.Name] = true
-	}
-	sort.Slice(rps.Items, func(i, j int) bool { return rps.Items[i].Name < rps.Items[j].Name })
-	for i := range rps.Items {
-		p := &rps.Items[i]
-		sel, err := metav1.LabelSelectorAsSelector(p.Spec.PodSelector)
-		if err != nil || (p.Spec.PodSelector != nil && !sel.Matches(labels.Set(pod.Labels))) {
-			continue
-		}
-		info := PolicyInfo{Name: p.Name, Accepted: string(metav1.ConditionUnknown), Rendered: rendered[p.Name]}
-		if cond := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted); cond != nil {
-			info.Accepted, info.Reason, info.Message = string(cond.Status), cond.Reason, cond.Message
-		}
-		for _, u := range p.Spec.Upstreams {
-			info.Upstreams = append(info.Upstreams, u.Name)
-		}
-		ex.Policies = append(ex.Policies, info)
-	}
+	ex.Policies = append(ex.Policies, policiesSelecting(rps.Items, pod.Labels, selected)...)
 	if host != "" {
 		m, err := matchHost(selected, host)
 		if err != nil {
@@ -247,6 +198,79 @@ func explainPod(ctx context.Context, c client.Client, ns, name, host string) (Ex
 		ex.Host = &m
 	}
 	return ex, nil
+}
+
+// explainInjection says whether the pod got the sidecar and why, with the
+// injector's own ShouldInject: for an injected pod, whether it would be
+// injected now; for one without, whether it should have been (a finding).
+func (ex *Explanation) explainInjection(cfg podinject.Config, nsObj *corev1.Namespace, pod *corev1.Pod) {
+	ns := nsObj.Name
+	if hasSidecar(pod) {
+		ex.Injected = true
+		bare := pod.DeepCopy()
+		bare.Spec.InitContainers = slices.DeleteFunc(bare.Spec.InitContainers, isSidecar)
+		bare.Spec.Containers = slices.DeleteFunc(bare.Spec.Containers, isSidecar)
+		ok, why := cfg.ShouldInject(nsObj, bare)
+		ex.Reason = string(why)
+		ex.Detail = "injected: " + reasonText(why, ns)
+		if !ok {
+			ex.Detail = "injected, but would not be now: " + reasonText(why, ns)
+		}
+		return
+	}
+	ok, why := cfg.ShouldInject(nsObj, pod)
+	ex.Reason = string(why)
+	ex.Detail = "not injected: " + reasonText(why, ns)
+	if ok {
+		ex.Detail = "not injected although opted in (" + reasonText(why, ns) + ")"
+		ex.Findings = append(ex.Findings, "opted in but has no sidecar: created before the opt-in or while the "+
+			"webhook was unreachable (failurePolicy Ignore); recreate the pod")
+	}
+}
+
+// renderedDocument is the document of namespace ns's retry-policies
+// ConfigMap: zero when there is none, and also when it does not parse (a
+// finding).
+func (ex *Explanation) renderedDocument(ctx context.Context, c client.Client, ns string) (policyset.Document, error) {
+	var cm corev1.ConfigMap
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm); {
+	case apierrors.IsNotFound(err):
+		return policyset.Document{}, nil
+	case err != nil:
+		return policyset.Document{}, err
+	}
+	doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
+	if err != nil {
+		ex.Findings = append(ex.Findings, fmt.Sprintf("ConfigMap %s: %v", v1alpha1.PoliciesConfigMapName, err))
+	}
+	return doc, nil
+}
+
+// policiesSelecting describes the policies whose podSelector selects a pod
+// with podLabels, by name; rendered are the ones the ConfigMap holds for it.
+func policiesSelecting(policies []v1alpha1.RetryPolicy, podLabels map[string]string, rendered []policyset.Policy) []PolicyInfo {
+	isRendered := map[string]bool{}
+	for _, p := range rendered {
+		isRendered[p.Name] = true
+	}
+	sort.Slice(policies, func(i, j int) bool { return policies[i].Name < policies[j].Name })
+	var out []PolicyInfo
+	for i := range policies {
+		p := &policies[i]
+		sel, err := metav1.LabelSelectorAsSelector(p.Spec.PodSelector)
+		if err != nil || (p.Spec.PodSelector != nil && !sel.Matches(labels.Set(podLabels))) {
+			continue
+		}
+		info := PolicyInfo{Name: p.Name, Accepted: string(metav1.ConditionUnknown), Rendered: isRendered[p.Name]}
+		if cond := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted); cond != nil {
+			info.Accepted, info.Reason, info.Message = string(cond.Status), cond.Reason, cond.Message
+		}
+		for _, u := range p.Spec.Upstreams {
+			info.Upstreams = append(info.Upstreams, u.Name)
+		}
+		out = append(out, info)
+	}
+	return out
 }
 
 func hasSidecar(p *corev1.Pod) bool {
@@ -327,40 +351,35 @@ func (r *CheckReport) add(name string, ok bool, format string, args ...any) {
 // not accepted.
 func checkCluster(ctx context.Context, c client.Client) (CheckReport, error) {
 	r := CheckReport{Checks: []Check{}, OptedInNamespaces: []string{}}
+	for _, check := range []func(context.Context, client.Client) error{r.checkCRD, r.checkWebhooks, r.checkPods, r.checkPolicies} {
+		if err := check(ctx, c); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
 
+// checkCRD checks that the RetryPolicy CRD is installed and serves v1alpha1.
+func (r *CheckReport) checkCRD(ctx context.Context, c client.Client) error {
 	crd := &unstructured.Unstructured{}
 	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
 	switch err := c.Get(ctx, client.ObjectKey{Name: crdName}, crd); {
 	case apierrors.IsNotFound(err):
 		r.add("crd", false, "CRD %s is not installed (make install)", crdName)
 	case err != nil:
-		return r, err
+		return err
 	default:
 		r.add("crd", crdServes(crd, v1alpha1.GroupVersion.Version), "%s", crdDetail(crd))
 	}
+	return nil
+}
 
-	var mut admissionv1.MutatingWebhookConfigurationList
-	if err := c.List(ctx, &mut); err != nil {
-		return r, err
-	}
-	var val admissionv1.ValidatingWebhookConfigurationList
-	if err := c.List(ctx, &val); err != nil {
-		return r, err
-	}
-	var inject, validate *webhookInfo
-	for _, cfg := range mut.Items {
-		for _, w := range cfg.Webhooks {
-			if w.Name == injectWebhook {
-				inject = &webhookInfo{config: cfg.Name, cc: w.ClientConfig, failurePolicy: w.FailurePolicy}
-			}
-		}
-	}
-	for _, cfg := range val.Items {
-		for _, w := range cfg.Webhooks {
-			if w.Name == validateWebhook {
-				validate = &webhookInfo{config: cfg.Name, cc: w.ClientConfig, failurePolicy: w.FailurePolicy}
-			}
-		}
+// checkWebhooks checks each of the two webhooks: installed with its
+// failurePolicy, a CA bundle, and an endpoint that answers.
+func (r *CheckReport) checkWebhooks(ctx context.Context, c client.Client) error {
+	inject, validate, err := findWebhooks(ctx, c)
+	if err != nil {
+		return err
 	}
 	for _, w := range []struct {
 		name string
@@ -381,10 +400,43 @@ func checkCluster(ctx context.Context, c client.Client) (CheckReport, error) {
 		ok, detail = checkEndpoint(ctx, c, w.info.cc)
 		r.add("endpoint "+w.name, ok, "%s", detail)
 	}
+	return nil
+}
 
+// findWebhooks finds the injecting and the validating webhook in the
+// cluster's webhook configurations (nil: not installed).
+func findWebhooks(ctx context.Context, c client.Client) (inject, validate *webhookInfo, err error) {
+	var mut admissionv1.MutatingWebhookConfigurationList
+	if err := c.List(ctx, &mut); err != nil {
+		return nil, nil, err
+	}
+	var val admissionv1.ValidatingWebhookConfigurationList
+	if err := c.List(ctx, &val); err != nil {
+		return nil, nil, err
+	}
+	for _, cfg := range mut.Items {
+		for _, w := range cfg.Webhooks {
+			if w.Name == injectWebhook {
+				inject = &webhookInfo{config: cfg.Name, cc: w.ClientConfig, failurePolicy: w.FailurePolicy}
+			}
+		}
+	}
+	for _, cfg := range val.Items {
+		for _, w := range cfg.Webhooks {
+			if w.Name == validateWebhook {
+				validate = &webhookInfo{config: cfg.Name, cc: w.ClientConfig, failurePolicy: w.FailurePolicy}
+			}
+		}
+	}
+	return inject, validate, nil
+}
+
+// checkPods lists the opted-in namespaces and checks that every pod the
+// injector would inject now has the sidecar.
+func (r *CheckReport) checkPods(ctx context.Context, c client.Client) error {
 	var nss corev1.NamespaceList
 	if err := c.List(ctx, &nss); err != nil {
-		return r, err
+		return err
 	}
 	byName := map[string]*corev1.Namespace{}
 	for i := range nss.Items {
@@ -398,7 +450,7 @@ func checkCluster(ctx context.Context, c client.Client) (CheckReport, error) {
 
 	var pods corev1.PodList
 	if err := c.List(ctx, &pods); err != nil {
-		return r, err
+		return err
 	}
 	cfg := podinject.Config{ExcludedNamespaces: excludedNamespaces(ctx, c)}
 	var missing []string
@@ -423,10 +475,14 @@ func checkCluster(ctx context.Context, c client.Client) (CheckReport, error) {
 	} else {
 		r.add("opted-in pods", false, "%d opted-in pod(s) without a sidecar (recreate them): %s", len(missing), listSome(missing, 5))
 	}
+	return nil
+}
 
+// checkPolicies checks that every RetryPolicy is accepted.
+func (r *CheckReport) checkPolicies(ctx context.Context, c client.Client) error {
 	var rps v1alpha1.RetryPolicyList
 	if err := c.List(ctx, &rps); err != nil && !meta.IsNoMatchError(err) {
-		return r, err
+		return err
 	}
 	var bad []string
 	for _, p := range rps.Items {
@@ -444,7 +500,7 @@ func checkCluster(ctx context.Context, c client.Client) (CheckReport, error) {
 	} else {
 		r.add("policies", false, "%d of %d not accepted (kubectl describe rp): %s", len(bad), len(rps.Items), listSome(bad, 5))
 	}
-	return r, nil
+	return nil
 }
 
 type webhookInfo struct {

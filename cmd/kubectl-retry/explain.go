@@ -16,11 +16,8 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	cf.register(fs)
 	host := fs.String("host", "", "a host (host, host:port or URL) the pod calls: which policy and upstream apply")
 	output := outputFlag(fs)
-	pos, err := parseFlags(fs, args)
+	pos, err := parseCommand(fs, args, output)
 	if err != nil {
-		return usageErr(stderr, sub, err)
-	}
-	if err := checkOutput(*output); err != nil {
 		return usageErr(stderr, sub, err)
 	}
 	if len(pos) != 1 {
@@ -35,26 +32,24 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ns, err := cf.client()
 	if err != nil {
-		fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
-		return exitFindings
+		return failed(stderr, sub, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ex, err := explainPod(ctx, c, ns, name, *host)
 	if err != nil {
-		fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
-		return exitFindings
+		return failed(stderr, sub, err)
 	}
 	code := exitOK
 	if len(ex.Findings) > 0 {
 		code = exitFindings
 	}
-	if *output == "json" {
-		if err := writeJSON(stdout, ex); err != nil {
-			return exitFindings
-		}
-		return code
-	}
+	return report(stdout, stderr, *output, ex, code, func() { printExplanation(stdout, ex) })
+}
+
+// printExplanation writes ex for people: the pod's injection, the policies
+// selecting it, the host, the findings.
+func printExplanation(stdout io.Writer, ex Explanation) {
 	fmt.Fprintf(stdout, "pod %s: %s\n", ex.Pod, wrap(ex.Detail, 90, "  "))
 	if len(ex.Policies) == 0 {
 		fmt.Fprintln(stdout, "policies: none in the namespace selects this pod")
@@ -78,7 +73,6 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	for _, f := range ex.Findings {
 		fmt.Fprintf(stdout, "finding: %s\n", wrapWords(f, 88, "  "))
 	}
-	return code
 }
 
 func yesNo(b bool) string {

@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/retrydev/retry-operator/internal/retrysim"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 // Exit codes.
@@ -130,6 +131,41 @@ func checkOutput(o string) error {
 	return fmt.Errorf("-o %s: want json", o)
 }
 
+// parseCommand parses a subcommand's flags (parseFlags) and checks its -o;
+// it returns the positional arguments.
+func parseCommand(fs *flag.FlagSet, args []string, output *string) ([]string, error) {
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	return pos, checkOutput(*output)
+}
+
+// parseNoArgs is parseCommand for a subcommand that takes no positional
+// argument.
+func parseNoArgs(fs *flag.FlagSet, args []string, output *string) error {
+	pos, err := parseCommand(fs, args, output)
+	if err == nil && len(pos) > 0 {
+		err = fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	return err
+}
+
+// report writes a subcommand's result v: as JSON with -o json, else by forPeople
+// for people. It returns code, or exitFindings when the JSON cannot be
+// written (the error printed on stderr).
+func report(stdout, stderr io.Writer, output string, v any, code int, forPeople func()) int {
+	if output != "json" {
+		forPeople()
+		return code
+	}
+	if err := writeJSON(stdout, v); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitFindings
+	}
+	return code
+}
+
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -149,6 +185,32 @@ func loadErr(stderr io.Writer, sub string, err error) int {
 	if errors.As(err, &ue) {
 		return usageErr(stderr, sub, err)
 	}
+	return failed(stderr, sub, err)
+}
+
+// failed prints err as the subcommand's failure and returns exit code 1.
+func failed(stderr io.Writer, sub string, err error) int {
 	fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
 	return exitFindings
+}
+
+// policyFlags are the flags of the commands that run one upstream's policy
+// from a file: -f and --upstream.
+type policyFlags struct {
+	file, upstream string
+}
+
+func (f *policyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.file, "f", "", "RetryPolicy YAML file (what you would kubectl apply)")
+	fs.StringVar(&f.upstream, "upstream", "", "upstream name (needed when the file has several)")
+}
+
+// policy loads the file and picks the upstream's policy; report an error with
+// loadErr.
+func (f *policyFlags) policy() (*retrypolicy.Policy, error) {
+	set, err := retrysim.LoadPolicyFile(f.file)
+	if err != nil {
+		return nil, err
+	}
+	return retrysim.PickUpstream(set, f.upstream)
 }

@@ -10,27 +10,21 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/retrysim"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 func runRehearse(args []string, stdout, stderr io.Writer) int {
 	const sub = "rehearse"
 	fs := flag.NewFlagSet(sub, flag.ContinueOnError)
-	file := fs.String("f", "", "RetryPolicy YAML file (what you would kubectl apply)")
-	upstream := fs.String("upstream", "", "upstream name (needed when the file has several)")
+	var pf policyFlags
+	pf.register(fs)
 	requests := fs.Int("requests", 20, "logical requests to send")
 	quota := fs.String("quota", "", "the upstream's quota per rolling window, e.g. 120/m (s, m or h)")
 	concurrency := fs.Int("concurrency", 10, "the app's workers: requests in progress at once")
 	latency := fs.Duration("latency", 100*time.Millisecond, "the upstream's answer time")
 	seed := fs.Uint64("seed", 1, "seed of the jitter")
 	output := outputFlag(fs)
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return usageErr(stderr, sub, err)
-	}
-	if len(pos) > 0 {
-		return usageErr(stderr, sub, fmt.Errorf("unexpected argument %q", pos[0]))
-	}
-	if err := checkOutput(*output); err != nil {
+	if err := parseNoArgs(fs, args, output); err != nil {
 		return usageErr(stderr, sub, err)
 	}
 	if *quota == "" {
@@ -48,11 +42,7 @@ func runRehearse(args []string, stdout, stderr io.Writer) int {
 	case *latency < 0:
 		return usageErr(stderr, sub, fmt.Errorf("--latency %s: must be >= 0", *latency))
 	}
-	set, err := retrysim.LoadPolicyFile(*file)
-	if err != nil {
-		return loadErr(stderr, sub, err)
-	}
-	p, err := retrysim.PickUpstream(set, *upstream)
+	p, err := pf.policy()
 	if err != nil {
 		return loadErr(stderr, sub, err)
 	}
@@ -60,23 +50,21 @@ func runRehearse(args []string, stdout, stderr io.Writer) int {
 		QuotaWindow: window, Concurrency: *concurrency, Latency: *latency, Seed: *seed,
 		Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
 	if err != nil {
-		fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)
-		return exitFindings
+		return failed(stderr, sub, err)
 	}
 	code := exitOK
 	if res.Status429 > 0 || len(res.FinalErrors) > 0 {
 		code = exitFindings
 	}
-	if *output == "json" {
-		if err := writeJSON(stdout, res); err != nil {
-			fmt.Fprintln(stderr, err)
-			return exitFindings
-		}
-		return code
-	}
+	return report(stdout, stderr, *output, res, code, func() { printRehearsal(stdout, p.Config(), res) })
+}
+
+// printRehearsal writes the rehearsal of policy c for people: the setting,
+// then one line per measure.
+func printRehearsal(stdout io.Writer, c retrypolicy.Config, res retrysim.RehearseResult) {
 	fmt.Fprintf(stdout, "upstream %s: %d GET requests, %d at a time; upstream quota %s, latency %s (seed %d)\n",
 		res.Upstream, res.Requests, res.Concurrency, res.Quota, res.Latency, res.Seed)
-	fmt.Fprintf(stdout, "policy: %s\n\n", describePolicy(p.Config()))
+	fmt.Fprintf(stdout, "policy: %s\n\n", describePolicy(c))
 	pace := num(res.Plan.RequestsPerMinute) + "/min"
 	var t table
 	t.add("", "first attempts", strconv.Itoa(res.FirstAttempts))
@@ -89,7 +77,6 @@ func runRehearse(args []string, stdout, stderr io.Writer) int {
 		num(res.MeanConcurrency), num(res.Plan.MeanConcurrency), pace, res.Latency))
 	t.add("", "virtual duration", fmt.Sprintf("%s (plan ≥ %s = %d at %s)", res.VirtualDuration, res.Plan.MinDuration, res.Requests, pace))
 	t.write(stdout)
-	return code
 }
 
 func finalErrors(m map[string]int) string {

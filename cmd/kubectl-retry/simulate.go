@@ -17,8 +17,8 @@ import (
 func runSimulate(args []string, stdout, stderr io.Writer) int {
 	const sub = "simulate"
 	fs := flag.NewFlagSet(sub, flag.ContinueOnError)
-	file := fs.String("f", "", "RetryPolicy YAML file (what you would kubectl apply)")
-	upstream := fs.String("upstream", "", "upstream name (needed when the file has several)")
+	var pf policyFlags
+	pf.register(fs)
 	responses := fs.String("responses", "", `the upstream's answers in order, e.g. "429 ra=2, 503, 200"`)
 	seed := fs.Uint64("seed", 1, "seed of the jitter")
 	deadline := fs.Duration("deadline", 0, "deadline of the logical request (default: the upstream's deadline)")
@@ -27,14 +27,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&headers, "header", "request header K=V (repeatable), e.g. Idempotency-Key=k1")
 	start := fs.String("start", "", "virtual start time, RFC 3339 or IMF-fixdate (default: now, whole seconds)")
 	output := outputFlag(fs)
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return usageErr(stderr, sub, err)
-	}
-	if len(pos) > 0 {
-		return usageErr(stderr, sub, fmt.Errorf("unexpected argument %q", pos[0]))
-	}
-	if err := checkOutput(*output); err != nil {
+	if err := parseNoArgs(fs, args, output); err != nil {
 		return usageErr(stderr, sub, err)
 	}
 	if *responses == "" {
@@ -55,11 +48,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	if *deadline < 0 {
 		return usageErr(stderr, sub, fmt.Errorf("--deadline %s: must be > 0", *deadline))
 	}
-	set, err := retrysim.LoadPolicyFile(*file)
-	if err != nil {
-		return loadErr(stderr, sub, err)
-	}
-	p, err := retrysim.PickUpstream(set, *upstream)
+	p, err := pf.policy()
 	if err != nil {
 		return loadErr(stderr, sub, err)
 	}
@@ -76,15 +65,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageErr(stderr, sub, err)
 	}
-	if *output == "json" {
-		if err := writeJSON(stdout, res); err != nil {
-			fmt.Fprintln(stderr, err)
-			return exitFindings
-		}
-		return exitOK
-	}
-	printSimulation(stdout, p.Config(), res)
-	return exitOK
+	return report(stdout, stderr, *output, res, exitOK, func() { printSimulation(stdout, p.Config(), res) })
 }
 
 func parseHeaders(hs []string) (http.Header, error) {

@@ -70,65 +70,9 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.metricsAddr, "metrics-bind-address", "0",
-		"Address of the metrics endpoint: :8443 for HTTPS, :8080 for HTTP, 0 to disable.")
-	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
-	flag.BoolVar(&o.leaderElect, "leader-elect", false,
-		"Elect a leader among replicas so that one reconciles at a time (webhooks are served by all).")
-	flag.BoolVar(&o.secureMetrics, "metrics-secure", true,
-		"Serve metrics over HTTPS with authentication and authorization; false for plain HTTP.")
-	flag.BoolVar(&o.enableHTTP2, "enable-http2", false,
-		"Allow HTTP/2 on the metrics and webhook servers (off: CVE-2023-44487, CVE-2023-39325).")
-	flag.StringVar(&o.metricsCertPath, "metrics-cert-path", "", "Directory with the metrics server certificate; empty: self-signed in memory.")
-	flag.StringVar(&o.metricsCertName, "metrics-cert-name", "tls.crt", "Metrics server certificate file name.")
-	flag.StringVar(&o.metricsCertKey, "metrics-cert-key", "tls.key", "Metrics server key file name.")
-	flag.StringVar(&o.webhookCertPath, "webhook-cert-path", "",
-		"Directory with the webhook serving certificate (reloaded when its files change); "+
-			"empty: <temp>/k8s-webhook-server/serving-certs.")
-	flag.StringVar(&o.webhookCertName, "webhook-cert-name", "tls.crt", "Webhook certificate file name.")
-	flag.StringVar(&o.webhookCertKey, "webhook-cert-key", "tls.key", "Webhook key file name.")
-	flag.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
-
-	flag.BoolVar(&o.certGenerate, "webhook-cert-generate", false,
-		"Without cert-manager: generate a self-signed CA and serving certificate into --webhook-cert-path "+
-			"(when missing, expiring within 30 days or not covering --webhook-cert-hosts) and write the CA into "+
-			"the caBundle of --mutating-webhook-configuration and --validating-webhook-configuration.")
-	flag.StringVar(&o.certSecret, "webhook-cert-secret", "",
-		"Without cert-manager, for every replica in the cluster: keep a self-signed CA and serving certificate "+
-			"in this Secret of --operator-namespace (copied into --webhook-cert-path, which must be writable), renew them at runtime before "+
-			"they expire, and keep the CA in the caBundle of the two webhook configurations. All replicas share "+
-			"the Secret (docs/operations.md, Certificates).")
-	flag.StringVar(&o.certHosts, "webhook-cert-hosts",
-		"retry-operator-webhook-service.retry-operator-system.svc,localhost,127.0.0.1",
-		"Comma-separated DNS names and IPs the generated serving certificate covers (with --webhook-cert-generate).")
-	flag.StringVar(&o.webhookURLHost, "webhook-url-host", "",
-		"With --webhook-cert-generate, for a manager running outside the cluster: point the webhook configurations "+
-			"at https://<host>:<webhook-port>/<path> instead of the in-cluster Service. The host must be in --webhook-cert-hosts.")
-	flag.StringVar(&o.mutatingConfig, "mutating-webhook-configuration", "retry-operator-mutating-webhook-configuration",
-		"Name of the MutatingWebhookConfiguration --webhook-cert-generate patches.")
-	flag.StringVar(&o.validatingConfig, "validating-webhook-configuration", "retry-operator-validating-webhook-configuration",
-		"Name of the ValidatingWebhookConfiguration --webhook-cert-generate patches.")
-
-	flag.StringVar(&o.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "retry-operator-system"),
-		"The manager's own namespace, never injected (default: $POD_NAMESPACE, else retry-operator-system).")
-	flag.StringVar(&o.sidecarImage, "sidecar-image", podinject.DefaultImage, "Image of the injected retry-sidecar container.")
-	flag.StringVar(&o.sidecarPullPolicy, "sidecar-image-pull-policy", "",
-		"imagePullPolicy of the retry-sidecar: Always, IfNotPresent or Never; empty: the API server's default.")
-	flag.StringVar(&o.sidecarTokenAudience, "sidecar-token-audience", "",
-		"Audience of the sidecar's projected service-account token; empty: the API server's own (docs/fleet.md).")
-	flag.StringVar(&o.sidecarNoProxy, "sidecar-no-proxy", podinject.DefaultNoProxy,
-		"NO_PROXY/no_proxy given to app containers: destinations that bypass the sidecar.")
-	def := podinject.DefaultResources()
-	flag.StringVar(&o.sidecarCPURequest, "sidecar-cpu-request", quantity(def.Requests, corev1.ResourceCPU),
-		"Default CPU request of the sidecar (pod annotation retry.dev/sidecar-cpu-request overrides).")
-	flag.StringVar(&o.sidecarMemoryRequest, "sidecar-memory-request", quantity(def.Requests, corev1.ResourceMemory),
-		"Default memory request of the sidecar (pod annotation retry.dev/sidecar-memory-request overrides).")
-	flag.StringVar(&o.sidecarMemoryLimit, "sidecar-memory-limit", quantity(def.Limits, corev1.ResourceMemory),
-		"Default memory limit of the sidecar (pod annotation retry.dev/sidecar-memory-limit overrides); empty: none.")
-	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Namespaces reconciled in parallel.")
-	flag.StringVar(&o.sidecarClusterRole, "sidecar-cluster-role", controller.DefaultSidecarClusterRole,
-		"ClusterRole bound in every namespace with injected pods so their sidecars can watch retry-policies (docs/fleet.md).")
-
+	o.bindServerFlags(flag.CommandLine)
+	o.bindCertFlags(flag.CommandLine)
+	o.bindInjectFlags(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -140,20 +84,124 @@ func main() {
 	}
 }
 
+// bindServerFlags binds the flags of the manager's own servers: metrics,
+// probes, webhooks, leader election.
+func (o *options) bindServerFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "0",
+		"Address of the metrics endpoint: :8443 for HTTPS, :8080 for HTTP, 0 to disable.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false,
+		"Elect a leader among replicas so that one reconciles at a time (webhooks are served by all).")
+	fs.BoolVar(&o.secureMetrics, "metrics-secure", true,
+		"Serve metrics over HTTPS with authentication and authorization; false for plain HTTP.")
+	fs.BoolVar(&o.enableHTTP2, "enable-http2", false,
+		"Allow HTTP/2 on the metrics and webhook servers (off: CVE-2023-44487, CVE-2023-39325).")
+	fs.StringVar(&o.metricsCertPath, "metrics-cert-path", "", "Directory with the metrics server certificate; empty: self-signed in memory.")
+	fs.StringVar(&o.metricsCertName, "metrics-cert-name", "tls.crt", "Metrics server certificate file name.")
+	fs.StringVar(&o.metricsCertKey, "metrics-cert-key", "tls.key", "Metrics server key file name.")
+	fs.StringVar(&o.webhookCertPath, "webhook-cert-path", "",
+		"Directory with the webhook serving certificate (reloaded when its files change); "+
+			"empty: <temp>/k8s-webhook-server/serving-certs.")
+	fs.StringVar(&o.webhookCertName, "webhook-cert-name", "tls.crt", "Webhook certificate file name.")
+	fs.StringVar(&o.webhookCertKey, "webhook-cert-key", "tls.key", "Webhook key file name.")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+}
+
+// bindCertFlags binds the flags of the webhook certificate without
+// cert-manager (docs/operations.md, Certificates).
+func (o *options) bindCertFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&o.certGenerate, "webhook-cert-generate", false,
+		"Without cert-manager: generate a self-signed CA and serving certificate into --webhook-cert-path "+
+			"(when missing, expiring within 30 days or not covering --webhook-cert-hosts) and write the CA into "+
+			"the caBundle of --mutating-webhook-configuration and --validating-webhook-configuration.")
+	fs.StringVar(&o.certSecret, "webhook-cert-secret", "",
+		"Without cert-manager, for every replica in the cluster: keep a self-signed CA and serving certificate "+
+			"in this Secret of --operator-namespace (copied into --webhook-cert-path, which must be writable), renew them at runtime before "+
+			"they expire, and keep the CA in the caBundle of the two webhook configurations. All replicas share "+
+			"the Secret (docs/operations.md, Certificates).")
+	fs.StringVar(&o.certHosts, "webhook-cert-hosts",
+		"retry-operator-webhook-service.retry-operator-system.svc,localhost,127.0.0.1",
+		"Comma-separated DNS names and IPs the generated serving certificate covers (with --webhook-cert-generate).")
+	fs.StringVar(&o.webhookURLHost, "webhook-url-host", "",
+		"With --webhook-cert-generate, for a manager running outside the cluster: point the webhook configurations "+
+			"at https://<host>:<webhook-port>/<path> instead of the in-cluster Service. The host must be in --webhook-cert-hosts.")
+	fs.StringVar(&o.mutatingConfig, "mutating-webhook-configuration", "retry-operator-mutating-webhook-configuration",
+		"Name of the MutatingWebhookConfiguration --webhook-cert-generate patches.")
+	fs.StringVar(&o.validatingConfig, "validating-webhook-configuration", "retry-operator-validating-webhook-configuration",
+		"Name of the ValidatingWebhookConfiguration --webhook-cert-generate patches.")
+}
+
+// bindInjectFlags binds the flags of what is injected and reconciled: the
+// sidecar container, the namespaces left alone, the controller's concurrency.
+func (o *options) bindInjectFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "retry-operator-system"),
+		"The manager's own namespace, never injected (default: $POD_NAMESPACE, else retry-operator-system).")
+	fs.StringVar(&o.sidecarImage, "sidecar-image", podinject.DefaultImage, "Image of the injected retry-sidecar container.")
+	fs.StringVar(&o.sidecarPullPolicy, "sidecar-image-pull-policy", "",
+		"imagePullPolicy of the retry-sidecar: Always, IfNotPresent or Never; empty: the API server's default.")
+	fs.StringVar(&o.sidecarTokenAudience, "sidecar-token-audience", "",
+		"Audience of the sidecar's projected service-account token; empty: the API server's own (docs/fleet.md).")
+	fs.StringVar(&o.sidecarNoProxy, "sidecar-no-proxy", podinject.DefaultNoProxy,
+		"NO_PROXY/no_proxy given to app containers: destinations that bypass the sidecar.")
+	def := podinject.DefaultResources()
+	fs.StringVar(&o.sidecarCPURequest, "sidecar-cpu-request", quantity(def.Requests, corev1.ResourceCPU),
+		"Default CPU request of the sidecar (pod annotation retry.dev/sidecar-cpu-request overrides).")
+	fs.StringVar(&o.sidecarMemoryRequest, "sidecar-memory-request", quantity(def.Requests, corev1.ResourceMemory),
+		"Default memory request of the sidecar (pod annotation retry.dev/sidecar-memory-request overrides).")
+	fs.StringVar(&o.sidecarMemoryLimit, "sidecar-memory-limit", quantity(def.Limits, corev1.ResourceMemory),
+		"Default memory limit of the sidecar (pod annotation retry.dev/sidecar-memory-limit overrides); empty: none.")
+	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Namespaces reconciled in parallel.")
+	fs.StringVar(&o.sidecarClusterRole, "sidecar-cluster-role", controller.DefaultSidecarClusterRole,
+		"ClusterRole bound in every namespace with injected pods so their sidecars can watch retry-policies (docs/fleet.md).")
+}
+
 func run(o options) error {
 	webhooksEnabled := os.Getenv("ENABLE_WEBHOOKS") != "false"
 	injectCfg, err := o.injectConfig()
 	if err != nil {
 		return err
 	}
-
-	var tlsOpts []func(*tls.Config)
-	if !o.enableHTTP2 {
-		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
-	}
 	certDir := o.webhookCertPath
 	if certDir == "" {
 		certDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+	}
+	cfg := ctrl.GetConfigOrDie()
+	if o.certGenerate && o.certSecret != "" {
+		return fmt.Errorf("--webhook-cert-generate and --webhook-cert-secret: choose one (the Secret for managers in the cluster)")
+	}
+	if webhooksEnabled && o.certGenerate {
+		if err := o.generateCerts(cfg, certDir); err != nil {
+			return err
+		}
+	}
+	mgr, err := ctrl.NewManager(cfg, o.managerOptions(certDir))
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	setup := manager.SetupOptions{
+		MaxConcurrentReconciles: o.maxConcurrentReconciles,
+		SidecarClusterRole:      o.sidecarClusterRole,
+		Inject:                  injectCfg,
+	}
+	if _, err := manager.Setup(mgr, setup); err != nil {
+		return err
+	}
+	certsReady, webhookErr, err := o.setupWebhooks(mgr, setup, webhooksEnabled, certDir)
+	if err != nil {
+		return err
+	}
+	if err := o.addHealthChecks(mgr, webhooksEnabled, certsReady); err != nil {
+		return err
+	}
+	return start(mgr, webhookErr)
+}
+
+// managerOptions are the manager's options from the flags: its metrics,
+// webhook and probe servers and leader election.
+func (o options) managerOptions(certDir string) ctrl.Options {
+	var tlsOpts []func(*tls.Config)
+	if !o.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
 	webhookServer := webhook.NewServer(webhook.Options{
 		Port: o.webhookPort, TLSOpts: tlsOpts,
@@ -166,18 +214,7 @@ func run(o options) error {
 	if o.metricsCertPath != "" {
 		metricsOpts.CertDir, metricsOpts.CertName, metricsOpts.KeyName = o.metricsCertPath, o.metricsCertName, o.metricsCertKey
 	}
-
-	cfg := ctrl.GetConfigOrDie()
-	if o.certGenerate && o.certSecret != "" {
-		return fmt.Errorf("--webhook-cert-generate and --webhook-cert-secret: choose one (the Secret for managers in the cluster)")
-	}
-	if webhooksEnabled && o.certGenerate {
-		if err := o.generateCerts(cfg, certDir); err != nil {
-			return err
-		}
-	}
-
-	mgr, err := ctrl.NewManager(cfg, manager.Options(ctrl.Options{
+	return manager.Options(ctrl.Options{
 		Metrics:                metricsOpts,
 		WebhookServer:          webhookServer,
 		HealthProbeBindAddress: o.probeAddr,
@@ -186,62 +223,60 @@ func run(o options) error {
 		// main returns as soon as the manager stops, so stepping down at once is safe
 		// and lets a new leader start without waiting out the lease.
 		LeaderElectionReleaseOnCancel: true,
-	}))
-	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
-	}
+	})
+}
 
-	setup := manager.SetupOptions{
-		MaxConcurrentReconciles: o.maxConcurrentReconciles,
-		SidecarClusterRole:      o.sidecarClusterRole,
-		Inject:                  injectCfg,
-	}
-	if _, err := manager.Setup(mgr, setup); err != nil {
-		return err
-	}
+// setupWebhooks registers the webhooks, at once or, with
+// --webhook-cert-secret, once the certificate is ready. certsReady closes when
+// it is; webhookErr receives an error of a late registration.
+func (o options) setupWebhooks(mgr ctrl.Manager, setup manager.SetupOptions, enabled bool, certDir string) (certsReady chan struct{}, webhookErr chan error, err error) {
 	// With --webhook-cert-secret the webhook server starts once the rotator has
 	// the certificate on disk and the CA in the caBundles: controller-runtime's
 	// server cannot start without its files. Until then the replica is not ready.
-	certsReady := make(chan struct{})
-	if webhooksEnabled && o.certSecret != "" {
+	certsReady = make(chan struct{})
+	if enabled && o.certSecret != "" {
 		if err := o.addCertRotator(mgr, certDir, "", certsReady); err != nil {
-			return err
+			return nil, nil, err
 		}
 	} else {
 		close(certsReady)
 	}
-	setupWebhooks := func() error {
+	register := func() error {
 		if err := manager.SetupWebhooks(mgr, setup); err != nil {
 			return err
 		}
-		setupLog.Info("webhooks enabled", "sidecarImage", injectCfg.Image, "excludedNamespaces", injectCfg.ExcludedNamespaces)
+		setupLog.Info("webhooks enabled", "sidecarImage", setup.Inject.Image, "excludedNamespaces", setup.Inject.ExcludedNamespaces)
 		return nil
 	}
-	webhookErr := make(chan error, 1)
+	webhookErr = make(chan error, 1)
 	switch {
-	case !webhooksEnabled:
+	case !enabled:
 		setupLog.Info("webhooks disabled by ENABLE_WEBHOOKS=false; the controller still validates every policy")
 	case o.certSecret == "":
-		if err := setupWebhooks(); err != nil {
-			return err
+		if err := register(); err != nil {
+			return nil, nil, err
 		}
 	default:
 		go func() {
 			<-certsReady
 			setupLog.Info("webhook certificate ready", "secret", o.operatorNamespace+"/"+o.certSecret, "dir", certDir)
-			if err := setupWebhooks(); err != nil {
+			if err := register(); err != nil {
 				webhookErr <- err
 			}
 		}()
 	}
+	return certsReady, webhookErr, nil
+}
 
+// addHealthChecks adds /healthz and /readyz. With webhooks the replica is
+// not ready until the webhook server serves TLS: the Service must not send
+// admission requests to a replica that would fail them.
+func (o options) addHealthChecks(mgr ctrl.Manager, webhooksEnabled bool, certsReady <-chan struct{}) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
 	ready := healthz.Ping
 	if webhooksEnabled {
-		// Not ready until the webhook server serves TLS: the Service must not send
-		// admission requests to a replica that would fail them.
 		ready = func(req *http.Request) error {
 			select {
 			case <-certsReady:
@@ -251,9 +286,12 @@ func run(o options) error {
 			}
 		}
 	}
-	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
-		return err
-	}
+	return mgr.AddReadyzCheck("readyz", ready)
+}
+
+// start runs the manager until a signal, or until a late webhook registration
+// fails (its error is returned).
+func start(mgr ctrl.Manager, webhookErr chan error) error {
 	setupLog.Info("starting manager")
 	ctx, cancel := context.WithCancel(ctrl.SetupSignalHandler())
 	defer cancel()

@@ -194,13 +194,19 @@ func TestAPIWatch(t *testing.T) {
 	a := startAPI(t)
 	up := newUpstream(t, status(503))
 	const r1, r2 = 1796083200, 1796083201
+	// startMounted starts a sidecar of namespace ns that reaches the API server
+	// at server and whose mounted file (dir) holds revision r1 (2 attempts).
+	startMounted := func(t *testing.T, ns, server string) (s *sidecar, dir string) {
+		t.Helper()
+		dir = t.TempDir()
+		kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 2, r1)})
+		return startSidecar(t, "--config-dir="+dir, "--api-credentials-dir="+a.credentials(t, ns), "--api-server="+server), dir
+	}
 
 	t.Run("an edit reaches the sidecar through the API server before the mounted file", func(t *testing.T) {
 		a.namespace(t, "watched", true)
 		a.putConfigMap(t, "watched", renderedDoc(t, up.host(), 2, r1))
-		dir := t.TempDir()
-		kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 2, r1)})
-		s := startSidecar(t, "--config-dir="+dir, "--api-credentials-dir="+a.credentials(t, "watched"), "--api-server="+a.cfg.Host)
+		s, dir := startMounted(t, "watched", a.cfg.Host)
 		s.waitMetric("retry_sidecar_config_api_up", 1)
 		s.waitConfig(r1, "api", 5*time.Second)
 
@@ -234,9 +240,7 @@ func TestAPIWatch(t *testing.T) {
 	t.Run("without a RoleBinding the sidecar follows the mounted file and stays ready", func(t *testing.T) {
 		a.namespace(t, "unbound", false)
 		a.putConfigMap(t, "unbound", renderedDoc(t, up.host(), 4, r2))
-		dir := t.TempDir()
-		kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 2, r1)})
-		s := startSidecar(t, "--config-dir="+dir, "--api-credentials-dir="+a.credentials(t, "unbound"), "--api-server="+a.cfg.Host)
+		s, dir := startMounted(t, "unbound", a.cfg.Host)
 		s.waitMetric(`retry_sidecar_config_api_fallbacks_total{reason="forbidden"}`, 1)
 		if code, _ := s.adminGet("/readyz"); code != 200 {
 			t.Fatalf("readyz %d while the API refuses the token; want 200", code)
@@ -257,10 +261,7 @@ func TestAPIWatch(t *testing.T) {
 	})
 
 	t.Run("an unreachable API server is a fallback too", func(t *testing.T) {
-		dir := t.TempDir()
-		kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 2, r1)})
-		s := startSidecar(t, "--config-dir="+dir, "--api-credentials-dir="+a.credentials(t, "unbound"),
-			"--api-server=https://"+freePort(t))
+		s, _ := startMounted(t, "unbound", "https://"+freePort(t))
 		s.waitMetric(`retry_sidecar_config_api_fallbacks_total{reason="unreachable"}`, 1)
 		s.waitConfig(r1, "file", 2*time.Second)
 		if code, _ := s.adminGet("/readyz"); code != 200 {

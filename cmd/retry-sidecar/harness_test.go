@@ -302,6 +302,36 @@ func (u *upstream) got() []arrival {
 	return append([]arrival(nil), u.arrivals...)
 }
 
+// withAndWithoutPolicy runs f as two parallel subtests: name + " with a
+// policy" (the sidecar's policy names the upstream, see policyHost) and name +
+// " passed through" (it names another host).
+func withAndWithoutPolicy(t *testing.T, name string, f func(t *testing.T, withPolicy bool)) {
+	t.Helper()
+	for _, withPolicy := range []bool{true, false} {
+		t.Run(name+map[bool]string{true: " with a policy", false: " passed through"}[withPolicy], func(t *testing.T) {
+			t.Parallel()
+			f(t, withPolicy)
+		})
+	}
+}
+
+// policyHost is the host a test's policy names: the upstream's, or with
+// withPolicy false a free port no request goes to (the upstream's requests
+// pass through).
+func policyHost(t *testing.T, upstreamHost string, withPolicy bool) string {
+	if withPolicy {
+		return upstreamHost
+	}
+	return freePort(t)
+}
+
+// waitForArrivals waits until the upstream has received n requests (at most
+// 10s, as waitFor).
+func (u *upstream) waitForArrivals(t *testing.T, n int) {
+	t.Helper()
+	waitFor(t, func() bool { return len(u.got()) >= n })
+}
+
 func status(code int, header ...string) func(int, http.ResponseWriter, *http.Request) {
 	return func(_ int, w http.ResponseWriter, _ *http.Request) {
 		for i := 0; i+1 < len(header); i += 2 {

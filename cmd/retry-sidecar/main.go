@@ -13,6 +13,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -43,10 +44,56 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "redirect" {
 		os.Exit(runRedirect(os.Args[2:]))
 	}
+	o, ok := parseOptions(os.Args[1:], os.Stderr)
+	if !ok {
+		os.Exit(2)
+	}
+
+	// The proxy allocates a few KiB per request and its live heap is tiny, so the
+	// default GOGC=100 collects very often; 200 trades a few MiB of RSS (well within
+	// the 50 MiB budget, and GOMEMLIMIT from the injector still caps it) for CPU.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(200)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	err := sidecar.Run(ctx, o)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "retry-sidecar: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// parseOptions parses the proxy's command line. On a usage error it prints
+// the error to stderr and reports false (exit code 2).
+func parseOptions(args []string, stderr io.Writer) (sidecar.Options, bool) {
 	o := sidecar.DefaultOptions()
 	fs := flag.NewFlagSet("retry-sidecar", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	var files listFlag
 	logLevel := "info"
+	bindFlags(fs, &o, &files, &logLevel)
+	if err := fs.Parse(args); err != nil {
+		return o, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "retry-sidecar: unexpected arguments %q\n", fs.Args())
+		return o, false
+	}
+	o.Sources.PolicyFiles = files
+	lvl, err := sidecar.ParseLevel(logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "retry-sidecar: --log-level: %v\n", err)
+		return o, false
+	}
+	o.LogLevel = lvl
+	return o, true
+}
+
+// bindFlags binds the proxy's flags to o, files (--policy-file) and logLevel,
+// with o's values as the defaults.
+func bindFlags(fs *flag.FlagSet, o *sidecar.Options, files *listFlag, logLevel *string) {
 	fs.StringVar(&o.Listen, "listen", o.Listen, "forward proxy address (loopback only)")
 	fs.StringVar(&o.TransparentListen, "transparent-listen", "", "serve connections redirected by retry-sidecar redirect here (loopback only, e.g. 127.0.0.1:15006); off when empty")
 	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "address of /healthz, /readyz, /metrics and /config")
@@ -54,10 +101,10 @@ func main() {
 	fs.StringVar(&o.API.Dir, "api-credentials-dir", "", "projected service-account token, ca.crt and namespace: watch retry-policies through the API server (docs/fleet.md)")
 	fs.StringVar(&o.API.Server, "api-server", "", "API server URL for --api-credentials-dir; empty: from KUBERNETES_SERVICE_HOST/PORT")
 	fs.StringVar(&o.Sources.ConfigDir, "config-dir", "", "mounted retry-policies ConfigMap directory (reads policies.json; watched)")
-	fs.Var(&files, "policy-file", "RetryPolicy YAML file (repeatable or comma-separated; watched)")
+	fs.Var(files, "policy-file", "RetryPolicy YAML file (repeatable or comma-separated; watched)")
 	fs.StringVar(&o.Sources.PodLabels, "pod-labels", "", "downward API labels file selecting the policies that apply (watched); without it every policy applies")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "on SIGTERM, how long requests in flight may take to finish")
-	fs.StringVar(&logLevel, "log-level", logLevel, "debug (every attempt and outcome), info (retries and non-success outcomes), warn or error")
+	fs.StringVar(logLevel, "log-level", *logLevel, "debug (every attempt and outcome), info (retries and non-success outcomes), warn or error")
 	fs.IntVar(&o.MaxIdleConns, "max-idle-conns", o.MaxIdleConns, "idle upstream keep-alive connections, all hosts")
 	fs.IntVar(&o.MaxIdleConnsPerHost, "max-idle-conns-per-host", o.MaxIdleConnsPerHost, "idle upstream keep-alive connections per host")
 	fs.IntVar(&o.MaxConnsPerHost, "max-conns-per-host", o.MaxConnsPerHost, "upstream connections per host, 0 = unlimited")
@@ -69,33 +116,4 @@ func main() {
 	fs.StringVar(&o.ReadyFile, "ready-file", "", "write {\"listen\",\"admin\",\"transparent\",\"stats\",\"pid\"} as JSON here once listening (useful with port 0)")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.BoolVar(&o.FastPath, "http1-fast-path", o.FastPath, "serve the app's plain HTTP/1.1 requests without net/http.Server's per-request work; anything else is still served by net/http.Server (docs/performance.md#the-app-side-server)")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		os.Exit(2)
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "retry-sidecar: unexpected arguments %q\n", fs.Args())
-		os.Exit(2)
-	}
-	o.Sources.PolicyFiles = files
-	lvl, err := sidecar.ParseLevel(logLevel)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "retry-sidecar: --log-level: %v\n", err)
-		os.Exit(2)
-	}
-	o.LogLevel = lvl
-
-	// The proxy allocates a few KiB per request and its live heap is tiny, so the
-	// default GOGC=100 collects very often; 200 trades a few MiB of RSS (well within
-	// the 50 MiB budget, and GOMEMLIMIT from the injector still caps it) for CPU.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(200)
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	err = sidecar.Run(ctx, o)
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "retry-sidecar: %v\n", err)
-		os.Exit(1)
-	}
 }

@@ -162,9 +162,7 @@ func TestOutcomeShedUnderFullQueueAnswers503Fast(t *testing.T) {
 	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(),
 		fields("concurrency: {maxInFlight: 1, maxQueued: 0, queueTimeout: 3s}")...))
 	first := s.goGet(up.url("/held"))
-	for len(up.got()) == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	up.waitForArrivals(t, 1)
 	r := s.get(up.url("/second"))
 	close(release)
 	assertOutcome(t, r, 503, "shed", "0")
@@ -577,9 +575,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	})
 	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields()...))
 	done := s.goGet(up.url("/slow"))
-	for len(up.got()) == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	up.waitForArrivals(t, 1)
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -651,9 +647,7 @@ func TestStatsPortServesMetricsAndConfigOnEveryInterface(t *testing.T) {
 
 	// One attempt held in flight, one request queued behind it.
 	first := s.goGet(up.url("/held"))
-	for len(up.got()) == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	up.waitForArrivals(t, 1)
 	second := s.goGet(up.url("/queued"))
 	waitFor(t, func() bool { return s.statsMetric(`retry_sidecar_queued_requests{upstream="up"}`) == 1 })
 	if v := s.statsMetric(`retry_sidecar_in_flight_attempts{upstream="up"}`); v != 1 {

@@ -97,11 +97,7 @@ func TestPooledConnectionsClosedByTheUpstreamNeverCause502(t *testing.T) {
 			t.Parallel()
 			const pooled = 6
 			up, warmed := keepAliveUpstream(t, 100*time.Millisecond, nil)
-			args := []string{"--policy-file=" + policyFile(t, freePort(t), fields()...)}
-			if withPolicy {
-				args = []string{"--policy-file=" + policyFile(t, up.host(), fields()...)}
-			}
-			s := startSidecar(t, args...)
+			s := startSidecar(t, "--policy-file="+policyFile(t, policyHost(t, up.host(), withPolicy), fields()...))
 			warmPool(t, s, up, warmed, pooled)
 			time.Sleep(300 * time.Millisecond) // the upstream closes all of them after 100ms idle
 
@@ -271,65 +267,58 @@ func TestStrayBytesAfterABodylessResponseNeverReachAnotherCaller(t *testing.T) {
 		{name: "100 Continue and 204 then a response", method: "GET", head: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n", stray: leak, later: true, wantStatus: 204},
 	}
 	for _, tc := range cases {
-		for _, withPolicy := range []bool{true, false} {
-			name := tc.name + map[bool]string{true: " with a policy", false: " passed through"}[withPolicy]
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				strayWritten := make(chan struct{})
-				var once sync.Once
-				up := newRawUpstream(t, func(c *rawConn) {
-					for {
-						req, ok := c.next()
-						if !ok {
-							return
-						}
-						if req.URL.Path != "/a" {
-							c.write(respOK("fresh:" + req.URL.Path))
-							continue
-						}
-						if !tc.later {
-							c.write(tc.head + tc.stray)
-						} else {
-							c.write(tc.head)
-							time.Sleep(30 * time.Millisecond)
-							c.write(tc.stray)
-						}
-						once.Do(func() { close(strayWritten) })
+		withAndWithoutPolicy(t, tc.name, func(t *testing.T, withPolicy bool) {
+			strayWritten := make(chan struct{})
+			var once sync.Once
+			up := newRawUpstream(t, func(c *rawConn) {
+				for {
+					req, ok := c.next()
+					if !ok {
+						return
 					}
-				})
-				host := freePort(t)
-				if withPolicy {
-					host = up.host()
-				}
-				s := startSidecar(t, "--policy-file="+policyFile(t, host, fields("maxAttempts: 1")...))
-				reqA, _ := http.NewRequest(tc.method, up.url("/a"), nil)
-				a := s.do(reqA)
-				if a.status != tc.wantStatus || a.body != "" {
-					t.Fatalf("caller A got %d %q, want %d with no body", a.status, a.body, tc.wantStatus)
-				}
-				select {
-				case <-strayWritten:
-				case <-time.After(5 * time.Second):
-					t.Fatal("the upstream never wrote the stray bytes")
-				}
-				time.Sleep(50 * time.Millisecond) // and they have arrived at the sidecar
-
-				b := s.get(up.url("/b")) // another client connection
-				if b.body != "fresh:/b" || b.status != 200 {
-					t.Fatalf("caller B got %d %q, want 200 \"fresh:/b\" (its own response, never A's bytes)", b.status, b.body)
-				}
-				if withPolicy {
-					assertOutcome(t, b, 200, "success", "1")
-				}
-				var paths []string
-				for _, g := range up.got() {
-					paths = append(paths, g.path)
-				}
-				if strings.Join(paths, " ") != "/a /b" {
-					t.Fatalf("upstream received %q, want \"/a /b\"", paths)
+					if req.URL.Path != "/a" {
+						c.write(respOK("fresh:" + req.URL.Path))
+						continue
+					}
+					if !tc.later {
+						c.write(tc.head + tc.stray)
+					} else {
+						c.write(tc.head)
+						time.Sleep(30 * time.Millisecond)
+						c.write(tc.stray)
+					}
+					once.Do(func() { close(strayWritten) })
 				}
 			})
-		}
+			host := policyHost(t, up.host(), withPolicy)
+			s := startSidecar(t, "--policy-file="+policyFile(t, host, fields("maxAttempts: 1")...))
+			reqA, _ := http.NewRequest(tc.method, up.url("/a"), nil)
+			a := s.do(reqA)
+			if a.status != tc.wantStatus || a.body != "" {
+				t.Fatalf("caller A got %d %q, want %d with no body", a.status, a.body, tc.wantStatus)
+			}
+			select {
+			case <-strayWritten:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the upstream never wrote the stray bytes")
+			}
+			time.Sleep(50 * time.Millisecond) // and they have arrived at the sidecar
+
+			b := s.get(up.url("/b")) // another client connection
+			if b.body != "fresh:/b" || b.status != 200 {
+				t.Fatalf("caller B got %d %q, want 200 \"fresh:/b\" (its own response, never A's bytes)", b.status, b.body)
+			}
+			if withPolicy {
+				assertOutcome(t, b, 200, "success", "1")
+			}
+			var paths []string
+			for _, g := range up.got() {
+				paths = append(paths, g.path)
+			}
+			if strings.Join(paths, " ") != "/a /b" {
+				t.Fatalf("upstream received %q, want \"/a /b\"", paths)
+			}
+		})
 	}
 }
 
@@ -729,17 +718,22 @@ func TestFullConcurrencyShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testi
 		}
 	}
 
+	// holdTheSlot starts an upstream that holds /held until release closes and
+	// a sidecar with the policy fields (one slot), and fills the slot with /held.
+	holdTheSlot := func(t *testing.T, release chan struct{}, policy ...string) (*sidecar, *upstream, <-chan result) {
+		t.Helper()
+		up := newUpstream(t, hold(release))
+		s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields(policy...)...))
+		first := s.goGet(up.url("/held"))
+		up.waitForArrivals(t, 1)
+		return s, up, first
+	}
+
 	t.Run("the deadline is shorter than capacity can return", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
 		defer close(release)
-		up := newUpstream(t, hold(release))
-		s := startSidecar(t, "--policy-file="+policyFile(t, up.host(),
-			fields("deadline: 800ms", "concurrency: {maxInFlight: 1, maxQueued: 5, queueTimeout: 5s}")...))
-		first := s.goGet(up.url("/held"))
-		for len(up.got()) == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
+		s, up, first := holdTheSlot(t, release, "deadline: 800ms", "concurrency: {maxInFlight: 1, maxQueued: 5, queueTimeout: 5s}")
 		r := s.get(up.url("/second"))
 		assertOutcome(t, r, 503, "shed", "0")
 		if r.elapsed > 400*time.Millisecond {
@@ -757,13 +751,7 @@ func TestFullConcurrencyShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testi
 	t.Run("a queue wait that fits the deadline is still queued", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
-		up := newUpstream(t, hold(release))
-		s := startSidecar(t, "--policy-file="+policyFile(t, up.host(),
-			fields("deadline: 10s", "concurrency: {maxInFlight: 1, maxQueued: 5, queueTimeout: 3s}")...))
-		first := s.goGet(up.url("/held"))
-		for len(up.got()) == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
+		s, up, first := holdTheSlot(t, release, "deadline: 10s", "concurrency: {maxInFlight: 1, maxQueued: 5, queueTimeout: 3s}")
 		time.AfterFunc(300*time.Millisecond, func() { close(release) })
 		r := s.get(up.url("/second"))
 		assertOutcome(t, r, 200, "success", "1")
@@ -789,35 +777,28 @@ func TestUnrelayableUpstreamResponseGives502UpstreamError(t *testing.T) {
 		{"not HTTP at all", "SSH-2.0-OpenSSH_9.6\r\n\r\n"},
 	}
 	for _, tc := range cases {
-		for _, withPolicy := range []bool{true, false} {
-			name := tc.name + map[bool]string{true: " with a policy", false: " passed through"}[withPolicy]
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				up := newRawUpstream(t, func(c *rawConn) {
-					if _, ok := c.next(); ok {
-						c.write(tc.response)
-					}
-				})
-				host := freePort(t)
-				if withPolicy {
-					host = up.host()
-				}
-				s := startSidecar(t, "--policy-file="+policyFile(t, host, fields()...))
-				req, _ := http.NewRequest(http.MethodGet, up.url("/odd"), nil)
-				r, err := s.try(req)
-				if err != nil {
-					t.Fatalf("the app's connection was dropped: %v", err)
-				}
-				if withPolicy {
-					assertOutcome(t, r, 502, "upstream-error", "1")
-				} else if r.status != 502 {
-					t.Fatalf("got %d %q, want 502", r.status, r.body)
-				}
-				if n := len(up.got()); n != 1 {
-					t.Fatalf("upstream got %d requests, want 1 (a response was received: the request is not sent again)", n)
+		withAndWithoutPolicy(t, tc.name, func(t *testing.T, withPolicy bool) {
+			up := newRawUpstream(t, func(c *rawConn) {
+				if _, ok := c.next(); ok {
+					c.write(tc.response)
 				}
 			})
-		}
+			host := policyHost(t, up.host(), withPolicy)
+			s := startSidecar(t, "--policy-file="+policyFile(t, host, fields()...))
+			req, _ := http.NewRequest(http.MethodGet, up.url("/odd"), nil)
+			r, err := s.try(req)
+			if err != nil {
+				t.Fatalf("the app's connection was dropped: %v", err)
+			}
+			if withPolicy {
+				assertOutcome(t, r, 502, "upstream-error", "1")
+			} else if r.status != 502 {
+				t.Fatalf("got %d %q, want 502", r.status, r.body)
+			}
+			if n := len(up.got()); n != 1 {
+				t.Fatalf("upstream got %d requests, want 1 (a response was received: the request is not sent again)", n)
+			}
+		})
 	}
 }
 
@@ -845,51 +826,44 @@ func TestEarlyAnswerBeforeTheBodyIsReadIsRelayed(t *testing.T) {
 		{name: "4 MiB chunked body", size: 4 << 20, chunked: true},
 	}
 	for _, tc := range cases {
-		for _, withPolicy := range []bool{true, false} {
-			name := tc.name + map[bool]string{true: " with a policy", false: " passed through"}[withPolicy]
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				up := newRawUpstream(t, func(c *rawConn) {
-					if _, ok := c.nextHead(); !ok {
-						return
-					}
-					// Answer without reading the body, then close the way Go's and
-					// nginx's servers do: shut down writing, linger, close.
-					c.write("HTTP/1.1 413 Content Too Large\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large")
-					if tcp, isTCP := c.Conn.(*net.TCPConn); isTCP {
-						_ = tcp.CloseWrite()
-					}
-					time.Sleep(500 * time.Millisecond)
-				})
-				host := freePort(t)
-				if withPolicy {
-					host = up.host()
+		withAndWithoutPolicy(t, tc.name, func(t *testing.T, withPolicy bool) {
+			up := newRawUpstream(t, func(c *rawConn) {
+				if _, ok := c.nextHead(); !ok {
+					return
 				}
-				s := startSidecar(t, "--policy-file="+policyFile(t, host, fields()...))
-				head := "POST " + up.url("/upload") + " HTTP/1.1\r\nHost: " + up.host() + "\r\n"
-				var body io.Reader
-				if tc.chunked {
-					head += "Transfer-Encoding: chunked\r\n\r\n"
-					body = chunked(tc.size)
-				} else {
-					head += "Content-Length: " + strconv.Itoa(tc.size) + "\r\n\r\n"
-					body = io.LimitReader(zeros{}, int64(tc.size))
+				// Answer without reading the body, then close the way Go's and
+				// nginx's servers do: shut down writing, linger, close.
+				c.write("HTTP/1.1 413 Content Too Large\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large")
+				if tcp, isTCP := c.Conn.(*net.TCPConn); isTCP {
+					_ = tcp.CloseWrite()
 				}
-				resp, b, err := rawExchange(s.proxy, head, body, 10*time.Second)
-				if err != nil {
-					t.Fatalf("no response: %v", err)
-				}
-				if resp.StatusCode != 413 || b != "too large" {
-					t.Fatalf("got %d %q (header %v), want the upstream's 413 \"too large\"", resp.StatusCode, b, resp.Header)
-				}
-				if withPolicy && (resp.Header.Get("X-Retry-Outcome") != "not-retryable" || resp.Header.Get("X-Retry-Attempts") != "1") {
-					t.Fatalf("X-Retry-Outcome %q, X-Retry-Attempts %q; want not-retryable, 1 (header %v)", resp.Header.Get("X-Retry-Outcome"), resp.Header.Get("X-Retry-Attempts"), resp.Header)
-				}
-				if n := len(up.got()); n != 1 {
-					t.Fatalf("upstream got %d requests, want 1", n)
-				}
+				time.Sleep(500 * time.Millisecond)
 			})
-		}
+			host := policyHost(t, up.host(), withPolicy)
+			s := startSidecar(t, "--policy-file="+policyFile(t, host, fields()...))
+			head := "POST " + up.url("/upload") + " HTTP/1.1\r\nHost: " + up.host() + "\r\n"
+			var body io.Reader
+			if tc.chunked {
+				head += "Transfer-Encoding: chunked\r\n\r\n"
+				body = chunked(tc.size)
+			} else {
+				head += "Content-Length: " + strconv.Itoa(tc.size) + "\r\n\r\n"
+				body = io.LimitReader(zeros{}, int64(tc.size))
+			}
+			resp, b, err := rawExchange(s.proxy, head, body, 10*time.Second)
+			if err != nil {
+				t.Fatalf("no response: %v", err)
+			}
+			if resp.StatusCode != 413 || b != "too large" {
+				t.Fatalf("got %d %q (header %v), want the upstream's 413 \"too large\"", resp.StatusCode, b, resp.Header)
+			}
+			if withPolicy && (resp.Header.Get("X-Retry-Outcome") != "not-retryable" || resp.Header.Get("X-Retry-Attempts") != "1") {
+				t.Fatalf("X-Retry-Outcome %q, X-Retry-Attempts %q; want not-retryable, 1 (header %v)", resp.Header.Get("X-Retry-Outcome"), resp.Header.Get("X-Retry-Attempts"), resp.Header)
+			}
+			if n := len(up.got()); n != 1 {
+				t.Fatalf("upstream got %d requests, want 1", n)
+			}
+		})
 	}
 }
 

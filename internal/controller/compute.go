@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
@@ -109,31 +110,36 @@ type candidate struct {
 // A policy whose tls.caCertificateRefs do not resolve (a ConfigMap or its key
 // ca.crt missing, no PEM certificate in it) is treated as an invalid one, with
 // reason InvalidRef: its last accepted rendering stays in force.
+//
+// The steps: validatePolicies, resolveConflicts (oldest first), render, and
+// statuses.
 func Compute(in Input) (Output, error) {
+	cands, accepted := validatePolicies(in)
+	winners := resolveConflicts(cands, accepted)
+	out, err := render(in, winners)
+	if err != nil {
+		return Output{}, err
+	}
+	out.Status = statuses(in, accepted, winners, out)
+	return out, nil
+}
+
+// validatePolicies validates every policy not being deleted. A valid one
+// becomes a candidate for its hosts; an invalid one gets Accepted False, and its
+// last accepted rendering, if it has one, competes in its place.
+func validatePolicies(in Input) ([]candidate, map[string]metav1.Condition) {
 	previous := make(map[string]policyset.Policy, len(in.Previous.Policies))
 	for _, p := range in.Previous.Policies {
 		previous[p.Name] = p
 	}
-
-	var (
-		cands    []candidate
-		accepted = map[string]metav1.Condition{}
-	)
+	var cands []candidate
+	accepted := map[string]metav1.Condition{}
 	for i := range in.Policies {
 		p := &in.Policies[i]
 		if p.DeletionTimestamp != nil {
 			continue // on its way out: neither rendered nor given a status
 		}
-		errs, reason := v1alpha1.Validate(p), ReasonInvalid
-		var bundles []string
-		if len(errs) == 0 {
-			bundles, errs = policyset.ResolveCABundles(p, func(name string) (string, bool, bool) {
-				data, ok := in.ConfigMaps[name]
-				v, hasKey := data[v1alpha1.CACertificateKey]
-				return v, ok, hasKey
-			})
-			reason = ReasonInvalidRef
-		}
+		bundles, errs, reason := validatePolicy(p, in.ConfigMaps)
 		if len(errs) > 0 {
 			msg := errs.ToAggregate().Error()
 			if kept, ok := lastAccepted(p, previous); ok {
@@ -145,16 +151,26 @@ func Compute(in Input) (Output, error) {
 		}
 		cands = append(cands, candidate{policy: p, selector: p.Spec.PodSelector, upstreams: p.Spec.Upstreams, bundles: bundles, generation: p.Generation, valid: true})
 	}
+	return cands, accepted
+}
 
-	// The older policy wins a conflict: creationTimestamp, then name, is an order
-	// every replica of the controller agrees on and that a new policy cannot jump.
-	sort.Slice(cands, func(i, j int) bool {
-		a, b := cands[i].policy, cands[j].policy
-		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&b.CreationTimestamp)
-		}
-		return a.Name < b.Name
-	})
+// validatePolicy validates p, then resolves its tls.caCertificateRefs against
+// configMaps (the CA bundle of each upstream). The reason names the step that
+// failed: ReasonInvalid for the spec, ReasonInvalidRef for a reference.
+func validatePolicy(p *v1alpha1.RetryPolicy, configMaps map[string]map[string]string) ([]string, field.ErrorList, string) {
+	if errs := v1alpha1.Validate(p); len(errs) > 0 {
+		return nil, errs, ReasonInvalid
+	}
+	bundles, errs := policyset.ResolveCABundles(p, policyset.MapLookup(configMaps, ""))
+	return bundles, errs, ReasonInvalidRef
+}
+
+// resolveConflicts returns the candidates that win their hosts, oldest first,
+// and records in accepted the verdict on each valid candidate: Valid for a
+// winner, Conflict naming the older policy that claims a shared host for pods
+// both may select. (An invalid candidate's Accepted is already False.)
+func resolveConflicts(cands []candidate, accepted map[string]metav1.Condition) []candidate {
+	sortOldestFirst(cands)
 	var winners []candidate
 	for _, c := range cands {
 		if w, host, lost := firstConflict(c, winners); lost {
@@ -170,30 +186,30 @@ func Compute(in Input) (Output, error) {
 				fmt.Sprintf("%d upstream(s) accepted", len(c.upstreams)))
 		}
 	}
+	return winners
+}
 
-	out := Output{Status: make(map[string]PolicyStatus, len(in.Policies)), UIDs: map[string]types.UID{}}
-	selected := map[string]int32{}
-	for i := range in.Policies {
-		p := &in.Policies[i]
-		if p.DeletionTimestamp == nil {
-			selected[p.Name] = countReady(in.Pods, p.Spec.PodSelector)
+// sortOldestFirst orders the candidates as conflicts are decided: the older
+// policy wins. creationTimestamp, then name, is an order every replica of the
+// controller agrees on and that a new policy cannot jump.
+func sortOldestFirst(cands []candidate) {
+	sort.Slice(cands, func(i, j int) bool {
+		a, b := cands[i].policy, cands[j].policy
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
 		}
-	}
+		return a.Name < b.Name
+	})
+}
+
+// render builds the document the ConfigMap must hold, one policy per winner in
+// their order, and its encoding and hash (none when nothing is rendered). The
+// Status of the result is left for statuses.
+func render(in Input, winners []candidate) (Output, error) {
+	out := Output{UIDs: map[string]types.UID{}}
 	for _, w := range winners {
-		pods := countReady(in.Pods, w.selector)
-		rp := policyset.Policy{Namespace: w.policy.Namespace, Name: w.policy.Name, Generation: w.generation, PodSelector: w.selector.DeepCopy()}
-		for j, u := range w.upstreams {
-			cu := policyset.RenderUpstream(u, pods)
-			if j < len(w.bundles) {
-				cu.CABundle = w.bundles[j]
-			}
-			rp.Upstreams = append(rp.Upstreams, cu)
-		}
-		out.Document.Policies = append(out.Document.Policies, rp)
+		out.Document.Policies = append(out.Document.Policies, renderPolicy(w, countReady(in.Pods, w.selector)))
 		out.UIDs[w.policy.Name] = w.policy.UID
-		if !w.valid {
-			selected[w.policy.Name] = pods // the selector in force is the rendered one
-		}
 	}
 	out.Document.Version = policyset.DocumentVersion
 	if len(out.Document.Policies) > 0 {
@@ -203,36 +219,38 @@ func Compute(in Input) (Output, error) {
 		}
 		out.Data, out.Hash = data, policyset.Hash(data)
 	}
+	return out, nil
+}
 
-	// What each policy's status.lastAccepted must say: a rendered valid
-	// generation replaces it (keeping its revision while the generation is the
-	// same), a kept rendering keeps it, anything else leaves it as it is.
-	lastAcc := map[string]*v1alpha1.AcceptedRendering{}
-	for i := range in.Policies {
-		p := &in.Policies[i]
-		if p.Status.LastAccepted != nil {
-			lastAcc[p.Name] = p.Status.LastAccepted.DeepCopy()
+// renderPolicy is the document's entry for the candidate w: its upstreams with
+// defaults applied, the share of the given number of ready pods, and their CA
+// bundles.
+func renderPolicy(w candidate, pods int32) policyset.Policy {
+	rp := policyset.Policy{Namespace: w.policy.Namespace, Name: w.policy.Name, Generation: w.generation, PodSelector: w.selector.DeepCopy()}
+	for j, u := range w.upstreams {
+		cu := policyset.RenderUpstream(u, pods)
+		if j < len(w.bundles) {
+			cu.CABundle = w.bundles[j]
 		}
+		rp.Upstreams = append(rp.Upstreams, cu)
 	}
-	rendered := map[string]candidate{}
+	return rp
+}
+
+// statuses derives the status of every policy that has an Accepted verdict
+// from the verdicts, the winners and the rendered output.
+func statuses(in Input, accepted map[string]metav1.Condition, winners []candidate, out Output) map[string]PolicyStatus {
+	selected := selectedPods(in, winners)
+	lastAcc := lastAcceptedRenderings(in.Policies, winners, out.Document.Revision)
+	rendered := make(map[string]candidate, len(winners))
 	for _, w := range winners {
 		rendered[w.policy.Name] = w
-		rev := out.Document.Revision
-		if la := w.policy.Status.LastAccepted; la != nil && la.Generation == w.generation && la.Revision > 0 && la.Revision <= rev {
-			rev = la.Revision
-		} else if !w.valid && w.revision > 0 {
-			rev = w.revision
-		}
-		la := &v1alpha1.AcceptedRendering{Generation: w.generation, Revision: rev, PodSelector: w.selector.DeepCopy()}
-		for _, u := range w.upstreams {
-			la.Upstreams = append(la.Upstreams, policyset.RenderUpstream(u, 0).Upstream)
-		}
-		lastAcc[w.policy.Name] = la
 	}
-	upstreams := map[string]int32{}
+	upstreams := make(map[string]int32, len(in.Policies))
 	for i := range in.Policies {
 		upstreams[in.Policies[i].Name] = int32(len(in.Policies[i].Spec.Upstreams))
 	}
+	status := make(map[string]PolicyStatus, len(in.Policies))
 	for name, acc := range accepted {
 		st := PolicyStatus{Accepted: acc, UpstreamCount: upstreams[name], SelectedPods: selected[name], LastAccepted: lastAcc[name]}
 		if w, ok := rendered[name]; ok {
@@ -246,9 +264,65 @@ func Compute(in Input) (Output, error) {
 				fmt.Sprintf("not in ConfigMap %s: Accepted is False (%s)", v1alpha1.PoliciesConfigMapName, acc.Reason))
 		}
 		st.Ready = ReadyCondition(st.Accepted, st.Programmed)
-		out.Status[name] = st
+		status[name] = st
 	}
-	return out, nil
+	return status
+}
+
+// selectedPods counts, for each policy not being deleted, the ready pods its
+// selector in force selects: the spec's, or the rendered one for an invalid
+// policy whose earlier generation stays rendered.
+func selectedPods(in Input, winners []candidate) map[string]int32 {
+	selected := map[string]int32{}
+	for i := range in.Policies {
+		p := &in.Policies[i]
+		if p.DeletionTimestamp == nil {
+			selected[p.Name] = countReady(in.Pods, p.Spec.PodSelector)
+		}
+	}
+	for _, w := range winners {
+		if !w.valid {
+			selected[w.policy.Name] = countReady(in.Pods, w.selector)
+		}
+	}
+	return selected
+}
+
+// lastAcceptedRenderings is what each policy's status.lastAccepted must say: a
+// rendered generation (winner) replaces it, anything else leaves it as it is.
+// revision is the document's.
+func lastAcceptedRenderings(policies []v1alpha1.RetryPolicy, winners []candidate, revision int64) map[string]*v1alpha1.AcceptedRendering {
+	lastAcc := map[string]*v1alpha1.AcceptedRendering{}
+	for i := range policies {
+		if la := policies[i].Status.LastAccepted; la != nil {
+			lastAcc[policies[i].Name] = la.DeepCopy()
+		}
+	}
+	for _, w := range winners {
+		la := &v1alpha1.AcceptedRendering{Generation: w.generation, Revision: acceptedRevision(w, revision), PodSelector: w.selector.DeepCopy()}
+		for _, u := range w.upstreams {
+			la.Upstreams = append(la.Upstreams, policyset.RenderUpstream(u, 0).Upstream)
+		}
+		lastAcc[w.policy.Name] = la
+	}
+	return lastAcc
+}
+
+// acceptedRevision is the revision status.lastAccepted records for the rendered
+// candidate w when the document has revision current: the first rule that
+// applies of
+//
+//	status.lastAccepted has w's generation, revision in 1..current  that revision (kept while the generation is the same)
+//	w is a kept rendering (invalid policy) with a revision            w.revision
+//	otherwise (a new generation)                                      current
+func acceptedRevision(w candidate, current int64) int64 {
+	if la := w.policy.Status.LastAccepted; la != nil && la.Generation == w.generation && la.Revision > 0 && la.Revision <= current {
+		return la.Revision
+	}
+	if !w.valid && w.revision > 0 {
+		return w.revision
+	}
+	return current
 }
 
 // lastAccepted is the kept rendering of an invalid policy: its

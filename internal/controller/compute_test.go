@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,7 +140,7 @@ func TestCompute(t *testing.T) {
 			for _, p := range out.Document.Policies {
 				names = append(names, p.Name)
 			}
-			if len(names) != len(tc.rendered) || (len(names) > 0 && !equal(names, tc.rendered)) {
+			if len(names) != len(tc.rendered) || (len(names) > 0 && !slices.Equal(names, tc.rendered)) {
 				t.Errorf("rendered %v, want %v", names, tc.rendered)
 			}
 			if len(tc.rendered) == 0 && out.Data != nil {
@@ -209,18 +211,6 @@ func TestSelectorsMayOverlap(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestComputeRevisionAndLastAccepted(t *testing.T) {
@@ -396,12 +386,13 @@ func TestComputeResolvesCACertificateRefs(t *testing.T) {
 }
 
 func TestReadyCondition(t *testing.T) {
-	acc := func(s metav1.ConditionStatus, r string) metav1.Condition {
-		return metav1.Condition{Type: ConditionAccepted, Status: s, Reason: r, Message: "accepted says " + r}
+	// cond(typ) makes conditions of type typ whose message names it: "accepted says Valid".
+	cond := func(typ string) func(metav1.ConditionStatus, string) metav1.Condition {
+		return func(s metav1.ConditionStatus, r string) metav1.Condition {
+			return metav1.Condition{Type: typ, Status: s, Reason: r, Message: strings.ToLower(typ) + " says " + r}
+		}
 	}
-	prog := func(s metav1.ConditionStatus, r string) metav1.Condition {
-		return metav1.Condition{Type: ConditionProgrammed, Status: s, Reason: r, Message: "programmed says " + r}
-	}
+	acc, prog := cond(ConditionAccepted), cond(ConditionProgrammed)
 	tests := map[string]struct {
 		accepted, programmed metav1.Condition
 		want                 metav1.Condition

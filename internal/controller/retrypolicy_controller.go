@@ -90,105 +90,161 @@ type RetryPolicyReconciler struct {
 // differs: the ConfigMap by server-side apply when its content or owners
 // changed, a policy's status when meta.SetStatusCondition reports a change.
 func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	ns := req.Namespace
-	log := logf.FromContext(ctx).WithValues("namespace", ns)
+	g, err := r.gather(ctx, req.Namespace)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	out, err := Compute(g.in)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if out, err = r.apply(ctx, g, out); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.applyStatuses(ctx, g.policies, out); err != nil {
+		return ctrl.Result{}, err
+	}
+	// Come back until every ready sidecar runs the new revision (bounded).
+	return ctrl.Result{RequeueAfter: r.convergeAfter(g.namespace, g.pods, out.Document.Revision)}, nil
+}
 
-	// Gather.
+// gathered is what one reconcile reads of a namespace.
+type gathered struct {
+	namespace string
+	policies  []v1alpha1.RetryPolicy
+	// pods are the injected pods.
+	pods []corev1.Pod
+	// configMap is the retry-policies ConfigMap, when configMapExists.
+	configMap       corev1.ConfigMap
+	configMapExists bool
+	// namespaceObj is the Namespace (zero if it is gone).
+	namespaceObj corev1.Namespace
+	// in is Compute's input made of the above.
+	in Input
+}
+
+// gather reads the namespace's policies, injected pods, retry-policies
+// ConfigMap, the Namespace itself and the ConfigMaps the policies name as CA
+// certificates, and makes Compute's input of them.
+func (r *RetryPolicyReconciler) gather(ctx context.Context, ns string) (*gathered, error) {
+	g := &gathered{namespace: ns, configMapExists: true}
 	var policies v1alpha1.RetryPolicyList
 	if err := r.List(ctx, &policies, client.InNamespace(ns)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing RetryPolicies in %s: %w", ns, err)
+		return nil, fmt.Errorf("listing RetryPolicies in %s: %w", ns, err)
 	}
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(ns),
 		client.MatchingLabels{v1alpha1.LabelSidecar: v1alpha1.LabelSidecarInjected}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing injected pods in %s: %w", ns, err)
+		return nil, fmt.Errorf("listing injected pods in %s: %w", ns, err)
 	}
-	var cm corev1.ConfigMap
-	cmExists := true
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm); apierrors.IsNotFound(err) {
-		cmExists = false
+	g.policies, g.pods = policies.Items, pods.Items
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &g.configMap); apierrors.IsNotFound(err) {
+		g.configMapExists = false
 	} else if err != nil {
-		return ctrl.Result{}, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, v1alpha1.PoliciesConfigMapName, err)
+		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, v1alpha1.PoliciesConfigMapName, err)
 	}
-	var nsObj corev1.Namespace
-	if err := r.Get(ctx, types.NamespacedName{Name: ns}, &nsObj); client.IgnoreNotFound(err) != nil {
-		return ctrl.Result{}, fmt.Errorf("reading Namespace %s: %w", ns, err)
+	if err := r.Get(ctx, types.NamespacedName{Name: ns}, &g.namespaceObj); client.IgnoreNotFound(err) != nil {
+		return nil, fmt.Errorf("reading Namespace %s: %w", ns, err)
 	}
-	in := Input{Policies: policies.Items, Now: r.now(), ConfigMaps: map[string]map[string]string{}}
-	for _, name := range caRefNames(policies.Items) {
+	g.in = Input{Policies: g.policies, Now: r.now()}
+	var err error
+	if g.in.ConfigMaps, err = r.caConfigMaps(ctx, ns, g.policies); err != nil {
+		return nil, err
+	}
+	if g.configMapExists {
+		g.in.Previous = previousDocument(ctx, ns, &g.configMap)
+	}
+	g.in.Pods = r.podInfos(ns, g.pods)
+	return g, nil
+}
+
+// caConfigMaps reads the data of the ConfigMaps the policies name in
+// tls.caCertificateRefs, by name; one that does not exist is left out.
+func (r *RetryPolicyReconciler) caConfigMaps(ctx context.Context, ns string, policies []v1alpha1.RetryPolicy) (map[string]map[string]string, error) {
+	data := map[string]map[string]string{}
+	for _, name := range caRefNames(policies) {
 		var ca corev1.ConfigMap
 		err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &ca)
 		if apierrors.IsNotFound(err) {
 			continue // Compute reports it: Accepted=False, InvalidRef
 		}
 		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, name, err)
+			return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, name, err)
 		}
-		in.ConfigMaps[name] = ca.Data
+		data[name] = ca.Data
 	}
-	if cmExists {
-		if doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey])); err != nil {
-			// Someone edited it by hand: rebuild from the policies and their
-			// status.lastAccepted, with a revision past every one they remember.
-			log.Info("ignoring unreadable ConfigMap content; rendering from the policies", "configMap", v1alpha1.PoliciesConfigMapName, "error", err.Error())
-		} else {
-			in.Previous = doc
-		}
-	}
-	in.Pods = r.podInfos(ns, pods.Items)
+	return data, nil
+}
 
-	// Compute.
-	out, err := Compute(in)
+// previousDocument is the document the retry-policies ConfigMap holds, zero
+// when it is unreadable: someone edited it by hand, and it is rebuilt from the
+// policies and their status.lastAccepted, with a revision past every one they
+// remember.
+func previousDocument(ctx context.Context, ns string, cm *corev1.ConfigMap) policyset.Document {
+	doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
 	if err != nil {
-		return ctrl.Result{}, err
+		logf.FromContext(ctx).WithValues("namespace", ns).Info("ignoring unreadable ConfigMap content; rendering from the policies",
+			"configMap", v1alpha1.PoliciesConfigMapName, "error", err.Error())
+		return policyset.Document{}
 	}
+	return doc
+}
 
-	// Apply: the sidecars' read access, then the ConfigMap, so a status never
-	// claims a rendering that is not there yet.
-	if nsObj.DeletionTimestamp == nil && nsObj.Name != "" {
-		if err := r.applySidecarBinding(ctx, ns, wantSidecarBinding(&nsObj, len(pods.Items))); err != nil {
-			return ctrl.Result{}, err
+// apply writes the desired state: the sidecars' read access, then the
+// ConfigMap, so a status never claims a rendering that is not there yet. It
+// returns the output the statuses are to come from (see recountProgrammed).
+func (r *RetryPolicyReconciler) apply(ctx context.Context, g *gathered, out Output) (Output, error) {
+	if g.namespaceObj.DeletionTimestamp == nil && g.namespaceObj.Name != "" {
+		if err := r.applySidecarBinding(ctx, g.namespace, wantSidecarBinding(&g.namespaceObj, len(g.pods))); err != nil {
+			return Output{}, err
 		}
 	}
-	written, err := r.applyConfigMap(ctx, ns, &cm, cmExists, out)
+	written, err := r.applyConfigMap(ctx, g.namespace, &g.configMap, g.configMapExists, out)
 	if err != nil {
-		return ctrl.Result{}, err
+		return Output{}, err
 	}
-	// Which revision each ready sidecar runs: asked only of those not known to
-	// run it already, after the ConfigMap is written (so asking never delays a
-	// rendering), and not in the pass that just wrote a new revision (no
-	// sidecar can have it yet; the requeue below asks). The counts feed the
-	// statuses of this pass: Compute again, with the document just rendered as
-	// the previous one, changes nothing but them.
-	if !written && out.Document.Revision > 0 {
-		r.refreshRevisions(ctx, ns, pods.Items, out.Document.Revision)
-		in.Pods, in.Previous = r.podInfos(ns, pods.Items), out.Document
-		if out, err = Compute(in); err != nil {
-			return ctrl.Result{}, err
-		}
+	if written || out.Document.Revision <= 0 {
+		return out, nil
 	}
+	return r.recountProgrammed(ctx, g, out)
+}
+
+// recountProgrammed asks which revision each ready sidecar runs, of those not
+// known to run out's already, and computes again with the new counts. It is
+// called after the ConfigMap is written (so asking never delays a rendering),
+// and not in the pass that just wrote a new revision (no sidecar can have it
+// yet; the requeue asks). Compute again, with the document just rendered as the
+// previous one, changes nothing but the counts.
+func (r *RetryPolicyReconciler) recountProgrammed(ctx context.Context, g *gathered, out Output) (Output, error) {
+	r.refreshRevisions(ctx, g.namespace, g.pods, out.Document.Revision)
+	in := g.in
+	in.Pods, in.Previous = r.podInfos(g.namespace, g.pods), out.Document
+	return Compute(in)
+}
+
+// applyStatuses writes each policy's desired status where it changed. A policy
+// that has just become invalid makes it return a TerminalError: retrying cannot
+// fix a spec, and the next edit of the policy triggers a new reconcile.
+func (r *RetryPolicyReconciler) applyStatuses(ctx context.Context, policies []v1alpha1.RetryPolicy, out Output) error {
 	var invalid []string
-	for i := range policies.Items {
-		p := &policies.Items[i]
+	for i := range policies {
+		p := &policies[i]
 		st, ok := out.Status[p.Name]
 		if !ok {
 			continue
 		}
 		newlyInvalid, err := r.applyStatus(ctx, p, st)
 		if err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 		if newlyInvalid {
 			invalid = append(invalid, fmt.Sprintf("%s (generation %d): %s", p.Name, p.Generation, st.Accepted.Message))
 		}
 	}
 	if len(invalid) > 0 {
-		// Retrying cannot fix a spec; the next edit of the policy triggers a new
-		// reconcile. TerminalError records it without a requeue.
-		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("invalid RetryPolicy %s", strings.Join(invalid, "; ")))
+		return reconcile.TerminalError(fmt.Errorf("invalid RetryPolicy %s", strings.Join(invalid, "; ")))
 	}
-	// Come back until every ready sidecar runs the new revision (bounded).
-	return ctrl.Result{RequeueAfter: r.convergeAfter(ns, pods.Items, out.Document.Revision)}, nil
+	return nil
 }
 
 // applyConfigMap makes the ConfigMap hold out.Data, owned by the rendered
@@ -426,34 +482,59 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("indexing RetryPolicies by CA ConfigMap: %w", err)
 	}
 	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: v1alpha1.PoliciesConfigMapName}}}
+		return namespaceRequest(o.GetNamespace())
 	})
-	referencedCA := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+	namespaceToItself := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return namespaceRequest(o.GetName())
+	})
+	named := func(name string) predicate.Predicate {
+		return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == name })
+	}
+	notRendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() != v1alpha1.PoliciesConfigMapName })
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("retrypolicy").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
+		Watches(&v1alpha1.RetryPolicy{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(named(v1alpha1.PoliciesConfigMapName))).
+		Watches(&corev1.ConfigMap{}, r.referencedCA(), builder.WithPredicates(caCertificateChanged(), notRendered)).
+		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
+		Watches(&rbacv1.RoleBinding{}, toNamespace, builder.WithPredicates(named(SidecarRoleBindingName))).
+		Watches(&corev1.Namespace{}, namespaceToItself, builder.WithPredicates(apiAccessChanged())).
+		Complete(r)
+}
+
+// namespaceRequest is the one request of namespace ns (the unit of
+// reconciliation).
+func namespaceRequest(ns string) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}}}
+}
+
+// referencedCA maps a ConfigMap to its namespace's request when some policy
+// of the namespace names it in tls.caCertificateRefs (the caRefIndex).
+func (r *RetryPolicyReconciler) referencedCA() handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		var refs v1alpha1.RetryPolicyList
 		if err := r.List(ctx, &refs, client.InNamespace(o.GetNamespace()), client.MatchingFields{caRefIndex: o.GetName()}); err != nil || len(refs.Items) == 0 {
 			return nil
 		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: v1alpha1.PoliciesConfigMapName}}}
+		return namespaceRequest(o.GetNamespace())
 	})
-	isRendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == v1alpha1.PoliciesConfigMapName })
-	caChanged := predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*corev1.ConfigMap)
-			n, ok2 := e.ObjectNew.(*corev1.ConfigMap)
-			if !ok1 || !ok2 {
-				return true
-			}
-			ov, oHas := o.Data[v1alpha1.CACertificateKey]
-			nv, nHas := n.Data[v1alpha1.CACertificateKey]
-			return ov != nv || oHas != nHas
-		},
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
-	isBinding := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == SidecarRoleBindingName })
-	namespaceToItself := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetName(), Name: v1alpha1.PoliciesConfigMapName}}}
+}
+
+// caCertificateChanged passes the ConfigMap events that can change a CA
+// bundle: create, delete, and an update of the key ca.crt.
+func caCertificateChanged() predicate.Predicate {
+	return onUpdateIf(func(o, n *corev1.ConfigMap) bool {
+		ov, oHas := o.Data[v1alpha1.CACertificateKey]
+		nv, nHas := n.Data[v1alpha1.CACertificateKey]
+		return ov != nv || oHas != nHas
 	})
-	apiAccessChanged := predicate.Funcs{
+}
+
+// apiAccessChanged passes the Namespace updates that change the
+// retry.dev/sidecar-api-access annotation, and nothing else.
+func apiAccessChanged() predicate.Predicate {
+	return predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
@@ -461,31 +542,27 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return e.ObjectOld.GetAnnotations()[v1alpha1.AnnotationSidecarAPIAccess] != e.ObjectNew.GetAnnotations()[v1alpha1.AnnotationSidecarAPIAccess]
 		},
 	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("retrypolicy").
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
-		Watches(&v1alpha1.RetryPolicy{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(isRendered)).
-		Watches(&corev1.ConfigMap{}, referencedCA, builder.WithPredicates(caChanged, predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return o.GetName() != v1alpha1.PoliciesConfigMapName
-		}))).
-		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
-		Watches(&rbacv1.RoleBinding{}, toNamespace, builder.WithPredicates(isBinding)).
-		Watches(&corev1.Namespace{}, namespaceToItself, builder.WithPredicates(apiAccessChanged)).
-		Complete(r)
 }
 
 // podChanged passes the pod events that can change a count of ready selected
 // pods: create, delete, and an update that flips readiness or changes labels.
 func podChanged() predicate.Predicate {
+	return onUpdateIf(func(o, n *corev1.Pod) bool {
+		return podReady(o) != podReady(n) || !maps.Equal(o.Labels, n.Labels)
+	})
+}
+
+// onUpdateIf passes create and delete events, an update when changed says the
+// object changed in a way that matters (or is not a T), and no generic event.
+func onUpdateIf[T client.Object](changed func(before, after T) bool) predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*corev1.Pod)
-			n, ok2 := e.ObjectNew.(*corev1.Pod)
+			o, ok1 := e.ObjectOld.(T)
+			n, ok2 := e.ObjectNew.(T)
 			if !ok1 || !ok2 {
 				return true
 			}
-			return podReady(o) != podReady(n) || !maps.Equal(o.Labels, n.Labels)
+			return changed(o, n)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}

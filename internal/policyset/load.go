@@ -38,77 +38,17 @@ func FromPolicyYAML(data []byte) (Document, error) {
 // FromPolicyFiles is FromPolicyYAML over several files read as one input: a
 // policy in one file may name a CA ConfigMap in another.
 func FromPolicyFiles(files ...[]byte) (Document, error) {
-	doc := Document{Version: DocumentVersion}
-	var policies []*v1alpha1.RetryPolicy
-	configMaps := map[string]map[string]string{} // namespace/name -> data
+	pf := policyFiles{configMaps: map[string]map[string]string{}}
 	for f, data := range files {
-		where := func(i int) string {
-			if len(files) > 1 {
-				return fmt.Sprintf("file %d, document %d", f, i)
-			}
-			return fmt.Sprintf("document %d", i)
-		}
-		reader := utilyaml.NewYAMLReader(bufioReader(data))
-		for i := 0; ; i++ {
-			raw, err := reader.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return Document{}, fmt.Errorf("%s: %w", where(i), err)
-			}
-			if len(bytes.TrimSpace(raw)) == 0 || isOnlyComments(raw) {
-				continue
-			}
-			var tm metav1.TypeMeta
-			if err := yaml.Unmarshal(raw, &tm); err != nil {
-				return Document{}, fmt.Errorf("%s: %w", where(i), err)
-			}
-			if tm.APIVersion == "v1" && tm.Kind == "ConfigMap" {
-				var cm corev1.ConfigMap
-				if err := yaml.UnmarshalStrict(raw, &cm); err != nil {
-					return Document{}, fmt.Errorf("%s: %w", where(i), err)
-				}
-				if cm.Namespace == "" {
-					cm.Namespace = DefaultNamespace
-				}
-				configMaps[cm.Namespace+"/"+cm.Name] = cm.Data
-				continue
-			}
-			var p v1alpha1.RetryPolicy
-			if err := yaml.UnmarshalStrict(raw, &p); err != nil {
-				return Document{}, fmt.Errorf("%s: %w", where(i), err)
-			}
-			if p.APIVersion != v1alpha1.GroupVersion.String() || p.Kind != "RetryPolicy" {
-				return Document{}, fmt.Errorf("%s: apiVersion/kind is %q/%q; want %s/RetryPolicy (or v1/ConfigMap for a CA)",
-					where(i), p.APIVersion, p.Kind, v1alpha1.GroupVersion.String())
-			}
-			if p.Name == "" {
-				return Document{}, fmt.Errorf("%s: metadata.name: Required value", where(i))
-			}
-			if p.Namespace == "" {
-				p.Namespace = DefaultNamespace
-			}
-			v1alpha1.SetDefaults(&p)
-			if errs := v1alpha1.Validate(&p); len(errs) > 0 {
-				return Document{}, fmt.Errorf("RetryPolicy %s/%s: %w", p.Namespace, p.Name, errs.ToAggregate())
-			}
-			policies = append(policies, &p)
+		if err := pf.read(data, f, len(files) > 1); err != nil {
+			return Document{}, err
 		}
 	}
-	for _, p := range policies {
-		bundles, errs := ResolveCABundles(p, func(name string) (string, bool, bool) {
-			data, ok := configMaps[p.Namespace+"/"+name]
-			v, hasKey := data[v1alpha1.CACertificateKey]
-			return v, ok, hasKey
-		})
-		if len(errs) > 0 {
-			return Document{}, fmt.Errorf("RetryPolicy %s/%s: %w (give the CA ConfigMap as a document of a --policy-file, or use the system roots: wellKnownCACertificates: System with SSL_CERT_FILE)",
-				p.Namespace, p.Name, errs.ToAggregate())
-		}
-		rp := FromRetryPolicy(p, 1)
-		for i := range rp.Upstreams {
-			rp.Upstreams[i].CABundle = bundles[i]
+	doc := Document{Version: DocumentVersion}
+	for _, p := range pf.policies {
+		rp, err := pf.render(p)
+		if err != nil {
+			return Document{}, err
 		}
 		doc.Policies = append(doc.Policies, rp)
 	}
@@ -116,6 +56,103 @@ func FromPolicyFiles(files ...[]byte) (Document, error) {
 		return Document{}, errors.New("no RetryPolicy documents found")
 	}
 	return doc, nil
+}
+
+// policyFiles is what the documents of policy files hold.
+type policyFiles struct {
+	// policies are defaulted and valid, in the order read.
+	policies []*v1alpha1.RetryPolicy
+	// configMaps are the data of the ConfigMaps, by namespace/name.
+	configMaps map[string]map[string]string
+}
+
+// read adds the documents of file number f; errors name the document, and the
+// file too when there are several.
+func (pf *policyFiles) read(data []byte, f int, several bool) error {
+	reader := utilyaml.NewYAMLReader(bufioReader(data))
+	for i := 0; ; i++ {
+		where := fmt.Sprintf("document %d", i)
+		if several {
+			where = fmt.Sprintf("file %d, document %d", f, i)
+		}
+		raw, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		if len(bytes.TrimSpace(raw)) == 0 || isOnlyComments(raw) {
+			continue
+		}
+		if err := pf.add(raw, where); err != nil {
+			return err
+		}
+	}
+}
+
+// add adds one document, a v1 ConfigMap or a RetryPolicy, found at where.
+func (pf *policyFiles) add(raw []byte, where string) error {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(raw, &tm); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if tm.APIVersion == "v1" && tm.Kind == "ConfigMap" {
+		var cm corev1.ConfigMap
+		if err := yaml.UnmarshalStrict(raw, &cm); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		if cm.Namespace == "" {
+			cm.Namespace = DefaultNamespace
+		}
+		pf.configMaps[cm.Namespace+"/"+cm.Name] = cm.Data
+		return nil
+	}
+	p, err := decodePolicy(raw, where)
+	if err != nil {
+		return err
+	}
+	pf.policies = append(pf.policies, p)
+	return nil
+}
+
+// decodePolicy decodes a RetryPolicy document found at where strictly, applies
+// the API defaults and validates it.
+func decodePolicy(raw []byte, where string) (*v1alpha1.RetryPolicy, error) {
+	var p v1alpha1.RetryPolicy
+	if err := yaml.UnmarshalStrict(raw, &p); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if p.APIVersion != v1alpha1.GroupVersion.String() || p.Kind != "RetryPolicy" {
+		return nil, fmt.Errorf("%s: apiVersion/kind is %q/%q; want %s/RetryPolicy (or v1/ConfigMap for a CA)",
+			where, p.APIVersion, p.Kind, v1alpha1.GroupVersion.String())
+	}
+	if p.Name == "" {
+		return nil, fmt.Errorf("%s: metadata.name: Required value", where)
+	}
+	if p.Namespace == "" {
+		p.Namespace = DefaultNamespace
+	}
+	v1alpha1.SetDefaults(&p)
+	if errs := v1alpha1.Validate(&p); len(errs) > 0 {
+		return nil, fmt.Errorf("RetryPolicy %s/%s: %w", p.Namespace, p.Name, errs.ToAggregate())
+	}
+	return &p, nil
+}
+
+// render renders p as the manager would for a single pod, its
+// tls.caCertificateRefs resolved against the ConfigMap documents.
+func (pf *policyFiles) render(p *v1alpha1.RetryPolicy) (Policy, error) {
+	bundles, errs := ResolveCABundles(p, MapLookup(pf.configMaps, p.Namespace+"/"))
+	if len(errs) > 0 {
+		return Policy{}, fmt.Errorf("RetryPolicy %s/%s: %w (give the CA ConfigMap as a document of a --policy-file, or use the system roots: wellKnownCACertificates: System with SSL_CERT_FILE)",
+			p.Namespace, p.Name, errs.ToAggregate())
+	}
+	rp := FromRetryPolicy(p, 1)
+	for i := range rp.Upstreams {
+		rp.Upstreams[i].CABundle = bundles[i]
+	}
+	return rp, nil
 }
 
 // FromRetryPolicy renders one valid policy as the manager does, for readyPods
@@ -236,15 +273,7 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 		cfg.IdempotencyKeyHeader = d.IdempotencyKey.Header
 	}
 	if r := d.RateLimit; r != nil {
-		perMinute := u.PodRequestsPerMinute
-		if perMinute <= 0 {
-			perMinute = float64(r.RequestsPerMinute)
-		}
-		burst := u.PodBurst
-		if burst <= 0 {
-			burst = *r.Burst
-		}
-		cfg.RateLimit = &retrypolicy.RateLimitConfig{RequestsPerSecond: perMinute / 60, Burst: int(burst)}
+		cfg.RateLimit = podRateLimit(r, u)
 	}
 	if pc := d.Pacing; pc != nil {
 		cfg.Pacing = retrypolicy.PacingConfig{RateLimitHeaders: *pc.RateLimitHeaders, HoldOnDeferral: *pc.HoldOnDeferral}
@@ -257,6 +286,21 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 		}
 	}
 	return cfg, err
+}
+
+// podRateLimit is the limiter of one pod for the (defaulted) rate limit r of
+// u: the pod share the manager rendered, or the whole upstream's limit where a
+// document written by hand gives none.
+func podRateLimit(r *v1alpha1.RateLimit, u Upstream) *retrypolicy.RateLimitConfig {
+	perMinute := u.PodRequestsPerMinute
+	if perMinute <= 0 {
+		perMinute = float64(r.RequestsPerMinute)
+	}
+	burst := u.PodBurst
+	if burst <= 0 {
+		burst = *r.Burst
+	}
+	return &retrypolicy.RateLimitConfig{RequestsPerSecond: perMinute / 60, Burst: int(burst)}
 }
 
 func isOnlyComments(raw []byte) bool {

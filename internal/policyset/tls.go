@@ -16,6 +16,17 @@ import (
 // it exists without the key.
 type CALookup func(name string) (value string, found, hasKey bool)
 
+// MapLookup is the CALookup of ConfigMap data held in a map: the ConfigMap name
+// is configMaps[prefix+name] (a prefix such as "namespace/" when the map holds
+// several namespaces).
+func MapLookup(configMaps map[string]map[string]string, prefix string) CALookup {
+	return func(name string) (string, bool, bool) {
+		data, found := configMaps[prefix+name]
+		v, hasKey := data[v1alpha1.CACertificateKey]
+		return v, found, hasKey
+	}
+}
+
 // ResolveCABundles resolves every tls.caCertificateRefs of p (docs/tls.md): the
 // result has one entry per upstream, the PEM certificates of its referenced
 // ConfigMaps concatenated in the order of the refs ("" for an upstream without

@@ -157,6 +157,14 @@ func Rehearse(in RehearseInput) (RehearseResult, error) {
 		return RehearseResult{}, fmt.Errorf("retrysim: the rehearsal stalled after %d of %d requests", done, in.Requests)
 	}
 
+	res.measure(in, up, pol.Config(), end)
+	return res, nil
+}
+
+// measure fills in what the rehearsal measured: the upstream's counts, the
+// virtual duration (the last request ended at end), concurrency and spacing,
+// and the plan the policy's rate limit (else the quota) implies.
+func (res *RehearseResult) measure(in RehearseInput, up *quotaUpstream, cfg retrypolicy.Config, end time.Time) {
 	res.FirstAttempts, res.Retries, res.Status429 = up.firsts, up.retries, up.status429
 	res.virtual = end.Sub(in.Start)
 	res.VirtualDuration = res.virtual.String()
@@ -166,7 +174,7 @@ func Rehearse(in RehearseInput) (RehearseResult, error) {
 	}
 	res.StartSpacing = spacing(up.starts)
 	perMinute := float64(in.Quota) * float64(time.Minute) / float64(in.QuotaWindow)
-	if r := pol.Config().RateLimit; r != nil {
+	if r := cfg.RateLimit; r != nil {
 		perMinute = r.RequestsPerSecond * 60
 	}
 	res.Plan = Plan{
@@ -174,7 +182,6 @@ func Rehearse(in RehearseInput) (RehearseResult, error) {
 		MinDuration:       time.Duration(float64(in.Requests) / perMinute * float64(time.Minute)).Round(time.Millisecond).String(),
 		MeanConcurrency:   round2(perMinute / 60 * in.Latency.Seconds()),
 	}
-	return res, nil
 }
 
 // roundTrip sends one logical request, reads and closes the body, and returns

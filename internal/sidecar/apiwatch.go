@@ -46,7 +46,36 @@ type APIWatch struct {
 	// MinBackoff and MaxBackoff bound the wait before retrying a failed list.
 	MinBackoff, MaxBackoff time.Duration
 
-	state string // "" before the first attempt, "up", or the reason of the fallback
+	state apiWatchState
+}
+
+// apiWatchState is where the API watch stands: not tried yet (the zero value),
+// up, or fallen back to the mounted file for a reason. A fallback's value is
+// its reason label on retry_sidecar_config_api_fallbacks_total and in the log.
+type apiWatchState string
+
+const (
+	apiWatchUp apiWatchState = "up"
+	// apiFallbackUnreachable: anything else; the API server did not answer, or
+	// failed.
+	apiFallbackUnreachable apiWatchState = "unreachable"
+	// apiFallbackForbidden: the token is refused, or lacks the RoleBinding.
+	apiFallbackForbidden apiWatchState = "forbidden"
+	// apiFallbackError: the watch cannot work at all (bad credentials, a request
+	// the API server rejects).
+	apiFallbackError apiWatchState = "error"
+)
+
+// fallbackReason classifies an error of listing or watching retry-policies.
+func fallbackReason(err error) apiWatchState {
+	switch {
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		return apiFallbackForbidden
+	case apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) || apierrors.IsInvalid(err):
+		return apiFallbackError
+	default:
+		return apiFallbackUnreachable
+	}
 }
 
 // APICredentials are the files of the projected volume the injector mounts
@@ -198,29 +227,23 @@ func (w *APIWatch) deliver(cm *corev1.ConfigMap) {
 }
 
 func (w *APIWatch) up() {
-	if w.state == "up" {
+	if w.state == apiWatchUp {
 		return
 	}
-	w.state = "up"
+	w.state = apiWatchUp
 	w.Metrics.apiUp.Set(1)
 	w.Log.Info("following retry-policies through the API server", "namespace", w.Namespace)
 }
 
 // down switches to the mounted file alone; logged and counted once per reason.
 func (w *APIWatch) down(err error) {
-	reason := "unreachable"
-	switch {
-	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
-		reason = "forbidden"
-	case apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) || apierrors.IsInvalid(err):
-		reason = "error"
-	}
+	reason := fallbackReason(err)
 	_ = w.Reloader.SetAPI(false, nil)
 	if w.state == reason {
 		return
 	}
 	w.state = reason
 	w.Metrics.apiUp.Set(0)
-	w.Metrics.apiFallbacks.WithLabelValues(reason).Inc()
-	w.Log.Warn("API server watch of retry-policies unavailable; following the mounted file", "reason", reason, "error", err.Error())
+	w.Metrics.apiFallbacks.WithLabelValues(string(reason)).Inc()
+	w.Log.Warn("API server watch of retry-policies unavailable; following the mounted file", "reason", string(reason), "error", err.Error())
 }

@@ -167,17 +167,9 @@ func (r *Reloader) refuseStale(file, api *delivery) {
 	r.Log.Info("older revision refused; the configuration in force stays", "source", d.source, "revision", rev, "in_force", r.inForce)
 }
 
-// Watch reloads whenever a watched directory changes, debounced, and every
-// resync as a safety net. It watches directories, not files: the kubelet
-// updates a ConfigMap or downward API volume by swapping the ..data symlink, and
-// editors save by rename, neither of which a watch on the file itself survives.
-// It returns when ctx ends.
-func (r *Reloader) Watch(ctx context.Context, debounce, resync time.Duration) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return err
-	}
-	defer w.Close()
+// watchDirs adds to w the directory of every source, each once; a directory
+// that cannot be watched is logged and left to the periodic resync.
+func (r *Reloader) watchDirs(w *fsnotify.Watcher) {
 	seen := map[string]bool{}
 	add := func(dir string) {
 		if dir == "" || seen[dir] {
@@ -195,6 +187,20 @@ func (r *Reloader) Watch(ctx context.Context, debounce, resync time.Duration) er
 	if r.Sources.PodLabels != "" {
 		add(filepath.Dir(r.Sources.PodLabels))
 	}
+}
+
+// Watch reloads whenever a watched directory changes, debounced, and every
+// resync as a safety net. It watches directories, not files: the kubelet
+// updates a ConfigMap or downward API volume by swapping the ..data symlink, and
+// editors save by rename, neither of which a watch on the file itself survives.
+// It returns when ctx ends.
+func (r *Reloader) Watch(ctx context.Context, debounce, resync time.Duration) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	r.watchDirs(w)
 
 	if resync <= 0 {
 		resync = time.Minute

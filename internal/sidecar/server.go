@@ -167,42 +167,110 @@ func Run(ctx context.Context, o Options) error {
 	if err := reloader.Reload(); err != nil {
 		log.Warn("starting without a configuration: not ready until a valid one is loaded")
 	}
+	ls, err := listen(ctx, o)
+	if err != nil {
+		return err
+	}
+	srv := newServers(o, log, ls, reloader, metrics)
+	serveErr := srv.serve(ls)
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	watchSources(watchCtx, o, log, reloader, metrics)
+	ls.announce(o.ReadyFile, log)
 
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		log.Error("server stopped", "error", err.Error())
+	}
+	srv.drain(o.DrainTimeout, log)
+	return nil
+}
+
+// listeners are the sidecar's sockets; stats and transparent are nil when
+// their flag is empty.
+type listeners struct {
+	proxy, admin, stats, transparent net.Listener
+}
+
+// listen binds the listeners o asks for, in flag order; when one fails it
+// closes those already bound.
+func listen(ctx context.Context, o Options) (*listeners, error) {
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", o.Listen)
-	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
-	}
-	aln, err := lc.Listen(ctx, "tcp", o.AdminListen)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("--admin-listen: %w", err)
-	}
-	var sln net.Listener
-	if o.StatsListen != "" {
-		if sln, err = lc.Listen(ctx, "tcp", o.StatsListen); err != nil {
-			ln.Close()
-			aln.Close()
-			return fmt.Errorf("--stats-listen: %w", err)
+	ls := &listeners{}
+	for _, l := range []struct {
+		flag, addr string
+		optional   bool
+		ln         *net.Listener
+	}{
+		{"--listen", o.Listen, false, &ls.proxy},
+		{"--admin-listen", o.AdminListen, false, &ls.admin},
+		{"--stats-listen", o.StatsListen, true, &ls.stats},
+		{"--transparent-listen", o.TransparentListen, true, &ls.transparent},
+	} {
+		if l.optional && l.addr == "" {
+			continue
 		}
-	}
-	var tln net.Listener
-	if o.TransparentListen != "" {
-		if tln, err = lc.Listen(ctx, "tcp", o.TransparentListen); err != nil {
-			ln.Close()
-			aln.Close()
-			if sln != nil {
-				sln.Close()
-			}
-			return fmt.Errorf("--transparent-listen: %w", err)
+		ln, err := lc.Listen(ctx, "tcp", l.addr)
+		if err != nil {
+			ls.close()
+			return nil, fmt.Errorf("%s: %w", l.flag, err)
 		}
+		*l.ln = ln
 	}
-	own := []net.Addr{ln.Addr(), aln.Addr()}
-	if tln != nil {
-		own = append(own, tln.Addr())
-	}
-	self := newSelfAddrs(own...)
+	return ls, nil
+}
 
+func (ls *listeners) close() {
+	for _, ln := range []net.Listener{ls.proxy, ls.admin, ls.stats, ls.transparent} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// own are the addresses a request must not loop back to: the proxy, admin and
+// transparent listeners (the stats listener is on the pod IP).
+func (ls *listeners) own() []net.Addr {
+	own := []net.Addr{ls.proxy.Addr(), ls.admin.Addr()}
+	if ls.transparent != nil {
+		own = append(own, ls.transparent.Addr())
+	}
+	return own
+}
+
+// announce logs the bound addresses and writes them to readyFile, if set.
+func (ls *listeners) announce(readyFile string, log *slog.Logger) {
+	transparent, stats := "", ""
+	if ls.transparent != nil {
+		transparent = ls.transparent.Addr().String()
+	}
+	if ls.stats != nil {
+		stats = ls.stats.Addr().String()
+	}
+	log.Info("retry-sidecar listening", "listen", ls.proxy.Addr().String(), "admin", ls.admin.Addr().String(), "transparent", transparent, "stats", stats)
+	if readyFile != "" {
+		if err := writeReadyFile(readyFile, ls.proxy.Addr().String(), ls.admin.Addr().String(), transparent, stats); err != nil {
+			log.Error("cannot write --ready-file", "error", err.Error())
+		}
+	}
+}
+
+// servers are the sidecar's HTTP servers, one per listener (transparent and
+// stats nil without theirs), and what draining them needs.
+type servers struct {
+	proxy                     server // --listen: the fast path or net/http.Server alone
+	admin, transparent, stats *http.Server
+
+	forward  *Proxy
+	adminAPI *Admin
+	upstream *h1client.Transport
+}
+
+// newServers builds the retrying forward proxy and its servers over ls.
+func newServers(o Options, log *slog.Logger, ls *listeners, reloader *Reloader, metrics *Metrics) *servers {
+	own := ls.own()
+	self := newSelfAddrs(own...)
 	upstream := UpstreamClient(o, own...)
 	replayMemory := o.MaxReplayMemory
 	if replayMemory <= 0 {
@@ -221,92 +289,87 @@ func Run(ctx context.Context, o Options) error {
 		Dial: func(network, addr string) (net.Conn, error) { return tunnelDial(context.Background(), network, addr) }}
 	admin := &Admin{Reloader: reloader, Metrics: metrics, Pprof: o.EnablePprof}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-	srv := appServer(o, &http.Server{Handler: proxy, ReadHeaderTimeout: appReadHeaderTimeout, IdleTimeout: appIdleTimeout, ErrorLog: errLog}, log)
-	asrv := &http.Server{Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
-
-	serveErr := make(chan error, 4)
-	go func() { serveErr <- srv.Serve(ln) }()
-	go func() { serveErr <- asrv.Serve(aln) }()
-	var tsrv *http.Server
-	if tln != nil {
+	s := &servers{forward: proxy, adminAPI: admin, upstream: upstream,
+		proxy: appServer(o, &http.Server{Handler: proxy, ReadHeaderTimeout: appReadHeaderTimeout, IdleTimeout: appIdleTimeout, ErrorLog: errLog}, log),
+		admin: &http.Server{Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}}
+	if ls.transparent != nil {
 		// Same upstream client, observers and policies; only the routing
 		// differs (by Host: the URL names the original destination).
 		trt := &retryhttp.Transport{Inner: upstream, Route: reloader.RouteByHost, Observer: rt.Observer,
 			ReplayMemory: rt.ReplayMemory}
 		tproxy := &Proxy{Transport: trt, Dial: proxy.Dial, Metrics: metrics, Log: log, Route: reloader.RouteByHost, Self: self}
-		handler := &Transparent{Proxy: tproxy, Self: listenAddrPorts(ln, aln, tln)}
-		tsrv = &http.Server{Handler: handler, ConnContext: ConnContext, ReadHeaderTimeout: appReadHeaderTimeout,
+		handler := &Transparent{Proxy: tproxy, Self: listenAddrPorts(ls.proxy, ls.admin, ls.transparent)}
+		s.transparent = &http.Server{Handler: handler, ConnContext: ConnContext, ReadHeaderTimeout: appReadHeaderTimeout,
 			IdleTimeout: appIdleTimeout, ErrorLog: errLog}
-		go func() { serveErr <- tsrv.Serve(tln) }()
 	}
-	statsAddr := ""
-	var ssrv *http.Server
-	if sln != nil {
-		statsAddr = sln.Addr().String()
-		ssrv = &http.Server{Handler: StatsHandler(reloader, metrics), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
-		go func() { serveErr <- ssrv.Serve(sln) }()
+	if ls.stats != nil {
+		s.stats = &http.Server{Handler: StatsHandler(reloader, metrics), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 	}
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	defer stopWatch()
+	return s
+}
+
+// serve starts each server on its listener; the channel receives the error
+// of any that stops.
+func (s *servers) serve(ls *listeners) <-chan error {
+	serveErr := make(chan error, 4)
+	go func() { serveErr <- s.proxy.Serve(ls.proxy) }()
+	go func() { serveErr <- s.admin.Serve(ls.admin) }()
+	if s.transparent != nil {
+		go func() { serveErr <- s.transparent.Serve(ls.transparent) }()
+	}
+	if s.stats != nil {
+		go func() { serveErr <- s.stats.Serve(ls.stats) }()
+	}
+	return serveErr
+}
+
+// watchSources follows the policy sources until ctx ends: the mounted files
+// and, with API credentials, retry-policies through the API server.
+func watchSources(ctx context.Context, o Options, log *slog.Logger, reloader *Reloader, metrics *Metrics) {
 	go func() {
-		if err := reloader.Watch(watchCtx, o.ReloadDebounce, o.ResyncInterval); err != nil {
+		if err := reloader.Watch(ctx, o.ReloadDebounce, o.ResyncInterval); err != nil {
 			log.Warn("file watching unavailable; relying on periodic resync", "error", err.Error())
 		}
 	}()
-	if o.API.Dir != "" {
-		aw, err := NewAPIWatch(o.API, reloader, log, metrics)
-		if err != nil {
-			metrics.apiFallbacks.WithLabelValues("error").Inc()
-			log.Warn("cannot watch retry-policies through the API server; following the mounted file", "reason", "error", "error", err.Error())
-		} else {
-			go aw.Run(watchCtx)
-		}
+	if o.API.Dir == "" {
+		return
 	}
+	aw, err := NewAPIWatch(o.API, reloader, log, metrics)
+	if err != nil {
+		metrics.apiFallbacks.WithLabelValues(string(apiFallbackError)).Inc()
+		log.Warn("cannot watch retry-policies through the API server; following the mounted file", "reason", string(apiFallbackError), "error", err.Error())
+		return
+	}
+	go aw.Run(ctx)
+}
 
-	transparent := ""
-	if tln != nil {
-		transparent = tln.Addr().String()
-	}
-	log.Info("retry-sidecar listening", "listen", ln.Addr().String(), "admin", aln.Addr().String(), "transparent", transparent, "stats", statsAddr)
-	if o.ReadyFile != "" {
-		if err := writeReadyFile(o.ReadyFile, ln.Addr().String(), aln.Addr().String(), transparent, statsAddr); err != nil {
-			log.Error("cannot write --ready-file", "error", err.Error())
-		}
-	}
-
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		log.Error("server stopped", "error", err.Error())
-	}
-
-	// Drain: readiness goes red, the listener closes, requests and tunnels in
-	// flight get DrainTimeout to finish.
-	admin.draining.Store(true)
-	log.Info("draining", "timeout", o.DrainTimeout.String())
-	dctx, cancel := context.WithTimeout(context.Background(), o.DrainTimeout)
+// drain stops the servers: readiness goes red, the listeners close, requests
+// and tunnels in flight get timeout to finish, and what is left then is closed.
+func (s *servers) drain(timeout time.Duration, log *slog.Logger) {
+	s.adminAPI.draining.Store(true)
+	log.Info("draining", "timeout", timeout.String())
+	dctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	clean := srv.Shutdown(dctx) == nil
-	if tsrv != nil {
-		clean = tsrv.Shutdown(dctx) == nil && clean
+	clean := s.proxy.Shutdown(dctx) == nil
+	if s.transparent != nil {
+		clean = s.transparent.Shutdown(dctx) == nil && clean
 	}
-	clean = proxy.tunnels.drain(dctx) && clean
+	clean = s.forward.tunnels.drain(dctx) && clean
 	if !clean {
-		srv.Close()
-		if tsrv != nil {
-			tsrv.Close()
+		s.proxy.Close()
+		if s.transparent != nil {
+			s.transparent.Close()
 		}
 		log.Warn("drain timeout reached; closed the connections still open")
 	}
-	upstream.CloseIdleConnections()
+	s.upstream.CloseIdleConnections()
 	actx, acancel := context.WithTimeout(context.Background(), time.Second)
 	defer acancel()
-	_ = asrv.Shutdown(actx)
-	if ssrv != nil {
-		_ = ssrv.Shutdown(actx)
+	_ = s.admin.Shutdown(actx)
+	if s.stats != nil {
+		_ = s.stats.Shutdown(actx)
 	}
 	log.Info("stopped", "clean", clean)
-	return nil
 }
 
 // The app-side servers' timeouts: a request head must arrive within

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -15,49 +16,9 @@ import (
 // tunnel (TLS, usually) can be seen or retried. A tunnel uses one goroutine
 // besides the handler's own.
 func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
-	target := r.Host
-	if _, port, err := net.SplitHostPort(target); err != nil || port == "" {
-		plainError(w, http.StatusBadRequest, "retry-sidecar: CONNECT needs host:port\n")
-		return
-	}
-	if p.Self.targets(target, "") {
-		loopError(w)
-		return
-	}
-	hj, ok := w.(http.Hijacker)
+	client, upstream, ok := p.openTunnel(w, r)
 	if !ok {
-		plainError(w, http.StatusInternalServerError, "retry-sidecar: CONNECT is not supported on this connection\n")
 		return
-	}
-	upstream, err := p.Dial("tcp", target)
-	if errors.Is(err, errLoop) {
-		loopError(w)
-		return
-	}
-	if err != nil {
-		p.Log.Debug("CONNECT dial failed", "method", r.Method, "outcome", "upstream-error")
-		plainError(w, http.StatusBadGateway, "retry-sidecar: CONNECT target unreachable\n")
-		return
-	}
-	client, brw, err := hj.Hijack()
-	if err != nil {
-		upstream.Close()
-		return
-	}
-	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		client.Close()
-		upstream.Close()
-		return
-	}
-	// Bytes the client sent right behind the CONNECT (a pipelined TLS hello)
-	// are already in the server's buffer.
-	if n := brw.Reader.Buffered(); n > 0 { //nolint:staticcheck // Buffered is ambiguous on a bufio.ReadWriter
-		b, _ := brw.Peek(n)
-		if _, err := upstream.Write(b); err != nil {
-			client.Close()
-			upstream.Close()
-			return
-		}
 	}
 	p.Metrics.tunnels.Inc()
 	p.Metrics.tunnelsActive.Inc()
@@ -76,6 +37,63 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	<-done
 	client.Close()
 	upstream.Close()
+}
+
+// openTunnel dials the CONNECT target, takes the client connection over and
+// answers 200. When it cannot, it answers the error itself (while it still
+// can) and reports false, with both connections closed.
+func (p *Proxy) openTunnel(w http.ResponseWriter, r *http.Request) (client, upstream net.Conn, ok bool) {
+	target := r.Host
+	if _, port, err := net.SplitHostPort(target); err != nil || port == "" {
+		plainError(w, http.StatusBadRequest, "retry-sidecar: CONNECT needs host:port\n")
+		return nil, nil, false
+	}
+	if p.Self.targets(target, "") {
+		loopError(w)
+		return nil, nil, false
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		plainError(w, http.StatusInternalServerError, "retry-sidecar: CONNECT is not supported on this connection\n")
+		return nil, nil, false
+	}
+	upstream, err := p.Dial("tcp", target)
+	if errors.Is(err, errLoop) {
+		loopError(w)
+		return nil, nil, false
+	}
+	if err != nil {
+		p.Log.Debug("CONNECT dial failed", "method", r.Method, "outcome", "upstream-error")
+		plainError(w, http.StatusBadGateway, "retry-sidecar: CONNECT target unreachable\n")
+		return nil, nil, false
+	}
+	client, brw, err := hj.Hijack()
+	if err != nil {
+		upstream.Close()
+		return nil, nil, false
+	}
+	if err := answerTunnel(client, brw, upstream); err != nil {
+		client.Close()
+		upstream.Close()
+		return nil, nil, false
+	}
+	return client, upstream, true
+}
+
+// answerTunnel answers 200 on the hijacked client connection and forwards the
+// bytes the client sent right behind the CONNECT (a pipelined TLS hello), which
+// are already in the server's buffer.
+func answerTunnel(client net.Conn, brw *bufio.ReadWriter, upstream net.Conn) error {
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return err
+	}
+	if n := brw.Reader.Buffered(); n > 0 { //nolint:staticcheck // Buffered is ambiguous on a bufio.ReadWriter
+		b, _ := brw.Peek(n)
+		if _, err := upstream.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // relay copies src to dst, then half-closes dst so the other side sees EOF while

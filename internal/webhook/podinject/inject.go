@@ -170,7 +170,31 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 	out := pod.DeepCopy()
 	res, _ := c.SidecarResources(pod.Annotations)
-	sidecar := corev1.Container{
+	sidecar := c.sidecarContainer(res)
+	first := []corev1.Container{sidecar}
+	if ic.Mode == ModeTransparent {
+		sidecar.Args = append(sidecar.Args, fmt.Sprintf("--transparent-listen=127.0.0.1:%d", v1alpha1.TransparentPort))
+		first = []corev1.Container{c.redirectContainer(ic.Ports), sidecar}
+	}
+	out.Spec.InitContainers = append(first, out.Spec.InitContainers...)
+	nameServiceAccount(&out.Spec)
+	c.addSidecarVolumes(&out.Spec)
+	if ic.Mode != ModeTransparent {
+		for i := range out.Spec.Containers {
+			c.setProxyEnv(&out.Spec.Containers[i])
+		}
+	}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	out.Labels[v1alpha1.LabelSidecar] = v1alpha1.LabelSidecarInjected
+	return out
+}
+
+// sidecarContainer is the retry-sidecar native sidecar (an init container with
+// restartPolicy Always) with resources res, listening as in ModeEnvironment.
+func (c Config) sidecarContainer(res corev1.ResourceRequirements) corev1.Container {
+	return corev1.Container{
 		Name:            ContainerName,
 		Image:           c.Image,
 		ImagePullPolicy: c.ImagePullPolicy,
@@ -213,33 +237,35 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-	first := []corev1.Container{sidecar}
-	if ic.Mode == ModeTransparent {
-		sidecar.Args = append(sidecar.Args, fmt.Sprintf("--transparent-listen=127.0.0.1:%d", v1alpha1.TransparentPort))
-		first = []corev1.Container{c.redirectContainer(ic.Ports), sidecar}
-	}
-	out.Spec.InitContainers = append(first, out.Spec.InitContainers...)
-	// A projected service-account token needs the pod's service account named.
-	// The API server's ServiceAccount admission plugin names "default" before
-	// any webhook runs; a pod that reaches us without one (the plugin disabled)
-	// gets the same here.
-	if out.Spec.ServiceAccountName == "" {
-		out.Spec.ServiceAccountName = out.Spec.DeprecatedServiceAccount
-		if out.Spec.ServiceAccountName == "" {
-			out.Spec.ServiceAccountName = "default"
+}
+
+// nameServiceAccount names the pod's service account, which a projected
+// service-account token needs. The API server's ServiceAccount admission plugin
+// names "default" before any webhook runs; a pod that reaches us without one
+// (the plugin disabled) gets the same here.
+func nameServiceAccount(spec *corev1.PodSpec) {
+	if spec.ServiceAccountName == "" {
+		spec.ServiceAccountName = spec.DeprecatedServiceAccount
+		if spec.ServiceAccountName == "" {
+			spec.ServiceAccountName = "default"
 		}
 	}
+}
 
-	addVolume(&out.Spec, corev1.Volume{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{
+// addSidecarVolumes adds the sidecar's volumes: the retry-policies ConfigMap
+// (optional: the pod starts before any policy exists), the pod's labels
+// (downward API) and the sidecar's own API credentials (APIVolume).
+func (c Config) addSidecarVolumes(spec *corev1.PodSpec) {
+	addVolume(spec, corev1.Volume{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: v1alpha1.PoliciesConfigMapName},
 			Optional:             ptr.To(true),
 		}}})
-	addVolume(&out.Spec, corev1.Volume{Name: PodInfoVolume, VolumeSource: corev1.VolumeSource{
+	addVolume(spec, corev1.Volume{Name: PodInfoVolume, VolumeSource: corev1.VolumeSource{
 		DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{
 			Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"},
 		}}}}})
-	addVolume(&out.Spec, corev1.Volume{Name: APIVolume, VolumeSource: corev1.VolumeSource{
+	addVolume(spec, corev1.Volume{Name: APIVolume, VolumeSource: corev1.VolumeSource{
 		Projected: &corev1.ProjectedVolumeSource{
 			DefaultMode: ptr.To[int32](0o444),
 			Sources: []corev1.VolumeProjection{
@@ -252,18 +278,6 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 					Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
 			},
 		}}})
-
-	if ic.Mode != ModeTransparent {
-		for i := range out.Spec.Containers {
-			c.setProxyEnv(&out.Spec.Containers[i])
-		}
-	}
-
-	if out.Labels == nil {
-		out.Labels = map[string]string{}
-	}
-	out.Labels[v1alpha1.LabelSidecar] = v1alpha1.LabelSidecarInjected
-	return out
 }
 
 // Warnings are the admission warnings of injecting pod with ic: invalid

@@ -52,9 +52,36 @@ func Ensure(dir string, hosts []string, now time.Time) ([]byte, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caDER, ca, caKey, err := newCA(now)
 	if err != nil {
 		return nil, err
+	}
+	der, keyDER, err := newServingCertificate(hosts, now, ca, caKey)
+	if err != nil {
+		return nil, err
+	}
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	// Key before certificate, each by rename: the certwatcher never reads a
+	// half-written file.
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{CACertFile, caPEM}, {KeyFile, keyPEM}, {CertFile, certPEM}} {
+		if err := writeAtomic(filepath.Join(dir, f.name), f.data); err != nil {
+			return nil, err
+		}
+	}
+	return caPEM, nil
+}
+
+// newCA generates a self-signed CA valid from an hour before now (clock skew
+// with the API server) for a year: its certificate (DER and parsed) and key.
+func newCA(now time.Time) ([]byte, *x509.Certificate, *ecdsa.PrivateKey, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	caTmpl := &x509.Certificate{
 		SerialNumber:          serial(),
@@ -67,13 +94,19 @@ func Ensure(dir string, hosts []string, now time.Time) ([]byte, error) {
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		return nil, fmt.Errorf("creating CA certificate: %w", err)
+		return nil, nil, nil, fmt.Errorf("creating CA certificate: %w", err)
 	}
 	ca, _ := x509.ParseCertificate(caDER)
+	return caDER, ca, caKey, nil
+}
 
+// newServingCertificate generates a key and a serving certificate for hosts
+// (DNS names or IP addresses) signed by the CA, valid as long as it: the
+// certificate and the key (PKCS #8), both DER.
+func newServingCertificate(hosts []string, now time.Time, ca *x509.Certificate, caKey *ecdsa.PrivateKey) ([]byte, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
@@ -92,26 +125,13 @@ func Ensure(dir string, hosts []string, now time.Time) ([]byte, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
-		return nil, fmt.Errorf("creating serving certificate: %w", err)
+		return nil, nil, fmt.Errorf("creating serving certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-	// Key before certificate, each by rename: the certwatcher never reads a
-	// half-written file.
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{{CACertFile, caPEM}, {KeyFile, keyPEM}, {CertFile, certPEM}} {
-		if err := writeAtomic(filepath.Join(dir, f.name), f.data); err != nil {
-			return nil, err
-		}
-	}
-	return caPEM, nil
+	return der, keyDER, nil
 }
 
 // current returns the CA when dir holds a serving certificate signed by it,

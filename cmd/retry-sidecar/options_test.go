@@ -1,0 +1,61 @@
+package main
+
+import (
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/retrydev/retry-operator/internal/sidecar"
+)
+
+func TestParseOptions(t *testing.T) {
+	tests := map[string]struct {
+		args       []string
+		wantOK     bool
+		wantStderr string
+		check      func(t *testing.T, o sidecar.Options)
+	}{
+		"no flags gives the defaults": {
+			wantOK: true,
+			check: func(t *testing.T, o sidecar.Options) {
+				if o.Listen != "127.0.0.1:15001" || o.LogLevel != slog.LevelInfo || o.DrainTimeout != 20*time.Second || len(o.Sources.PolicyFiles) != 0 {
+					t.Errorf("got %+v", o)
+				}
+			},
+		},
+		"--policy-file is repeatable and comma-separated": {
+			args: []string{"--policy-file=a.yaml,b.yaml", "--policy-file", "c.yaml", "--log-level=debug"}, wantOK: true,
+			check: func(t *testing.T, o sidecar.Options) {
+				if !slices.Equal(o.Sources.PolicyFiles, []string{"a.yaml", "b.yaml", "c.yaml"}) || o.LogLevel != slog.LevelDebug {
+					t.Errorf("got %+v", o)
+				}
+			},
+		},
+		"an unknown log level is a usage error": {
+			args: []string{"--log-level=loud"}, wantStderr: "retry-sidecar: --log-level: ",
+		},
+		"a positional argument is a usage error": {
+			args: []string{"extra"}, wantStderr: `retry-sidecar: unexpected arguments ["extra"]`,
+		},
+		"an unknown flag is a usage error": {
+			args: []string{"--no-such-flag"}, wantStderr: "flag provided but not defined: -no-such-flag",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var stderr strings.Builder
+			o, ok := parseOptions(tc.args, &stderr)
+			if ok != tc.wantOK {
+				t.Fatalf("ok = %v, want %v (stderr %q)", ok, tc.wantOK, stderr.String())
+			}
+			if !strings.HasPrefix(stderr.String(), tc.wantStderr) || (tc.wantStderr == "" && stderr.Len() > 0) {
+				t.Errorf("stderr %q, want it to start with %q", stderr.String(), tc.wantStderr)
+			}
+			if tc.check != nil {
+				tc.check(t, o)
+			}
+		})
+	}
+}
