@@ -39,7 +39,10 @@ type conn struct {
 	bw     *bufio.Writer
 	res    response
 	watch  watcher
-	tmpl   http.Request // zero: WithContext copies it into each request
+	// unreadBody: the last request's body was not read to its end, so the
+	// app may still be sending it when the connection closes.
+	unreadBody bool
+	tmpl       http.Request // zero: WithContext copies it into each request
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -56,7 +59,7 @@ func (c *conn) serve() {
 	defer func() {
 		c.srv.track(c, false)
 		if !handedOff {
-			c.nc.Close()
+			c.close()
 		}
 	}()
 	for {
@@ -136,6 +139,24 @@ func (c *conn) handOff() bool {
 	return c.srv.handoff.give(&prefixConn{Conn: c.nc, prefix: prefix})
 }
 
+// rstAvoidanceDelay is how long a connection whose request body was left
+// unread stays half-closed before it is closed (net/http's figure): closing
+// with unread bytes would send a reset, and the app's client could lose the
+// response it has not read yet (an early 413, say).
+const rstAvoidanceDelay = 500 * time.Millisecond
+
+// close closes the connection, after a half-close and rstAvoidanceDelay if
+// the app may still be sending a request body.
+func (c *conn) close() {
+	if c.unreadBody {
+		c.bw.Flush()
+		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			time.Sleep(rstAvoidanceDelay)
+		}
+	}
+	c.nc.Close()
+}
+
 // serveOne answers one request and reports whether the connection stays open
 // for the next.
 func (c *conn) serveOne(h *head) (keepAlive bool) {
@@ -165,7 +186,11 @@ func (c *conn) serveOne(h *head) (keepAlive bool) {
 		return false
 	}
 	c.res.finish()
-	return c.res.keepAlive() && (b == nil || b.discard())
+	if b != nil && !b.discard() {
+		c.unreadBody = true
+		return false
+	}
+	return c.res.keepAlive()
 }
 
 // callHandler runs the handler and reports whether it panicked (an

@@ -486,3 +486,28 @@ func TestABodyReadAfterTheHandlerReturnedIsClosedAndTheNextRequestIntact(t *test
 		t.Fatalf("a read after the handler returned: %v, want the closed-body error", err)
 	}
 }
+
+func TestAnEarlyAnswerToALargeUploadReachesTheApp(t *testing.T) {
+	p := newPair(t, func(*recorder) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+		})
+	})
+	body := strings.Repeat("x", 8<<20)
+	for _, addr := range []string{p.fastAddr, p.stdAddr} {
+		for i := 0; i < 5; i++ {
+			resp, err := http.Post("http://"+addr+"/upload", "application/octet-stream", strings.NewReader(body))
+			if err != nil {
+				t.Fatalf("%s, upload %d: %v; want the 413", addr, i, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge {
+				t.Fatalf("%s, upload %d: status %d, want 413", addr, i, resp.StatusCode)
+			}
+		}
+	}
+	if p.fast.Served() != 5 {
+		t.Fatalf("the fast path served %d uploads, want 5", p.fast.Served())
+	}
+}

@@ -1,12 +1,9 @@
 package retryhttp
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
@@ -87,30 +84,11 @@ func (c *call) hold(pc *retrypolicy.Pacer, now, until time.Time, reason retrypol
 // X-Retry-Not-Before (the hold's end rounded up to the whole second),
 // X-Retry-Outcome deferred and X-Retry-Attempts (0 for a first attempt).
 func (c *call) answerHeld(n int, until time.Time) *http.Response {
-	c.closeRequestBody()
-	c.releaseReplayMemory()
-	if n == 1 {
-		c.closeUnsentBody()
-	}
-	now := c.clk.Now()
-	secs := max(ceilSeconds(until.Sub(now)), 1)
+	secs := max(ceilSeconds(until.Sub(c.clk.Now())), 1)
 	notBefore := retrypolicy.CeilSecond(until)
-	const msg = "retry: upstream quota exhausted; request not sent before X-Retry-Not-Before\n"
-	resp := &http.Response{
-		Status:     "429 Too Many Requests",
-		StatusCode: http.StatusTooManyRequests,
-		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{
-			"Content-Type":  {"text/plain; charset=utf-8"},
-			"Retry-After":   {strconv.FormatInt(secs, 10)},
-			HeaderOutcome:   {string(retrypolicy.OutcomeDeferred)},
-			HeaderAttempts:  {attemptString(n - 1)},
-			HeaderNotBefore: {retrypolicy.FormatNotBefore(notBefore)},
-		},
-		Body:          io.NopCloser(bytes.NewReader([]byte(msg))),
-		ContentLength: int64(len(msg)),
-		Request:       c.req,
-	}
+	resp := c.answerLocally(n, http.StatusTooManyRequests,
+		"retry: upstream quota exhausted; request not sent before X-Retry-Not-Before\n", secs,
+		HeaderOutcome, string(retrypolicy.OutcomeDeferred), HeaderNotBefore, retrypolicy.FormatNotBefore(notBefore))
 	if o := c.t.Observer; o != nil {
 		o.Observe(Event{Kind: EventHeld, RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
 			Path: c.req.URL.Path, Attempt: n - 1, Outcome: retrypolicy.OutcomeDeferred, NotBefore: notBefore})

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,8 +177,8 @@ type call struct {
 	timer    clock.Timer  // on an injected clock
 	rtimer   *time.Timer  // on the real clock (saves a wrapper per attempt)
 	vals     [3]string    // backing of X-Retry-Attempt (first attempt), -Outcome, -Attempts
-	fired    atomic.Int32 // which bound ended the attempt: firedNone, firedPerTry, firedDeadline
-	firedWhy int32
+	fired    atomic.Int32 // a bound: the attempt's timer sets it from another goroutine
+	firedWhy bound        // fired, read once the attempt's headers or error arrived
 	ticket   retrypolicy.Ticket
 
 	// the returned response body
@@ -185,9 +186,21 @@ type call struct {
 	doneOnce sync.Once
 }
 
-// The bound that ended an attempt before its response headers.
+// bound is the limit that ended an attempt before its response headers.
+type bound int32
+
+func (b bound) String() string {
+	switch b {
+	case firedPerTry:
+		return "perTryTimeout"
+	case firedDeadline:
+		return "deadline"
+	}
+	return "none"
+}
+
 const (
-	firedNone     int32 = iota
+	firedNone     bound = iota
 	firedPerTry         // perTryTimeout
 	firedDeadline       // the logical request's deadline
 )
@@ -340,12 +353,12 @@ func (c *call) admit(ctx context.Context, limits *retrypolicy.Limits, n int) (ad
 func (c *call) send(out *http.Request) (*http.Response, time.Time, error) {
 	resp, err := c.t.inner().RoundTrip(out)
 	received := c.clk.Now()
-	if !c.stopTimer() && c.fired.Load() != firedNone && err == nil {
+	if !c.stopTimer() && bound(c.fired.Load()) != firedNone && err == nil {
 		// The timer fired as the headers arrived; the body is cut.
 		resp.Body.Close()
 		resp, err = nil, context.Canceled
 	}
-	c.firedWhy = c.fired.Load()
+	c.firedWhy = bound(c.fired.Load())
 	return resp, received, err
 }
 
@@ -483,21 +496,21 @@ func (c *call) attemptRequest(ctx context.Context, n int, now time.Time) (*http.
 	// One timer bounds the attempt by the nearer of the per-try timeout and the
 	// deadline; it is stopped as soon as the response headers arrive. now is
 	// the time the attempt was admitted (read once: the clock costs a vDSO call).
-	bound, why := c.deadline.Sub(now), firedDeadline
-	if pt := c.p.PerTryTimeout(); pt > 0 && pt < bound {
-		bound, why = pt, firedPerTry
+	limit, why := c.deadline.Sub(now), firedDeadline
+	if pt := c.p.PerTryTimeout(); pt > 0 && pt < limit {
+		limit, why = pt, firedPerTry
 	}
 	actx, cancel := context.WithCancel(ctx)
 	c.cancel = cancel
-	c.fired.Store(firedNone)
-	fire := func() { c.fired.Store(why); cancel() }
+	c.fired.Store(int32(firedNone))
+	fire := func() { c.fired.Store(int32(why)); cancel() }
 	switch {
-	case bound <= 0:
+	case limit <= 0:
 		fire()
 	case c.clk == realClock:
-		c.rtimer = time.AfterFunc(bound, fire)
+		c.rtimer = time.AfterFunc(limit, fire)
 	default:
-		c.timer = c.clk.AfterFunc(bound, fire)
+		c.timer = c.clk.AfterFunc(limit, fire)
 	}
 	// A fresh shallow copy per attempt: an earlier attempt's request may still be
 	// referenced by Inner (e.g. its body still being written), so only the first
@@ -746,35 +759,43 @@ func (c *call) failDecided(d retrypolicy.Decision, attempts int, err error, phas
 // shed answers for an upstream with no capacity: a 503 whose Retry-After says
 // when capacity returns (seconds, rounded up), outcome shed (R7).
 func (c *call) shed(n int, retryAfter time.Duration) (*http.Response, error) {
-	c.closeRequestBody()
-	c.releaseReplayMemory()
-	if n == 1 {
-		c.closeUnsentBody()
-	}
-	secs := int64((retryAfter + time.Second - 1) / time.Second)
-	secs = max(secs, 1)
-	const msg = "retry: upstream capacity exhausted, shed\n"
-	resp := &http.Response{
-		Status:     "503 Service Unavailable",
-		StatusCode: http.StatusServiceUnavailable,
-		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{
-			"Content-Type":     {"text/plain; charset=utf-8"},
-			"Retry-After":      {strconv.FormatInt(secs, 10)},
-			HeaderOutcome:      {string(retrypolicy.OutcomeShed)},
-			HeaderAttempts:     {attemptString(n - 1)},
-			HeaderTimeoutPhase: {string(PhaseQueue)},
-		},
-		Body:          io.NopCloser(bytes.NewReader([]byte(msg))),
-		ContentLength: int64(len(msg)),
-		Request:       c.req,
-	}
+	secs := max(ceilSeconds(retryAfter), 1)
+	resp := c.answerLocally(n, http.StatusServiceUnavailable, "retry: upstream capacity exhausted, shed\n", secs,
+		HeaderOutcome, string(retrypolicy.OutcomeShed), HeaderTimeoutPhase, string(PhaseQueue))
 	if c.t.Observer != nil {
 		ev := Event{Phase: PhaseQueue}
 		c.observeAttempt(&ev, n, retrypolicy.Attempt{}, retrypolicy.Decision{Action: retrypolicy.Stop, Outcome: retrypolicy.OutcomeShed})
 	}
 	c.observeOutcomePhase(retrypolicy.OutcomeShed, n-1, resp.StatusCode, time.Time{}, PhaseQueue)
 	return resp, nil
+}
+
+// answerLocally releases the request's body and replay memory and returns a
+// response the Transport made itself (shed, held): status, a plain-text msg,
+// Retry-After secs, X-Retry-Attempts n-1 and the given header pairs.
+func (c *call) answerLocally(n, status int, msg string, secs int64, pairs ...string) *http.Response {
+	c.closeRequestBody()
+	c.releaseReplayMemory()
+	if n == 1 {
+		c.closeUnsentBody()
+	}
+	h := http.Header{
+		"Content-Type": {"text/plain; charset=utf-8"},
+		"Retry-After":  {strconv.FormatInt(secs, 10)},
+		HeaderAttempts: {attemptString(n - 1)},
+	}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		h[pairs[i]] = []string{pairs[i+1]}
+	}
+	return &http.Response{
+		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
+		StatusCode: status,
+		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        h,
+		Body:          io.NopCloser(strings.NewReader(msg)),
+		ContentLength: int64(len(msg)),
+		Request:       c.req,
+	}
 }
 
 func (c *call) observeAttempt(ev *Event, n int, a retrypolicy.Attempt, d retrypolicy.Decision) {
