@@ -49,6 +49,12 @@ const (
 	DefaultNoProxy  = "localhost,127.0.0.1,::1,kubernetes.default.svc"
 	DefaultImage    = "retry.dev/retry-sidecar:dev"
 	memoryLimitEnv  = "GOMEMLIMIT"
+	maxProcsEnv     = "GOMAXPROCS"
+	// defaultMaxProcs bounds the sidecar's Go scheduler when its container has
+	// no CPU limit (with one, the runtime follows the limit): on a large node
+	// the runtime would otherwise run one scheduler thread per node CPU for a
+	// proxy that needs a fraction of one (docs/performance.md#the-remaining-gap).
+	defaultMaxProcs = "2"
 )
 
 // Reason says why a pod is or is not injected. It is the event reason's detail
@@ -191,6 +197,20 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 	return out
 }
 
+// sidecarEnv is the sidecar's Go runtime settings for resources res.
+func sidecarEnv(res corev1.ResourceRequirements) []corev1.EnvVar {
+	env := []corev1.EnvVar{{
+		// Let the Go runtime collect before the kubelet kills at the limit.
+		Name: memoryLimitEnv,
+		ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
+			ContainerName: ContainerName, Resource: "limits.memory"}},
+	}}
+	if _, limited := res.Limits[corev1.ResourceCPU]; !limited {
+		env = append(env, corev1.EnvVar{Name: maxProcsEnv, Value: defaultMaxProcs})
+	}
+	return env
+}
+
 // sidecarContainer is the retry-sidecar native sidecar (an init container with
 // restartPolicy Always) with resources res, listening as in ModeEnvironment.
 func (c Config) sidecarContainer(res corev1.ResourceRequirements) corev1.Container {
@@ -206,12 +226,7 @@ func (c Config) sidecarContainer(res corev1.ResourceRequirements) corev1.Contain
 			"--pod-labels=" + PodLabelsFile,
 			"--api-credentials-dir=" + APIDir,
 		},
-		Env: []corev1.EnvVar{{
-			// Let the Go runtime collect before the kubelet kills at the limit.
-			Name: memoryLimitEnv,
-			ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
-				ContainerName: ContainerName, Resource: "limits.memory"}},
-		}},
+		Env:           sidecarEnv(res),
 		Ports:         []corev1.ContainerPort{{Name: StatsPortName, ContainerPort: v1alpha1.StatsPort, Protocol: corev1.ProtocolTCP}},
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		// The startup probe gates the app containers (a native sidecar counts as
