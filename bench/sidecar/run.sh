@@ -53,6 +53,7 @@ HAPROXY=127.0.0.1:18081
 NGINXP=127.0.0.1:18082
 SIDECAR=127.0.0.1:18090
 BASELINE=127.0.0.1:18092
+ONEPROC=127.0.0.1:18093 # the same sidecar with GOMAXPROCS=1
 # TLS origination (docs/tls.md): nginx serves TLS on TLS_UP (and four more ports
 # for cold-pool samples); HAProxy and the sidecar both originate TLS to it.
 TLS_UP=127.0.0.1:18443
@@ -163,7 +164,7 @@ EOF
 sed -e 's/retryPercent: 20, minRetriesPerSecond: 10/retryPercent: 100, minRetriesPerSecond: 10000/' \
   "$WORK/outage-budget.yaml" >"$WORK/outage-nobudget.yaml"
 
-for a in $BACKEND $HAPROXY $NGINXP $SIDECAR $BASELINE $TLS_UP $TLS_COLD $HAPROXY_TLS $NGINX_STATUS 127.0.0.1:18084 127.0.0.1:18085 127.0.0.1:18091 127.0.0.1:18095 127.0.0.1:18096; do
+for a in $BACKEND $HAPROXY $NGINXP $SIDECAR $BASELINE $ONEPROC $TLS_UP $TLS_COLD $HAPROXY_TLS $NGINX_STATUS 127.0.0.1:18084 127.0.0.1:18085 127.0.0.1:18091 127.0.0.1:18095 127.0.0.1:18096; do
   if (exec 3<>/dev/tcp/${a%:*}/${a#*:}) 2>/dev/null; then echo "port $a is busy; free it first" >&2; exit 1; fi
 done
 "$NGINX" -c "$WORK/nb/nginx.conf" -p "$WORK/nb" 2>>"$WORK/nb/error.log" & PIDS+=($!)
@@ -171,7 +172,9 @@ done
 haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 & HPID=$!; PIDS+=($HPID)
 "$WORK/retry-sidecar" --listen=$SIDECAR --admin-listen=127.0.0.1:18095 --stats-listen= --policy-file="$WORK/policy.yaml" \
   2>"$WORK/sidecar.log" & SPID=$!; PIDS+=($SPID)
-TARGETS="direct haproxy nginx sidecar"
+GOMAXPROCS=1 "$WORK/retry-sidecar" --listen=$ONEPROC --admin-listen=127.0.0.1:18098 --stats-listen= --policy-file="$WORK/policy.yaml" \
+  2>"$WORK/sidecar-1p.log" & OPID=$!; PIDS+=($OPID)
+TARGETS="direct haproxy nginx sidecar sidecar-1p"
 if [ -n "$BASELINE_REF" ]; then
   "$WORK/retry-sidecar-baseline" --listen=$BASELINE --admin-listen=127.0.0.1:18097 --policy-file="$WORK/policy.yaml" \
     2>"$WORK/baseline.log" & BPID=$!; PIDS+=($BPID)
@@ -180,7 +183,7 @@ if [ -n "$BASELINE_REF" ]; then
 fi
 
 wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/${1%:*}/${1#*:}) 2>/dev/null && return 0; sleep 0.1; done; echo "no listener on $1" >&2; exit 1; }
-for a in $BACKEND $HAPROXY $NGINXP $SIDECAR $TLS_UP $HAPROXY_TLS ${wait_port_later:-}; do wait_port "$a"; done
+for a in $BACKEND $HAPROXY $NGINXP $SIDECAR $ONEPROC $TLS_UP $HAPROXY_TLS ${wait_port_later:-}; do wait_port "$a"; done
 curl -fsS -o /dev/null http://127.0.0.1:18095/readyz
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 sleep 1
@@ -207,18 +210,18 @@ TLS_DIRECT_HS_MS=$(median <"$WORK/tls_direct_hs" | awk '{printf "%.3f", $1*1000}
 TLS_FIRST_MS=$(awk -v c="$TLS_COLD_MS" -v w="$TLS_WARM_MS" 'BEGIN{printf "%.3f", c-w}')
 # CPU time (utime+stime, clock ticks) of a proxy: the process and its children
 # (nginx's workers; HAProxy's threads are in its own process's counters).
-pid_of() { case $1 in haproxy) echo $HPID;; nginx) echo $NPID;; sidecar) echo $SPID;; baseline) echo $BPID;; *) echo "";; esac; }
-cpu_ticks() {
-  local t=0 p f
-  [ -z "$1" ] && { echo 0; return; }
+pid_of() { case $1 in haproxy) echo $HPID;; nginx) echo $NPID;; sidecar) echo $SPID;; sidecar-1p) echo $OPID;; baseline) echo $BPID;; *) echo "";; esac; }
+cpu_ticks() { # "user system"
+  local u=0 k=0 p f
+  [ -z "$1" ] && { echo "0 0"; return; }
   for p in $1 $(pgrep -P "$1" || true); do
     f=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null) || continue
-    t=$(( t + $(echo "$f" | awk '{print $12 + $13}') ))
+    u=$(( u + $(echo "$f" | awk '{print $12}') )); k=$(( k + $(echo "$f" | awk '{print $13}') ))
   done
-  echo $t
+  echo "$u $k"
 }
 CLK_TCK=$(getconf CLK_TCK)
-addr() { case $1 in direct) echo $BACKEND;; haproxy) echo $HAPROXY;; nginx) echo $NGINXP;; sidecar) echo $SIDECAR;; baseline) echo $BASELINE;; esac; }
+addr() { case $1 in direct) echo $BACKEND;; haproxy) echo $HAPROXY;; nginx) echo $NGINXP;; sidecar) echo $SIDECAR;; sidecar-1p) echo $ONEPROC;; baseline) echo $BASELINE;; esac; }
 
 : >"$WORK/results"
 RSS_LOAD=0
@@ -229,15 +232,15 @@ for round in $(seq "$ROUNDS"); do
     echo "$t rps $rps" >>"$WORK/results"
   done
   for t in $TARGETS; do
-    pid=$(pid_of "$t"); cpu0=$(cpu_ticks "$pid")
+    pid=$(pid_of "$t"); read -r user0 sys0 < <(cpu_ticks "$pid")
     if [ "$t" = sidecar ]; then
       # absolute-form through the proxy, exactly what HTTP_PROXY clients send
       ( peak=0; while kill -0 $SPID 2>/dev/null; do r=$(rss_kib $SPID); [ "$r" -gt "$peak" ] && peak=$r && echo $peak >"$WORK/rss_peak"; sleep 0.2; done ) & SAMPLER=$!
       json=$("$WORK/loadgen" rate -url "http://$BACKEND/" -proxy $SIDECAR -rate "$RATE" -duration "${DURATION}s")
       kill $SAMPLER 2>/dev/null || true; wait $SAMPLER 2>/dev/null || true
       RSS_LOAD=$(( $(cat "$WORK/rss_peak") > RSS_LOAD ? $(cat "$WORK/rss_peak") : RSS_LOAD ))
-    elif [ "$t" = baseline ]; then
-      json=$("$WORK/loadgen" rate -url "http://$BACKEND/" -proxy $BASELINE -rate "$RATE" -duration "${DURATION}s")
+    elif [ "$t" = baseline ] || [ "$t" = sidecar-1p ]; then
+      json=$("$WORK/loadgen" rate -url "http://$BACKEND/" -proxy "$(addr $t)" -rate "$RATE" -duration "${DURATION}s")
     else
       json=$("$WORK/loadgen" rate -url "http://$(addr $t)/" -rate "$RATE" -duration "${DURATION}s")
     fi
@@ -247,8 +250,9 @@ for round in $(seq "$ROUNDS"); do
     if [ -n "$pid" ]; then
       # CPU seconds per 100k requests: warm-up and measured requests together.
       sent=$(echo "$json" | sed -E 's/.*"sent":([0-9]+).*/\1/')
-      awk -v d=$(( $(cpu_ticks "$pid") - cpu0 )) -v hz="$CLK_TCK" -v n=$(( sent + 400 )) -v t="$t" \
-        'BEGIN { printf "%s cpu100k %.3f\n", t, d / hz / n * 100000 }' >>"$WORK/results"
+      read -r user1 sys1 < <(cpu_ticks "$pid")
+      awk -v u=$(( user1 - user0 )) -v k=$(( sys1 - sys0 )) -v hz="$CLK_TCK" -v n=$(( sent + 400 )) -v t="$t" \
+        'BEGIN { printf "%s cpu100k %.3f\n%s sys100k %.3f\n", t, (u + k) / hz / n * 100000, t, k / hz / n * 100000 }' >>"$WORK/results"
     fi
     echo "$t p50 $p50" >>"$WORK/results"; echo "$t p99 $p99" >>"$WORK/results"; echo "$t errors $errs" >>"$WORK/results"
   done
@@ -281,7 +285,7 @@ AMP_NONE=$(outage "$WORK/outage-nobudget.yaml" 18085)
 
 get() { { grep "^$1 $2 " "$WORK/results" || true; } | awk '{print $3}' | median; }
 declare -A V
-for t in $TARGETS; do for k in rps p50 p99 errors cpu100k; do V[$t.$k]=$(get $t $k); done; done
+for t in $TARGETS; do for k in rps p50 p99 errors cpu100k sys100k; do V[$t.$k]=$(get $t $k); done; done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 == 0) print "n/a"; else printf "%.2f", a/b }'; }
 ms() { awk -v u="$1" 'BEGIN { printf "%.3f", u/1000 }'; }
 over() { awk -v a="$1" -v d="$2" 'BEGIN { printf "%+.3f", (a-d)/1000 }'; }
@@ -304,18 +308,20 @@ verdict() { if awk "BEGIN{exit !($1)}"; then echo met; else echo MISSED; fi; }
   echo "Closed loop: \`wrk -t2 -c$CONNS -d${DURATION}s\` (origin-form with \`Host:\`, routed by Host). Fixed rate:"
   echo "\`bench/sidecar/loadgen rate\` at $RATE req/s for ${DURATION}s after a warm-up (the sidecar in absolute-form via"
   echo "its proxy address, as \`HTTP_PROXY\` clients send). $ROUNDS interleaved rounds; medians. Overhead = target − direct."
+  echo "\`sidecar-1p\` is the same sidecar with \`GOMAXPROCS=1\` (one Go scheduler: what a pod with a CPU limit of 1 gets)."
   if [ -n "$BASELINE_REF" ]; then echo "\`baseline\` is the sidecar of \`$BASELINE_REF\` ($BASELINE_SHA), measured in the same rounds."; fi
   echo
-  echo "| target | throughput (req/s) | vs HAProxy | p50 (ms) | p50 overhead (ms) | p99 (ms) | p99 overhead (ms) | errors | CPU s per 100k req at $RATE req/s | vs HAProxy |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| target | throughput (req/s) | vs HAProxy | p50 (ms) | p50 overhead (ms) | p99 (ms) | p99 overhead (ms) | errors | CPU s per 100k req at $RATE req/s | of it in the kernel | vs HAProxy |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for t in $TARGETS; do
-    cpu=${V[$t.cpu100k]}; cr=$(ratio "$cpu" "${V[haproxy.cpu100k]}")
-    [ "$t" = direct ] && cpu="—" && cr="—"
-    echo "| $t | ${V[$t.rps]} | $(ratio "${V[$t.rps]}" "${V[haproxy.rps]}") | $(ms "${V[$t.p50]}") | $(over "${V[$t.p50]}" "${V[direct.p50]}") | $(ms "${V[$t.p99]}") | $(over "${V[$t.p99]}" "${V[direct.p99]}") | ${V[$t.errors]} | $cpu | $cr |"
+    cpu=${V[$t.cpu100k]}; cr=$(ratio "$cpu" "${V[haproxy.cpu100k]}"); sys=${V[$t.sys100k]}
+    [ "$t" = direct ] && cpu="—" && cr="—" && sys="—"
+    echo "| $t | ${V[$t.rps]} | $(ratio "${V[$t.rps]}" "${V[haproxy.rps]}") | $(ms "${V[$t.p50]}") | $(over "${V[$t.p50]}" "${V[direct.p50]}") | $(ms "${V[$t.p99]}") | $(over "${V[$t.p99]}" "${V[direct.p99]}") | ${V[$t.errors]} | $cpu | $sys | $cr |"
   done
   echo
   echo "CPU: utime+stime of the proxy's processes (\`/proc/PID/stat\`; nginx master and workers summed, HAProxy's"
   echo "threads are one process) over each fixed-rate run, warm-up included, per 100,000 requests; medians."
+  echo "\"Of it in the kernel\" is the stime part: system calls, the loopback TCP stack, wake-ups."
   echo
   echo "| target | measured | |"
   echo "|---|---|---|"

@@ -42,7 +42,10 @@ func (w *response) reset(c *conn, req *http.Request, b *body) {
 	} else {
 		clear(h)
 	}
-	*w = response{c: c, req: req, body: b, header: h, length: -1, close: req.Close}
+	// Field by field: the 2 KiB store is overwritten as it is used, never zeroed.
+	w.c, w.req, w.body, w.header = c, req, b, h
+	w.status, w.head, w.chunked, w.close = 0, false, false, req.Close
+	w.length, w.written, w.failed = -1, 0, nil
 	w.pending = w.store[:0]
 }
 
