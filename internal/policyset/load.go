@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -172,6 +174,9 @@ func CompileUpstreams(policies []Policy) (*retrypolicy.Set, map[*retrypolicy.Pol
 	}
 	var compiled []*retrypolicy.Policy
 	for _, p := range policies {
+		if n := len(p.Upstreams); n > retrypolicy.MaxUpstreams {
+			return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams: must have at most %d items (got %d)", p.Namespace, p.Name, retrypolicy.MaxUpstreams, n)
+		}
 		for i, u := range p.Upstreams {
 			cfg, err := ToConfig(u)
 			if err != nil {
@@ -197,21 +202,31 @@ func CompileUpstreams(policies []Policy) (*retrypolicy.Set, map[*retrypolicy.Pol
 
 // ToConfig converts a rendered (defaulted) upstream to the plain-Go config of
 // pkg/retrypolicy. Absent optionals fall back to the API defaults so a document
-// written by hand still means what the API says.
+// written by hand still means what the API says. It refuses, with the field path
+// and the allowed values, what the Config cannot carry and Compile therefore
+// cannot judge: the name (Compile's may be qualified), the text of durations,
+// the fleet-wide rate limit (Compile sees the pod's share) and tls. The rules
+// are the API's (pkg/retrypolicy's rules.go, v1alpha1.ValidateTLS).
 func ToConfig(u Upstream) (retrypolicy.Config, error) {
 	up := u.DeepCopy()
 	p := &v1alpha1.RetryPolicy{Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{*up}}}
 	v1alpha1.SetDefaults(p)
 	d := p.Spec.Upstreams[0]
 	var err error
+	bad := func(field, problem string, got any) {
+		if err == nil && problem != "" {
+			err = &retrypolicy.FieldError{Field: field, Detail: fmt.Sprintf("%s (got %v)", problem, got)}
+		}
+	}
+	if d.Name != "" {
+		bad("name", retrypolicy.NameProblem(d.Name), strconv.Quote(d.Name))
+	}
 	dur := func(field string, v *v1alpha1.Duration) time.Duration {
-		if v == nil || err != nil {
+		if v == nil {
 			return 0
 		}
-		x, e := time.ParseDuration(string(*v))
-		if e != nil {
-			err = fmt.Errorf("%s: %w", field, e)
-		}
+		x, problem := retrypolicy.ParseDuration(string(*v))
+		bad(field, problem, strconv.Quote(string(*v)))
 		return x
 	}
 	cfg := retrypolicy.Config{
@@ -234,8 +249,14 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 	}
 	if d.IdempotencyKey != nil {
 		cfg.IdempotencyKeyHeader = d.IdempotencyKey.Header
+		if d.IdempotencyKey.Header == "" {
+			bad("idempotencyKey.header", "must be an HTTP header name such as Idempotency-Key", `""`)
+		}
 	}
 	if r := d.RateLimit; r != nil {
+		// The fleet's quota as written; Compile checks the pod's share.
+		bad(retrypolicy.RequestsPerMinuteRange.Path, retrypolicy.RequestsPerMinuteRange.Problem(int64(r.RequestsPerMinute)), r.RequestsPerMinute)
+		bad(retrypolicy.BurstRange.Path, retrypolicy.BurstRange.Problem(int64(*r.Burst)), *r.Burst)
 		perMinute := u.PodRequestsPerMinute
 		if perMinute <= 0 {
 			perMinute = float64(r.RequestsPerMinute)
@@ -254,6 +275,11 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 			MaxInFlight:  int(c.MaxInFlight),
 			MaxQueued:    int(*c.MaxQueued),
 			QueueTimeout: dur("concurrency.queueTimeout", c.QueueTimeout),
+		}
+	}
+	if d.TLS != nil && err == nil {
+		if errs := v1alpha1.ValidateTLS(d.TLS, field.NewPath("tls")); len(errs) > 0 {
+			err = errs[0]
 		}
 	}
 	return cfg, err
