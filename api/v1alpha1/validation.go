@@ -24,6 +24,7 @@ import (
 
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
@@ -320,8 +321,8 @@ func ValidateTLS(t *UpstreamTLS, p *field.Path) field.ErrorList {
 	for i, r := range t.CACertificateRefs {
 		if r.Name == "" {
 			errs = append(errs, field.Required(rp.Index(i).Child("name"), "the name of a ConfigMap in the policy's namespace with key "+CACertificateKey))
-		} else if msg := retrypolicy.DNSNameProblem(r.Name); msg != "" {
-			errs = append(errs, field.Invalid(rp.Index(i).Child("name"), r.Name, "must be a ConfigMap name: "+msg))
+		} else if msgs := validation.IsDNS1123Subdomain(r.Name); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(rp.Index(i).Child("name"), r.Name, "must be a ConfigMap name: "+strings.Join(msgs, "; ")))
 		}
 	}
 	if w := t.WellKnownCACertificates; w != nil {

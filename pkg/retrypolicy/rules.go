@@ -127,16 +127,23 @@ func AttemptsProblem(n int) string {
 	return ""
 }
 
-// NameProblem checks an upstream name: a DNS-1123 label.
+// NamePattern is the grammar of an upstream name (a DNS-1123 label, at most
+// MaxNameLength long); DNSNamePattern that of a DNS-1123 subdomain, whose labels
+// are also at most MaxNameLength long and which is at most MaxDNSNameLength long.
+const (
+	NamePattern    = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	DNSNamePattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+)
+
+// NameProblem checks an upstream name: a DNS-1123 label (NamePattern).
 func NameProblem(name string) string {
-	if name == "" || len(name) > MaxNameLength || !isLabel(name) {
+	if len(name) > MaxNameLength || !isLabel(name) {
 		return fmt.Sprintf("must be a DNS-1123 label such as payments-api: 1-%d of a-z, 0-9 and '-', not starting or ending with '-'", MaxNameLength)
 	}
 	return ""
 }
 
-// DNSNameProblem checks a DNS-1123 subdomain, lower-case (tls.hostname, a
-// ConfigMap name).
+// DNSNameProblem checks a DNS name (DNSNamePattern): tls.hostname.
 func DNSNameProblem(s string) string {
 	if !isHostName(s) {
 		return notHostName
