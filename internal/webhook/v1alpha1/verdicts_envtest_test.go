@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -55,6 +56,7 @@ var apiServer struct {
 // stops whatever was started once the tests are done.
 func TestMain(m *testing.M) {
 	flag.Parse()
+	ctrl.SetLogger(logr.Discard())
 	fuzzing := flag.Lookup("test.fuzz").Value.String() != ""
 	worker := flag.Lookup("test.fuzzworker").Value.String() == "true"
 	if fuzzing && !worker {
