@@ -5,6 +5,7 @@ package policysettest
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 )
 
@@ -125,6 +126,31 @@ func Upstream(patch string, choices []byte) (u map[string]any, ok bool) {
 	}
 	return u, true
 }
+
+// Upstreams returns the upstreams of a policy: first, then more shaped by
+// shape: shape&0x1f (mod 18) more valid upstreams u1, u2, … (so the policy has
+// up to 18, two beyond the limit); with shape&0x40 the second takes the first's
+// name, with shape&0x80 it claims the first's first host.
+func Upstreams(first map[string]any, shape uint8) []map[string]any {
+	out := []map[string]any{first}
+	for i := range int(shape&0x1f) % 18 {
+		out = append(out, map[string]any{"name": "u" + strconv.Itoa(i+1), "hosts": []any{"u" + strconv.Itoa(i+1) + ".svc"}})
+	}
+	if len(out) < 2 {
+		return out
+	}
+	if shape&0x40 != 0 {
+		out[1]["name"] = first["name"]
+	}
+	if hosts, ok := first["hosts"].([]any); ok && len(hosts) > 0 && shape&0x80 != 0 {
+		out[1]["hosts"] = []any{hosts[0]}
+	}
+	return out
+}
+
+// ShapeSeeds are shapes for Upstreams: one upstream, the limit and one beyond,
+// a name used twice, a host claimed twice.
+var ShapeSeeds = []uint8{0, 1, 15, 16, 0x41, 0x81}
 
 type chooser struct {
 	b []byte
