@@ -60,6 +60,9 @@ func TestCRDMarkersEqualRules(t *testing.T) {
 		want[d+" pattern"] = retrypolicy.DurationPattern()
 	}
 
+	if got, want := fmt.Sprint([]v1alpha1.Jitter{v1alpha1.JitterFull, v1alpha1.JitterEqual, v1alpha1.JitterNone}), fmt.Sprint(retrypolicy.Jitters()); got != want {
+		t.Errorf("v1alpha1's jitter constants are %s, pkg/retrypolicy's %s", got, want)
+	}
 	crd := readCRD(t)
 	version := crd["spec"].(map[string]any)["versions"].([]any)[0].(map[string]any)
 	root := version["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)

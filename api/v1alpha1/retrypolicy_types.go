@@ -19,8 +19,6 @@ package v1alpha1
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 // The schema below is the first of three validation layers (schema + CEL, the
@@ -39,11 +37,11 @@ import (
 // +kubebuilder:validation:Enum=Full;Equal;None
 type Jitter string
 
-// The jitter modes are pkg/retrypolicy's.
+// The jitter modes: pkg/retrypolicy's Jitters (TestCRDMarkersEqualRules).
 const (
-	JitterFull  = Jitter(retrypolicy.JitterFull)
-	JitterEqual = Jitter(retrypolicy.JitterEqual)
-	JitterNone  = Jitter(retrypolicy.JitterNone)
+	JitterFull  Jitter = "Full"
+	JitterEqual Jitter = "Equal"
+	JitterNone  Jitter = "None"
 )
 
 // RetryPolicySpec selects pods and says how their outbound HTTP calls to each
