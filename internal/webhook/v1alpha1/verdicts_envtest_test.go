@@ -17,6 +17,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -24,7 +25,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +32,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -56,7 +57,7 @@ var apiServer struct {
 // stops whatever was started once the tests are done.
 func TestMain(m *testing.M) {
 	flag.Parse()
-	ctrl.SetLogger(logr.Discard())
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	fuzzing := flag.Lookup("test.fuzz").Value.String() != ""
 	worker := flag.Lookup("test.fuzzworker").Value.String() == "true"
 	if fuzzing && !worker {
