@@ -26,6 +26,28 @@ func PolicyObject(ns, name string, upstreams ...map[string]any) map[string]any {
 	}
 }
 
+// Selectors are podSelectors for WithSelector: valid ones and ones that are
+// not label selectors at all.
+var Selectors = []map[string]any{
+	{},
+	{"matchLabels": map[string]any{"app": "checkout"}},
+	{"matchExpressions": []any{map[string]any{"key": "app", "operator": "NotIn", "values": []any{"a", "b"}}}},
+	{"matchLabels": map[string]any{"app": "not valid!"}},
+	{"matchLabels": map[string]any{"bad key!": "x"}},
+	{"matchExpressions": []any{map[string]any{"key": "app", "operator": "In", "values": []any{}}}},
+	{"matchExpressions": []any{map[string]any{"key": "app", "operator": "Exists", "values": []any{"a"}}}},
+	{"matchExpressions": []any{map[string]any{"key": "app", "operator": "Near"}}},
+}
+
+// WithSelector sets obj's spec.podSelector to Selectors[i-1]; i = 0 (or out of
+// range) leaves it absent.
+func WithSelector(obj map[string]any, i int) map[string]any {
+	if i > 0 && i <= len(Selectors) {
+		obj["spec"].(map[string]any)["podSelector"] = Selectors[i-1]
+	}
+	return obj
+}
+
 // Verdicts is what the Go layers say about one policy object.
 type Verdicts struct {
 	// Validate is v1alpha1.Validate's verdict after SetDefaults (what the
@@ -70,7 +92,13 @@ func LocalVerdicts(obj map[string]any, readyPods int32) (v Verdicts, decoded boo
 		v.Sidecar = err
 		return v, true
 	}
-	selected, err := policyset.Select(doc, map[string]string{"app": "x"})
+	// A pod with labels makes the sidecar read the selector; every policy is
+	// then compiled, as for a pod it selects.
+	if _, err := policyset.Select(doc, map[string]string{}); err != nil {
+		v.Sidecar = err
+		return v, true
+	}
+	selected, err := policyset.Select(doc, nil)
 	if err != nil {
 		v.Sidecar = err
 		return v, true

@@ -195,9 +195,9 @@ func apiServerVerdict(t *testing.T, obj map[string]any) error {
 
 // checkVerdicts requires the API server, v1alpha1.Validate and the sidecar to
 // agree on the upstream, and returns whether they accept it.
-func checkVerdicts(t *testing.T, ups []map[string]any, readyPods int32) bool {
+func checkVerdicts(t *testing.T, ups []map[string]any, selector int, readyPods int32) bool {
 	t.Helper()
-	obj := policysettest.PolicyObject(verdictNamespace, "p", ups...)
+	obj := policysettest.WithSelector(policysettest.PolicyObject(verdictNamespace, "p", ups...), selector)
 	u := obj["spec"]
 	local, decoded := policysettest.LocalVerdicts(obj, readyPods)
 	server := apiServerVerdict(t, obj)
@@ -222,18 +222,21 @@ func checkVerdicts(t *testing.T, ups []map[string]any, readyPods int32) bool {
 // of choices that sets fields to edge values.
 func FuzzUpstreamVerdictsAgree(f *testing.F) {
 	for _, s := range policysettest.VerdictSeeds {
-		f.Add(s, []byte(nil), uint8(0), uint8(0))
+		f.Add(s, []byte(nil), uint8(0), uint8(0), uint8(0))
+	}
+	for i := range policysettest.Selectors {
+		f.Add(`{}`, []byte(nil), uint8(0), uint8(0), uint8(i+1))
 	}
 	for _, shape := range policysettest.ShapeSeeds {
-		f.Add(`{}`, []byte(nil), uint8(0), shape)
+		f.Add(`{}`, []byte(nil), uint8(0), shape, uint8(0))
 	}
-	f.Add(`{}`, []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, uint8(3), uint8(0))
-	f.Fuzz(func(t *testing.T, patch string, choices []byte, readyPods, shape uint8) {
+	f.Add(`{}`, []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, uint8(3), uint8(0), uint8(0))
+	f.Fuzz(func(t *testing.T, patch string, choices []byte, readyPods, shape, selector uint8) {
 		u, ok := policysettest.Upstream(patch, choices)
 		if !ok {
 			t.Skip("the patch is not a JSON object")
 		}
-		checkVerdicts(t, policysettest.Upstreams(u, shape), int32(readyPods))
+		checkVerdicts(t, policysettest.Upstreams(u, shape), int(selector), int32(readyPods))
 	})
 }
 
@@ -252,7 +255,7 @@ func TestUpstreamVerdictsAgreeOnRandomUpstreams(t *testing.T) {
 			}
 		}
 		u, _ := policysettest.Upstream(`{}`, choices)
-		if checkVerdicts(t, policysettest.Upstreams(u, 0), int32(rng.UintN(5))) {
+		if checkVerdicts(t, policysettest.Upstreams(u, 0), 0, int32(rng.UintN(5))) {
 			accepted++
 		}
 	}
