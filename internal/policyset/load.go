@@ -212,21 +212,15 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 	p := &v1alpha1.RetryPolicy{Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{*up}}}
 	v1alpha1.SetDefaults(p)
 	d := p.Spec.Upstreams[0]
-	var err error
-	bad := func(field, problem string, got any) {
-		if err == nil && problem != "" {
-			err = &retrypolicy.FieldError{Field: field, Detail: fmt.Sprintf("%s (got %v)", problem, got)}
-		}
-	}
-	if d.Name != "" {
-		bad("name", retrypolicy.NameProblem(d.Name), strconv.Quote(d.Name))
-	}
+	err := checkBeyondConfig(d)
 	dur := func(field string, v *v1alpha1.Duration) time.Duration {
-		if v == nil {
+		if v == nil || err != nil {
 			return 0
 		}
 		x, problem := retrypolicy.ParseDuration(string(*v))
-		bad(field, problem, strconv.Quote(string(*v)))
+		if problem != "" {
+			err = fieldError(field, problem, strconv.Quote(string(*v)))
+		}
 		return x
 	}
 	cfg := retrypolicy.Config{
@@ -249,14 +243,8 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 	}
 	if d.IdempotencyKey != nil {
 		cfg.IdempotencyKeyHeader = d.IdempotencyKey.Header
-		if d.IdempotencyKey.Header == "" {
-			bad("idempotencyKey.header", "must be an HTTP header name such as Idempotency-Key", `""`)
-		}
 	}
 	if r := d.RateLimit; r != nil {
-		// The fleet's quota as written; Compile checks the pod's share.
-		bad(retrypolicy.RequestsPerMinuteRange.Path, retrypolicy.RequestsPerMinuteRange.Problem(int64(r.RequestsPerMinute)), r.RequestsPerMinute)
-		bad(retrypolicy.BurstRange.Path, retrypolicy.BurstRange.Problem(int64(*r.Burst)), *r.Burst)
 		perMinute := u.PodRequestsPerMinute
 		if perMinute <= 0 {
 			perMinute = float64(r.RequestsPerMinute)
@@ -277,12 +265,42 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 			QueueTimeout: dur("concurrency.queueTimeout", c.QueueTimeout),
 		}
 	}
-	if d.TLS != nil && err == nil {
-		if errs := v1alpha1.ValidateTLS(d.TLS, field.NewPath("tls")); len(errs) > 0 {
-			err = errs[0]
+	return cfg, err
+}
+
+// checkBeyondConfig checks the fields of a defaulted upstream that
+// retrypolicy.Config does not carry as written, so Compile cannot: the name
+// (Compile's may be qualified), an empty idempotency key header (Compile's ""
+// means none), the fleet-wide rate limit (Compile sees the pod's share) and
+// tls. The rules are the API's: pkg/retrypolicy's rules.go and
+// v1alpha1.ValidateTLS.
+func checkBeyondConfig(d v1alpha1.Upstream) error {
+	if d.Name != "" {
+		if problem := retrypolicy.NameProblem(d.Name); problem != "" {
+			return fieldError("name", problem, strconv.Quote(d.Name))
 		}
 	}
-	return cfg, err
+	if k := d.IdempotencyKey; k != nil && k.Header == "" {
+		return fieldError("idempotencyKey.header", "must be an HTTP header name such as Idempotency-Key", `""`)
+	}
+	if r := d.RateLimit; r != nil {
+		if problem := retrypolicy.RequestsPerMinuteRange.Problem(int64(r.RequestsPerMinute)); problem != "" {
+			return fieldError(retrypolicy.RequestsPerMinuteRange.Path, problem, r.RequestsPerMinute)
+		}
+		if problem := retrypolicy.BurstRange.Problem(int64(*r.Burst)); problem != "" {
+			return fieldError(retrypolicy.BurstRange.Path, problem, *r.Burst)
+		}
+	}
+	if d.TLS != nil {
+		if errs := v1alpha1.ValidateTLS(d.TLS, field.NewPath("tls")); len(errs) > 0 {
+			return errs[0]
+		}
+	}
+	return nil
+}
+
+func fieldError(path, problem string, got any) error {
+	return &retrypolicy.FieldError{Field: path, Detail: fmt.Sprintf("%s (got %v)", problem, got)}
 }
 
 func isOnlyComments(raw []byte) bool {
