@@ -268,6 +268,18 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 	return cfg, err
 }
 
+func isOnlyComments(raw []byte) bool {
+	for _, line := range strings.Split(string(raw), "\n") {
+		t := strings.TrimSpace(line)
+		if t != "" && !strings.HasPrefix(t, "#") {
+			return false
+		}
+	}
+	return true
+}
+
+func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
+
 // checkBeyondConfig checks the fields of a defaulted upstream that
 // retrypolicy.Config does not carry as written, so Compile cannot: the name
 // (Compile's may be qualified), an empty idempotency key header (Compile's ""
@@ -302,15 +314,3 @@ func checkBeyondConfig(d v1alpha1.Upstream) error {
 func fieldError(path, problem string, got any) error {
 	return &retrypolicy.FieldError{Field: path, Detail: fmt.Sprintf("%s (got %v)", problem, got)}
 }
-
-func isOnlyComments(raw []byte) bool {
-	for _, line := range strings.Split(string(raw), "\n") {
-		t := strings.TrimSpace(line)
-		if t != "" && !strings.HasPrefix(t, "#") {
-			return false
-		}
-	}
-	return true
-}
-
-func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
