@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"testing"
 )
 
 // This file generates RetryPolicy specs for the differential tests that ask the
@@ -205,4 +206,31 @@ func methods(n int) []any {
 		out[i] = "M" + string(rune('A'+i))
 	}
 	return out
+}
+
+// AddSeeds adds the seed corpus of a verdict fuzz target whose arguments are
+// (patch string, choices []byte, readyPods, shape, selector uint8): every
+// VerdictSeeds patch, every selector, every shape and two choice streams.
+func AddSeeds(f *testing.F) {
+	for _, s := range VerdictSeeds {
+		f.Add(s, []byte(nil), uint8(0), uint8(0), uint8(0))
+	}
+	for i := range Selectors {
+		f.Add(`{}`, []byte(nil), uint8(0), uint8(0), uint8(i+1))
+	}
+	for _, shape := range ShapeSeeds {
+		f.Add(`{}`, []byte(nil), uint8(0), shape, uint8(0))
+	}
+	f.Add(`{}`, []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, uint8(3), uint8(0), uint8(0))
+	f.Add(`{}`, []byte{255, 254, 253, 252, 251, 250, 249, 248, 247, 246, 245, 244, 243, 242, 241, 240, 239, 238}, uint8(1), uint8(0), uint8(0))
+}
+
+// Object is the RetryPolicy ns/p of a fuzz input (see AddSeeds); ok is false
+// when patch is not a JSON object.
+func Object(ns, patch string, choices []byte, shape, selector uint8) (obj map[string]any, ok bool) {
+	u, ok := Upstream(patch, choices)
+	if !ok {
+		return nil, false
+	}
+	return WithSelector(PolicyObject(ns, "p", Upstreams(u, shape)...), int(selector)), true
 }

@@ -194,49 +194,40 @@ func apiServerVerdict(t *testing.T, obj map[string]any) error {
 }
 
 // checkVerdicts requires the API server, v1alpha1.Validate and the sidecar to
-// agree on the upstream, and returns whether they accept it.
-func checkVerdicts(t *testing.T, ups []map[string]any, selector int, readyPods int32) bool {
+// agree on the policy object, and returns whether they accept it.
+func checkVerdicts(t *testing.T, obj map[string]any, readyPods int32) bool {
 	t.Helper()
-	obj := policysettest.WithSelector(policysettest.PolicyObject(verdictNamespace, "p", ups...), selector)
-	u := obj["spec"]
 	local, decoded := policysettest.LocalVerdicts(obj, readyPods)
 	server := apiServerVerdict(t, obj)
+	spec := obj["spec"]
 	if !decoded {
 		if server == nil {
-			t.Fatalf("the API server accepts %v, which does not decode into the Go types", u)
+			t.Fatalf("the API server accepts %v, which does not decode into the Go types", spec)
 		}
 		return false
 	}
 	if (server == nil) != (local.Validate == nil) || (server == nil) != (local.Sidecar == nil) {
 		t.Fatalf("verdicts differ for %v:\n  API server:        %v\n  v1alpha1.Validate: %v\n  sidecar:           %v",
-			u, server, local.Validate, local.Sidecar)
+			spec, server, local.Validate, local.Sidecar)
 	}
 	if local.Meaning != "" {
-		t.Fatalf("%v: %s", u, local.Meaning)
+		t.Fatalf("%v: %s", spec, local.Meaning)
 	}
 	return server == nil
 }
 
 // FuzzUpstreamVerdictsAgree: a patch of a valid upstream (the seeds: every
-// bound ±1, empty lists, odd hosts, durations at their limits) and a stream
-// of choices that sets fields to edge values.
+// bound ±1, empty lists, odd hosts, durations at their limits), a stream of
+// choices that sets fields to edge values, the ready pods the rate limit is
+// shared by, more upstreams (shape) and a podSelector.
 func FuzzUpstreamVerdictsAgree(f *testing.F) {
-	for _, s := range policysettest.VerdictSeeds {
-		f.Add(s, []byte(nil), uint8(0), uint8(0), uint8(0))
-	}
-	for i := range policysettest.Selectors {
-		f.Add(`{}`, []byte(nil), uint8(0), uint8(0), uint8(i+1))
-	}
-	for _, shape := range policysettest.ShapeSeeds {
-		f.Add(`{}`, []byte(nil), uint8(0), shape, uint8(0))
-	}
-	f.Add(`{}`, []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, uint8(3), uint8(0), uint8(0))
+	policysettest.AddSeeds(f)
 	f.Fuzz(func(t *testing.T, patch string, choices []byte, readyPods, shape, selector uint8) {
-		u, ok := policysettest.Upstream(patch, choices)
+		obj, ok := policysettest.Object(verdictNamespace, patch, choices, shape, selector)
 		if !ok {
 			t.Skip("the patch is not a JSON object")
 		}
-		checkVerdicts(t, policysettest.Upstreams(u, shape), int(selector), int32(readyPods))
+		checkVerdicts(t, obj, int32(readyPods))
 	})
 }
 
@@ -254,8 +245,8 @@ func TestUpstreamVerdictsAgreeOnRandomUpstreams(t *testing.T) {
 				choices[i] = byte(rng.UintN(256))
 			}
 		}
-		u, _ := policysettest.Upstream(`{}`, choices)
-		if checkVerdicts(t, policysettest.Upstreams(u, 0), 0, int32(rng.UintN(5))) {
+		obj, _ := policysettest.Object(verdictNamespace, `{}`, choices, 0, 0)
+		if checkVerdicts(t, obj, int32(rng.UintN(5))) {
 			accepted++
 		}
 	}
