@@ -37,6 +37,7 @@ import (
 // +kubebuilder:validation:Enum=Full;Equal;None
 type Jitter string
 
+// The jitter modes: pkg/retrypolicy's Jitters (TestCRDMarkersEqualRules).
 const (
 	JitterFull  Jitter = "Full"
 	JitterEqual Jitter = "Equal"
@@ -123,7 +124,7 @@ type Upstream struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="!self.exists(m, m == 'POST' || m == 'PATCH')",message="POST and PATCH are not replayable by method; set idempotencyKey.header so requests that carry the key are replayed",reason="FieldValueForbidden"
-	ReplayableMethods []string `json:"replayableMethods,omitempty"`
+	ReplayableMethods []string `json:"replayableMethods,omitzero"`
 
 	// idempotencyKey makes a request replayable whatever its method when it carries
 	// this header; the same key value is sent on every attempt.
@@ -259,7 +260,7 @@ type RetryOn struct {
 	// +listType=set
 	// +kubebuilder:default={429,503}
 	// +kubebuilder:validation:MaxItems=7
-	StatusCodes []StatusCode `json:"statusCodes,omitempty"`
+	StatusCodes []StatusCode `json:"statusCodes,omitzero"`
 
 	// connectFailure retries failures where the request provably never left
 	// (connection refused, DNS failure), for every method.

@@ -208,6 +208,8 @@ func TestAPIServerDefaultsMatchGoDefaults(t *testing.T) {
 		"a policy with an empty pacing gets both pacing defaults": buildPolicy(t, ns, "pacing", "", "pacing: {}"),
 		"a policy with rateLimitHeaders keeps holdOnDeferral off": buildPolicy(t, ns, "pacing-headers", "",
 			"pacing: {rateLimitHeaders: true}"),
+		"a policy that retries no status and replays no method by method keeps both lists empty": buildPolicy(t, ns, "empty-lists", "",
+			"retryOn: {statusCodes: []}\nreplayableMethods: []\nidempotencyKey: {header: Idempotency-Key}"),
 		"a policy with tls: {} is accepted as written (System roots, request host and port)": buildPolicy(t, ns, "tls-empty", "", "tls: {}"),
 		"a policy with every tls field is accepted": buildPolicy(t, ns, "tls-full", "",
 			"tls: {hostname: api.partner.example, port: 8443, caCertificateRefs: [{name: partner-ca}, {name: partner-ca-next}]}"),

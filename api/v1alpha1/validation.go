@@ -18,7 +18,6 @@ package v1alpha1
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -31,26 +30,10 @@ import (
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
-// Limits shared by the schema markers in retrypolicy_types.go and Validate. The
-// markers cannot reference Go constants, so a test compares them with the CRD.
-const (
-	MaxUpstreams          = 16
-	MaxHostsPerUpstream   = 32
-	MinAttempts           = retrypolicy.MinAttempts
-	MaxAttemptsLimit      = retrypolicy.MaxAttempts
-	MaxReplayBodyLimit    = 16 << 20
-	MaxReplayableMethods  = 16
-	MaxRequestsPerMinute  = 6_000_000
-	MaxBurst              = 10_000
-	MaxInFlightLimit      = 10_000
-	MaxQueuedLimit        = 100_000
-	MaxMinRetriesPerSec   = 10_000
-	MaxHeaderNameLength   = retrypolicy.MaxHeaderNameLength
-	MaxMethodTokenLength  = retrypolicy.MaxMethodTokenLength
-	maxDurationTextLength = 32
-)
-
-var durationPattern = regexp.MustCompile(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`)
+// Every bound, enum and grammar below is pkg/retrypolicy's (rules.go there), the
+// ones Compile applies in every sidecar. The schema markers of
+// retrypolicy_types.go cannot reference Go constants: TestCRDMarkersEqualRules
+// reads the generated CRD and requires each marker to equal the Go value.
 
 // Validate checks a RetryPolicy against every rule of the API: the ones the CRD
 // schema and CEL enforce (repeated here so a policy file given to the sidecar, or an
@@ -77,8 +60,8 @@ func validateUpstreams(ups []Upstream, path *field.Path) field.ErrorList {
 	switch {
 	case len(ups) == 0:
 		errs = append(errs, field.Required(path, "at least one upstream is required"))
-	case len(ups) > MaxUpstreams:
-		errs = append(errs, field.TooMany(path, len(ups), MaxUpstreams))
+	case len(ups) > retrypolicy.MaxUpstreams:
+		errs = append(errs, field.TooMany(path, len(ups), retrypolicy.MaxUpstreams))
 	}
 	names := map[string]int{}
 	hosts := map[string]*field.Path{}
@@ -113,15 +96,20 @@ func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
 	errs = append(errs, validateReplay(u, p)...)
 	errs = append(errs, validateLimits(u, p)...)
 	if pc := u.Pacing; pc != nil && pc.HoldOnDeferral != nil && *pc.HoldOnDeferral {
-		noRetry := u.MaxAttempts != nil && *u.MaxAttempts <= 1
-		noStatus := u.RetryOn != nil && u.RetryOn.StatusCodes != nil && len(u.RetryOn.StatusCodes) == 0
-		if noRetry || noStatus {
-			errs = append(errs, field.Invalid(p.Child("pacing", "holdOnDeferral"), true,
-				"needs maxAttempts > 1 and at least one retryOn.statusCodes entry: only a response that would be retried can be deferred"))
+		// Absent fields are judged by their defaults.
+		attempts, statuses := int(DefaultMaxAttempts), len(DefaultStatusCodes)
+		if u.MaxAttempts != nil {
+			attempts = int(*u.MaxAttempts)
+		}
+		if u.RetryOn != nil && u.RetryOn.StatusCodes != nil {
+			statuses = len(u.RetryOn.StatusCodes)
+		}
+		if msg := retrypolicy.HoldOnDeferralProblem(attempts, statuses); msg != "" {
+			errs = append(errs, field.Invalid(p.Child("pacing", "holdOnDeferral"), true, msg))
 		}
 	}
 	if t := u.TLS; t != nil {
-		errs = append(errs, validateTLS(t, p.Child("tls"))...)
+		errs = append(errs, ValidateTLS(t, p.Child("tls"))...)
 	}
 	return errs
 }
@@ -131,14 +119,14 @@ func validateIdentity(u *Upstream, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if u.Name == "" {
 		errs = append(errs, field.Required(p.Child("name"), "a DNS-1123 label such as payments-api"))
-	} else if msgs := validation.IsDNS1123Label(u.Name); len(msgs) > 0 {
-		errs = append(errs, field.Invalid(p.Child("name"), u.Name, strings.Join(msgs, "; ")))
+	} else if msg := retrypolicy.NameProblem(u.Name); msg != "" {
+		errs = append(errs, field.Invalid(p.Child("name"), u.Name, msg))
 	}
 	switch {
 	case len(u.Hosts) == 0:
 		errs = append(errs, field.Required(p.Child("hosts"), `at least one of "host", "host:port" or "*.suffix"`))
-	case len(u.Hosts) > MaxHostsPerUpstream:
-		errs = append(errs, field.TooMany(p.Child("hosts"), len(u.Hosts), MaxHostsPerUpstream))
+	case len(u.Hosts) > retrypolicy.MaxHosts:
+		errs = append(errs, field.TooMany(p.Child("hosts"), len(u.Hosts), retrypolicy.MaxHosts))
 	}
 	for j, h := range u.Hosts {
 		if msg := ValidateHostPattern(h); msg != "" {
@@ -179,13 +167,8 @@ func validateTiming(u *Upstream, p *field.Path) field.ErrorList {
 	if base > 0 && maxD > 0 {
 		errs = appendProblem(errs, bp.Child("max"), b.Max, retrypolicy.BackoffMaxProblem(base, maxD))
 	}
-	if b.Jitter != nil {
-		switch *b.Jitter {
-		case JitterFull, JitterEqual, JitterNone:
-		default:
-			errs = append(errs, field.NotSupported(bp.Child("jitter"), *b.Jitter,
-				[]Jitter{JitterFull, JitterEqual, JitterNone}))
-		}
+	if b.Jitter != nil && retrypolicy.JitterProblem(retrypolicy.Jitter(*b.Jitter)) != "" {
+		errs = append(errs, field.NotSupported(bp.Child("jitter"), *b.Jitter, retrypolicy.Jitters()))
 	}
 	return errs
 }
@@ -228,8 +211,8 @@ func validateRetryOn(u *Upstream, p *field.Path) field.ErrorList {
 func validateReplay(u *Upstream, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	mp := p.Child("replayableMethods")
-	if len(u.ReplayableMethods) > MaxReplayableMethods {
-		errs = append(errs, field.TooMany(mp, len(u.ReplayableMethods), MaxReplayableMethods))
+	if len(u.ReplayableMethods) > retrypolicy.MaxReplayableMethods {
+		errs = append(errs, field.TooMany(mp, len(u.ReplayableMethods), retrypolicy.MaxReplayableMethods))
 	}
 	seenMethods := sets.New[string]()
 	for i, m := range u.ReplayableMethods {
@@ -252,9 +235,8 @@ func validateReplay(u *Upstream, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(hp, k.Header, msg))
 		}
 	}
-	if n := u.MaxReplayBodyBytes; n != nil && (*n < 0 || *n > MaxReplayBodyLimit) {
-		errs = append(errs, field.Invalid(p.Child("maxReplayBodyBytes"), *n,
-			fmt.Sprintf("must be between 0 and %d", MaxReplayBodyLimit)))
+	if n := u.MaxReplayBodyBytes; n != nil {
+		errs = appendRange(errs, p, retrypolicy.MaxReplayBodyBytesRange, *n)
 	}
 	return errs
 }
@@ -269,47 +251,51 @@ func validateLimits(u *Upstream, p *field.Path) field.ErrorList {
 		errs = append(append(errs, e1...), e2...)
 	}
 	if b := u.Budget; b != nil {
-		bp := p.Child("budget")
-		if v := b.RetryPercent; v != nil && (*v < 0 || *v > 100) {
-			errs = append(errs, field.Invalid(bp.Child("retryPercent"), *v, "must be between 0 and 100"))
+		if v := b.RetryPercent; v != nil {
+			errs = appendRange(errs, p, retrypolicy.RetryPercentRange, int64(*v))
 		}
-		if v := b.MinRetriesPerSecond; v != nil && (*v < 0 || *v > MaxMinRetriesPerSec) {
-			errs = append(errs, field.Invalid(bp.Child("minRetriesPerSecond"), *v,
-				fmt.Sprintf("must be between 0 and %d", MaxMinRetriesPerSec)))
+		if v := b.MinRetriesPerSecond; v != nil {
+			errs = appendRange(errs, p, retrypolicy.MinRetriesPerSecondRange, int64(*v))
 		}
 	}
 	if r := u.RateLimit; r != nil {
-		rp := p.Child("rateLimit")
-		if r.RequestsPerMinute < 1 || r.RequestsPerMinute > MaxRequestsPerMinute {
-			errs = append(errs, field.Invalid(rp.Child("requestsPerMinute"), r.RequestsPerMinute,
-				fmt.Sprintf("must be between 1 and %d", MaxRequestsPerMinute)))
-		}
-		if v := r.Burst; v != nil && (*v < 1 || *v > MaxBurst) {
-			errs = append(errs, field.Invalid(rp.Child("burst"), *v, fmt.Sprintf("must be between 1 and %d", MaxBurst)))
+		errs = appendRange(errs, p, retrypolicy.RequestsPerMinuteRange, int64(r.RequestsPerMinute))
+		if v := r.Burst; v != nil {
+			errs = appendRange(errs, p, retrypolicy.BurstRange, int64(*v))
 		}
 	}
 	if c := u.Concurrency; c != nil {
-		cp := p.Child("concurrency")
-		if c.MaxInFlight < 1 || c.MaxInFlight > MaxInFlightLimit {
-			errs = append(errs, field.Invalid(cp.Child("maxInFlight"), c.MaxInFlight,
-				fmt.Sprintf("must be between 1 and %d", MaxInFlightLimit)))
+		errs = appendRange(errs, p, retrypolicy.MaxInFlightRange, int64(c.MaxInFlight))
+		if v := c.MaxQueued; v != nil {
+			errs = appendRange(errs, p, retrypolicy.MaxQueuedRange, int64(*v))
 		}
-		if v := c.MaxQueued; v != nil && (*v < 0 || *v > MaxQueuedLimit) {
-			errs = append(errs, field.Invalid(cp.Child("maxQueued"), *v, fmt.Sprintf("must be between 0 and %d", MaxQueuedLimit)))
-		}
-		_, e := parseDuration(c.QueueTimeout, cp.Child("queueTimeout"))
+		_, e := parseDuration(c.QueueTimeout, p.Child("concurrency", "queueTimeout"))
 		errs = append(errs, e...)
 	}
 	return errs
 }
 
+// appendRange adds an error at upstream path p + r.Path if v is outside r.
+func appendRange(errs field.ErrorList, p *field.Path, r retrypolicy.Range, v int64) field.ErrorList {
+	if msg := r.Problem(v); msg != "" {
+		for part := range strings.SplitSeq(r.Path, ".") {
+			p = p.Child(part)
+		}
+		errs = append(errs, field.Invalid(p, v, msg))
+	}
+	return errs
+}
+
 // MaxCACertificateRefs bounds tls.caCertificateRefs (the schema's MaxItems).
+// TLS is not part of retrypolicy.Config: the sidecar applies ValidateTLS.
 const MaxCACertificateRefs = 8
 
 // CACertificateKey is the ConfigMap key a tls.caCertificateRefs entry is read from.
 const CACertificateKey = "ca.crt"
 
-func validateTLS(t *UpstreamTLS, p *field.Path) field.ErrorList {
+// ValidateTLS checks an upstream's tls at path p (spec.upstreams[i].tls).
+// Validate applies it, and so does the sidecar to a rendered upstream.
+func ValidateTLS(t *UpstreamTLS, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if h := t.Hostname; h != nil {
 		switch {
@@ -318,13 +304,15 @@ func validateTLS(t *UpstreamTLS, p *field.Path) field.ErrorList {
 		case *h != strings.ToLower(*h):
 			errs = append(errs, field.Invalid(p.Child("hostname"), *h, "must be lower-case ("+strings.ToLower(*h)+")"))
 		default:
-			if msgs := validation.IsDNS1123Subdomain(*h); len(msgs) > 0 {
-				errs = append(errs, field.Invalid(p.Child("hostname"), *h, "must be a DNS name such as api.partner.example: "+strings.Join(msgs, "; ")))
+			if msg := retrypolicy.DNSNameProblem(*h); msg != "" {
+				errs = append(errs, field.Invalid(p.Child("hostname"), *h, "must be a DNS name such as api.partner.example: "+msg))
 			}
 		}
 	}
-	if v := t.Port; v != nil && (*v < 1 || *v > 65535) {
-		errs = append(errs, field.Invalid(p.Child("port"), *v, "must be between 1 and 65535"))
+	if v := t.Port; v != nil {
+		if msg := retrypolicy.PortRange.Problem(int64(*v)); msg != "" {
+			errs = append(errs, field.Invalid(p.Child("port"), *v, msg))
+		}
 	}
 	rp := p.Child("caCertificateRefs")
 	if len(t.CACertificateRefs) > MaxCACertificateRefs {
@@ -354,13 +342,9 @@ func parseDuration(d *Duration, p *field.Path) (time.Duration, field.ErrorList) 
 	if d == nil {
 		return 0, nil
 	}
-	s := string(*d)
-	if len(s) > maxDurationTextLength || !durationPattern.MatchString(s) {
-		return 0, field.ErrorList{field.Invalid(p, s, "must be a positive duration such as 100ms, 1.5s or 2m (units ns, us, ms, s, m, h)")}
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil || v <= 0 {
-		return 0, field.ErrorList{field.Invalid(p, s, "must be a positive duration such as 100ms, 1.5s or 2m (units ns, us, ms, s, m, h)")}
+	v, msg := retrypolicy.ParseDuration(string(*d))
+	if msg != "" {
+		return 0, field.ErrorList{field.Invalid(p, string(*d), msg)}
 	}
 	return v, nil
 }

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -209,6 +211,9 @@ func CompileUpstreams(policies []Policy) (*retrypolicy.Set, map[*retrypolicy.Pol
 	}
 	var compiled []*retrypolicy.Policy
 	for _, p := range policies {
+		if n := len(p.Upstreams); n > retrypolicy.MaxUpstreams {
+			return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams: must have at most %d items (got %d)", p.Namespace, p.Name, retrypolicy.MaxUpstreams, n)
+		}
 		for i, u := range p.Upstreams {
 			cfg, err := ToConfig(u)
 			if err != nil {
@@ -234,20 +239,24 @@ func CompileUpstreams(policies []Policy) (*retrypolicy.Set, map[*retrypolicy.Pol
 
 // ToConfig converts a rendered (defaulted) upstream to the plain-Go config of
 // pkg/retrypolicy. Absent optionals fall back to the API defaults so a document
-// written by hand still means what the API says.
+// written by hand still means what the API says. It refuses, with the field path
+// and the allowed values, what the Config cannot carry and Compile therefore
+// cannot judge: the name (Compile's may be qualified), the text of durations,
+// the fleet-wide rate limit (Compile sees the pod's share) and tls. The rules
+// are the API's (pkg/retrypolicy's rules.go, v1alpha1.ValidateTLS).
 func ToConfig(u Upstream) (retrypolicy.Config, error) {
 	up := u.DeepCopy()
 	p := &v1alpha1.RetryPolicy{Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{*up}}}
 	v1alpha1.SetDefaults(p)
 	d := p.Spec.Upstreams[0]
-	var err error
+	err := checkBeyondConfig(d)
 	dur := func(field string, v *v1alpha1.Duration) time.Duration {
 		if v == nil || err != nil {
 			return 0
 		}
-		x, e := time.ParseDuration(string(*v))
-		if e != nil {
-			err = fmt.Errorf("%s: %w", field, e)
+		x, problem := retrypolicy.ParseDuration(string(*v))
+		if problem != "" {
+			err = fieldError(field, problem, strconv.Quote(string(*v)))
 		}
 		return x
 	}
@@ -314,3 +323,38 @@ func isOnlyComments(raw []byte) bool {
 }
 
 func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
+
+// checkBeyondConfig checks the fields of a defaulted upstream that
+// retrypolicy.Config does not carry as written, so Compile cannot: the name
+// (Compile's may be qualified), an empty idempotency key header (Compile's ""
+// means none), the fleet-wide rate limit (Compile sees the pod's share) and
+// tls. The rules are the API's: pkg/retrypolicy's rules.go and
+// v1alpha1.ValidateTLS.
+func checkBeyondConfig(d v1alpha1.Upstream) error {
+	if d.Name != "" {
+		if problem := retrypolicy.NameProblem(d.Name); problem != "" {
+			return fieldError("name", problem, strconv.Quote(d.Name))
+		}
+	}
+	if k := d.IdempotencyKey; k != nil && k.Header == "" {
+		return fieldError("idempotencyKey.header", "must be an HTTP header name such as Idempotency-Key", `""`)
+	}
+	if r := d.RateLimit; r != nil {
+		if problem := retrypolicy.RequestsPerMinuteRange.Problem(int64(r.RequestsPerMinute)); problem != "" {
+			return fieldError(retrypolicy.RequestsPerMinuteRange.Path, problem, r.RequestsPerMinute)
+		}
+		if problem := retrypolicy.BurstRange.Problem(int64(*r.Burst)); problem != "" {
+			return fieldError(retrypolicy.BurstRange.Path, problem, *r.Burst)
+		}
+	}
+	if d.TLS != nil {
+		if errs := v1alpha1.ValidateTLS(d.TLS, field.NewPath("tls")); len(errs) > 0 {
+			return errs[0]
+		}
+	}
+	return nil
+}
+
+func fieldError(path, problem string, got any) error {
+	return &retrypolicy.FieldError{Field: path, Detail: fmt.Sprintf("%s (got %v)", problem, got)}
+}

@@ -248,3 +248,31 @@ func TestPeekRevision(t *testing.T) {
 		})
 	}
 }
+
+// An empty statusCodes or replayableMethods means "none": the ConfigMap keeps
+// the empty list, so the sidecar does not fill in the defaults.
+func TestEmptyListsSurviveTheDocument(t *testing.T) {
+	up := RenderUpstream(v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"},
+		RetryOn: &v1alpha1.RetryOn{StatusCodes: []v1alpha1.StatusCode{}}, ReplayableMethods: []string{},
+		IdempotencyKey: &v1alpha1.IdempotencyKey{Header: "Idempotency-Key"}}, 1)
+	data, err := Marshal(Document{Policies: []Policy{{Namespace: "shop", Name: "p", Upstreams: []Upstream{up}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"statusCodes": []`, `"replayableMethods": []`} {
+		if !bytes.Contains(data, []byte(want)) {
+			t.Errorf("policies.json lacks %s:\n%s", want, data)
+		}
+	}
+	doc, err := Unmarshal(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ToConfig(doc.Policies[0].Upstreams[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.RetryOnStatus) != 0 || len(cfg.ReplayableMethods) != 0 {
+		t.Fatalf("the sidecar's config retries %v and replays %v; want neither", cfg.RetryOnStatus, cfg.ReplayableMethods)
+	}
+}

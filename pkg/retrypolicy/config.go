@@ -3,7 +3,6 @@ package retrypolicy
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"net/textproto"
 	"strconv"
@@ -201,12 +200,17 @@ func (v *configErrors) identity(c Config) {
 	if c.Name == "" {
 		v.bad("name", "must not be empty")
 	}
-	if len(c.Hosts) == 0 {
+	switch {
+	case len(c.Hosts) == 0:
 		v.bad("hosts", `must list at least one "host", "host:port" or "*.suffix"`)
+	case len(c.Hosts) > MaxHosts:
+		v.bad("hosts", "must have at most %d entries (got %d)", MaxHosts, len(c.Hosts))
 	}
 	for i, h := range c.Hosts {
 		if err := HostPatternProblem(h); err != "" {
 			v.bad(fmt.Sprintf("hosts[%d]", i), `%s: must be "host", "host:port" or "*.suffix" in lower case (%q)`, err, h)
+		} else if j := indexOf(c.Hosts[:i], h); j >= 0 {
+			v.bad(fmt.Sprintf("hosts[%d]", i), "duplicate of hosts[%d] (%q)", j, h)
 		}
 	}
 }
@@ -232,24 +236,32 @@ func (v *configErrors) timing(c Config) {
 	} else {
 		v.check("backoff.max", BackoffMaxProblem(c.Backoff.Base, c.Backoff.Max), nil)
 	}
-	switch c.Backoff.Jitter {
-	case JitterFull, JitterEqual, JitterNone:
-	default:
-		v.bad("backoff.jitter", "must be one of Full, Equal, None (got %q)", string(c.Backoff.Jitter))
-	}
+	v.check("backoff.jitter", JitterProblem(c.Backoff.Jitter), strconv.Quote(string(c.Backoff.Jitter)))
 }
 
 // replay: what is retried and what may be replayed. It returns the status
 // mask, the replayable methods and the canonical idempotency key header.
 func (v *configErrors) replay(c Config) (mask uint8, methods []string, idem string) {
 	for i, s := range c.RetryOnStatus {
-		v.check(fmt.Sprintf("retryOn.statusCodes[%d]", i), StatusProblem(s), s)
+		field := fmt.Sprintf("retryOn.statusCodes[%d]", i)
+		v.check(field, StatusProblem(s), s)
+		if j := indexOf(c.RetryOnStatus[:i], s); j >= 0 {
+			v.bad(field, "duplicate of retryOn.statusCodes[%d] (%d)", j, s)
+		}
 		mask |= statusBit(s)
+	}
+	if len(c.ReplayableMethods) > MaxReplayableMethods {
+		v.bad("replayableMethods", "must have at most %d entries (got %d)", MaxReplayableMethods, len(c.ReplayableMethods))
 	}
 	methods = make([]string, 0, len(c.ReplayableMethods))
 	for i, m := range c.ReplayableMethods {
+		field := fmt.Sprintf("replayableMethods[%d]", i)
 		if problem, _ := MethodProblem(m); problem != "" {
-			v.check(fmt.Sprintf("replayableMethods[%d]", i), problem, strconv.Quote(m))
+			v.check(field, problem, strconv.Quote(m))
+			continue
+		}
+		if j := indexOf(c.ReplayableMethods[:i], m); j >= 0 {
+			v.bad(field, "duplicate of replayableMethods[%d] (%q)", j, m)
 			continue
 		}
 		methods = append(methods, m)
@@ -261,9 +273,7 @@ func (v *configErrors) replay(c Config) (mask uint8, methods []string, idem stri
 			idem = textproto.CanonicalMIMEHeaderKey(h)
 		}
 	}
-	if c.MaxReplayBodyBytes < 0 {
-		v.bad("maxReplayBodyBytes", "must be >= 0 (got %d)", c.MaxReplayBodyBytes)
-	}
+	v.checkRange(MaxReplayBodyBytesRange, c.MaxReplayBodyBytes)
 	return mask, methods, idem
 }
 
@@ -276,32 +286,42 @@ func (v *configErrors) limits(c Config) {
 		v.bad("retryAfter.spread", "must be >= 0 (got %s)", c.RetryAfterSpread)
 	}
 	if b := c.Budget; b != nil {
-		if b.RetryPercent < 0 || b.RetryPercent > 100 {
-			v.bad("budget.retryPercent", "must be 0..100 (got %d)", b.RetryPercent)
-		}
-		if b.MinRetriesPerSecond < 0 {
-			v.bad("budget.minRetriesPerSecond", "must be >= 0 (got %d)", b.MinRetriesPerSecond)
-		}
+		v.checkRange(RetryPercentRange, int64(b.RetryPercent))
+		v.checkRange(MinRetriesPerSecondRange, int64(b.MinRetriesPerSecond))
 	}
 	if r := c.RateLimit; r != nil {
-		if !(r.RequestsPerSecond > 0) || math.IsInf(r.RequestsPerSecond, 0) {
-			v.bad("rateLimit.requestsPerSecond", "must be a finite number > 0 (got %v)", r.RequestsPerSecond)
+		// The per-pod share of the fleet's quota: positive, and never more than
+		// the largest quota.
+		maxPerSecond := float64(RequestsPerMinuteRange.Max) / 60
+		if !(r.RequestsPerSecond > 0) || !(r.RequestsPerSecond <= maxPerSecond) {
+			v.bad("rateLimit.requestsPerSecond", "must be > 0 and <= %v (rateLimit.requestsPerMinute %d..%d) (got %v)",
+				maxPerSecond, RequestsPerMinuteRange.Min, RequestsPerMinuteRange.Max, r.RequestsPerSecond)
 		}
-		if r.Burst < 1 {
-			v.bad("rateLimit.burst", "must be >= 1 (got %d)", r.Burst)
-		}
+		v.checkRange(BurstRange, int64(r.Burst))
 	}
 	if q := c.Concurrency; q != nil {
-		if q.MaxInFlight < 1 {
-			v.bad("concurrency.maxInFlight", "must be >= 1 (got %d)", q.MaxInFlight)
-		}
-		if q.MaxQueued < 0 {
-			v.bad("concurrency.maxQueued", "must be >= 0, 0 = shed at once when full (got %d)", q.MaxQueued)
-		}
+		v.checkRange(MaxInFlightRange, int64(q.MaxInFlight))
+		v.checkRange(MaxQueuedRange, int64(q.MaxQueued))
 		if q.QueueTimeout < 0 {
 			v.bad("concurrency.queueTimeout", "must be >= 0 (got %s)", q.QueueTimeout)
 		}
 	}
+	if c.Pacing.HoldOnDeferral {
+		v.check("pacing.holdOnDeferral", HoldOnDeferralProblem(c.MaxAttempts, len(c.RetryOnStatus)), nil)
+	}
+}
+
+// checkRange records a value outside r.
+func (v *configErrors) checkRange(r Range, got int64) { v.check(r.Path, r.Problem(got), got) }
+
+// indexOf is the index of the first x in s, or -1.
+func indexOf[T comparable](s []T, x T) int {
+	for i, y := range s {
+		if y == x {
+			return i
+		}
+	}
+	return -1
 }
 
 // Name is the upstream name (Config.Name).
@@ -387,6 +407,9 @@ func HostPatternProblem(h string) string {
 	if h == "" {
 		return "empty"
 	}
+	if len(h) > MaxHostPatternLength {
+		return fmt.Sprintf("longer than %d bytes", MaxHostPatternLength)
+	}
 	if h != strings.ToLower(h) {
 		return "must be lower-case (" + strings.ToLower(h) + ")"
 	}
@@ -417,8 +440,8 @@ func HostPatternProblem(h string) string {
 				return "empty port"
 			}
 		}
-		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() {
-			return "invalid IPv6 literal"
+		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() || a.Zone() != "" {
+			return "invalid IPv6 literal (zones are not allowed)"
 		}
 	} else if i := strings.LastIndexByte(h, ':'); i >= 0 {
 		host, port = h[:i], h[i+1:]
@@ -431,8 +454,8 @@ func HostPatternProblem(h string) string {
 	}
 	if port != "" {
 		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 || port[0] == '0' {
-			return "port must be a number between 1 and 65535"
+		if err != nil || PortRange.Problem(int64(n)) != "" || port[0] == '0' || port[0] == '+' {
+			return fmt.Sprintf("port must be a number between %d and %d", PortRange.Min, PortRange.Max)
 		}
 	}
 	if h[0] == '[' {
@@ -452,20 +475,28 @@ const notHostName = "must be a DNS-1123 subdomain: labels of a-z, 0-9 and '-' (1
 // isHostName: lower-case letters, digits, '-' and '.', labels non-empty, no
 // leading or trailing dot.
 func isHostName(s string) bool {
-	if s == "" || len(s) > 253 {
+	if s == "" || len(s) > MaxDNSNameLength {
 		return false
 	}
 	// DNS-1123 subdomain, as the API validates it: labels of [a-z0-9-], 1..63
 	// long, not starting or ending with '-'.
-	for _, label := range strings.Split(s, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+	for label := range strings.SplitSeq(s, ".") {
+		if !isLabel(label) {
 			return false
 		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-				return false
-			}
+	}
+	return true
+}
+
+// isLabel: a DNS-1123 label, 1..63 of [a-z0-9-], not starting or ending with '-'.
+func isLabel(label string) bool {
+	if label == "" || len(label) > MaxNameLength || label[0] == '-' || label[len(label)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(label); i++ {
+		c := label[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
 		}
 	}
 	return true

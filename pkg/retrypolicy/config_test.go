@@ -1,6 +1,7 @@
 package retrypolicy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -29,16 +30,46 @@ func TestCompileRejects(t *testing.T) {
 		"PATCH as a replayable method": {func(c *Config) { c.ReplayableMethods = []string{"PATCH"} }, `replayableMethods[0]: POST and PATCH are not replayable by method; set idempotencyKey.header so requests that carry the key are replayed (got "PATCH")`},
 		"a lower-case method":          {func(c *Config) { c.ReplayableMethods = []string{"get"} }, `replayableMethods[0]: must be upper-case (GET); methods are case-sensitive (got "get")`},
 		"a header name with a space":   {func(c *Config) { c.IdempotencyKeyHeader = "Idempotency Key" }, "idempotencyKey.header: must be an HTTP header name (RFC 9110 token: letters, digits and !#$%&'*+-.^_`|~), such as Idempotency-Key (got \"Idempotency Key\")"},
-		"a negative body limit":        {func(c *Config) { c.MaxReplayBodyBytes = -1 }, "maxReplayBodyBytes: must be >= 0 (got -1)"},
+		"a negative body limit":        {func(c *Config) { c.MaxReplayBodyBytes = -1 }, "maxReplayBodyBytes: must be between 0 and 16777216 (got -1)"},
 		"a negative max wait":          {func(c *Config) { c.RetryAfterMaxWait = -1 }, "retryAfter.maxWait: must be >= 0 (got -1ns)"},
 		"a negative spread":            {func(c *Config) { c.RetryAfterSpread = -1 }, "retryAfter.spread: must be >= 0 (got -1ns)"},
-		"a retry percent above 100":    {func(c *Config) { c.Budget = &BudgetConfig{RetryPercent: 101} }, "budget.retryPercent: must be 0..100 (got 101)"},
-		"a negative retry floor":       {func(c *Config) { c.Budget = &BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: -1} }, "budget.minRetriesPerSecond: must be >= 0 (got -1)"},
-		"a zero rate":                  {func(c *Config) { c.RateLimit = &RateLimitConfig{Burst: 1} }, "rateLimit.requestsPerSecond: must be a finite number > 0 (got 0)"},
-		"a zero burst":                 {func(c *Config) { c.RateLimit = &RateLimitConfig{RequestsPerSecond: 1.5} }, "rateLimit.burst: must be >= 1 (got 0)"},
-		"zero in flight":               {func(c *Config) { c.Concurrency = &ConcurrencyConfig{} }, "concurrency.maxInFlight: must be >= 1 (got 0)"},
-		"a negative queue":             {func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: -1} }, "concurrency.maxQueued: must be >= 0, 0 = shed at once when full (got -1)"},
-		"a negative queue timeout":     {func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, QueueTimeout: -1} }, "concurrency.queueTimeout: must be >= 0 (got -1ns)"},
+		"a retry percent above 100":    {func(c *Config) { c.Budget = &BudgetConfig{RetryPercent: 101} }, "budget.retryPercent: must be between 0 and 100 (got 101)"},
+		"a negative retry floor":       {func(c *Config) { c.Budget = &BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: -1} }, "budget.minRetriesPerSecond: must be between 0 and 10000 (got -1)"},
+		"a zero rate":                  {func(c *Config) { c.RateLimit = &RateLimitConfig{Burst: 1} }, "rateLimit.requestsPerSecond: must be > 0 and <= 100000 (rateLimit.requestsPerMinute 1..6000000) (got 0)"},
+		"a zero burst":                 {func(c *Config) { c.RateLimit = &RateLimitConfig{RequestsPerSecond: 1.5} }, "rateLimit.burst: must be between 1 and 10000 (got 0)"},
+		"zero in flight":               {func(c *Config) { c.Concurrency = &ConcurrencyConfig{} }, "concurrency.maxInFlight: must be between 1 and 10000 (got 0)"},
+		"a negative queue":             {func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: -1} }, "concurrency.maxQueued: must be between 0 and 100000 (got -1)"},
+		"a body limit above 16 MiB":    {func(c *Config) { c.MaxReplayBodyBytes = 16<<20 + 1 }, "maxReplayBodyBytes: must be between 0 and 16777216 (got 16777217)"},
+		"a retry floor above 10000":    {func(c *Config) { c.Budget = &BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10001} }, "budget.minRetriesPerSecond: must be between 0 and 10000 (got 10001)"},
+		"a rate above the largest quota": {func(c *Config) { c.RateLimit = &RateLimitConfig{RequestsPerSecond: 100000.5, Burst: 1} },
+			"rateLimit.requestsPerSecond: must be > 0 and <= 100000 (rateLimit.requestsPerMinute 1..6000000) (got 100000.5)"},
+		"a burst above 10000":   {func(c *Config) { c.RateLimit = &RateLimitConfig{RequestsPerSecond: 1, Burst: 10001} }, "rateLimit.burst: must be between 1 and 10000 (got 10001)"},
+		"in flight above 10000": {func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 10001} }, "concurrency.maxInFlight: must be between 1 and 10000 (got 10001)"},
+		"a queue above 100000":  {func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 100001} }, "concurrency.maxQueued: must be between 0 and 100000 (got 100001)"},
+		"a status listed twice": {func(c *Config) { c.RetryOnStatus = []int{503, 429, 503} }, "retryOn.statusCodes[2]: duplicate of retryOn.statusCodes[0] (503)"},
+		"a method listed twice": {func(c *Config) { c.ReplayableMethods = []string{"GET", "GET"} }, `replayableMethods[1]: duplicate of replayableMethods[0] ("GET")`},
+		"a host listed twice":   {func(c *Config) { c.Hosts = []string{"a.example", "a.example"} }, `hosts[1]: duplicate of hosts[0] ("a.example")`},
+		"33 hosts": {func(c *Config) {
+			c.Hosts = nil
+			for i := range 33 {
+				c.Hosts = append(c.Hosts, fmt.Sprintf("h%d.example", i))
+			}
+		}, "hosts: must have at most 32 entries (got 33)"},
+		"17 replayable methods": {func(c *Config) {
+			c.ReplayableMethods = nil
+			for i := range 17 {
+				c.ReplayableMethods = append(c.ReplayableMethods, fmt.Sprintf("M%d", i))
+			}
+		}, "replayableMethods: must have at most 16 entries (got 17)"},
+		"holdOnDeferral with one attempt": {func(c *Config) { c.MaxAttempts = 1; c.Pacing.HoldOnDeferral = true },
+			"pacing.holdOnDeferral: needs maxAttempts > 1 and at least one retryOn.statusCodes entry: only a response that would be retried can be deferred"},
+		"holdOnDeferral with no retried status": {func(c *Config) { c.RetryOnStatus = nil; c.Pacing.HoldOnDeferral = true },
+			"pacing.holdOnDeferral: needs maxAttempts > 1 and at least one retryOn.statusCodes entry: only a response that would be retried can be deferred"},
+		"an IPv6 literal with a zone": {func(c *Config) { c.Hosts = []string{"[fe80::1%eth0]:80"} },
+			`hosts[0]: invalid IPv6 literal (zones are not allowed): must be "host", "host:port" or "*.suffix" in lower case ("[fe80::1%eth0]:80")`},
+		"a port with a plus sign": {func(c *Config) { c.Hosts = []string{"a.example:+80"} },
+			`hosts[0]: port must be a number between 1 and 65535: must be "host", "host:port" or "*.suffix" in lower case ("a.example:+80")`},
+		"a negative queue timeout": {func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, QueueTimeout: -1} }, "concurrency.queueTimeout: must be >= 0 (got -1ns)"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -2,24 +2,80 @@ package retrypolicy
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// The rules an upstream's fields obey, defined once: Compile applies them to a
-// Config, and the API's validation (api/v1alpha1) applies them to a RetryPolicy,
-// so the API server accepts exactly what every sidecar compiles. Each checker
-// returns "" when the value is allowed, else what is allowed (without the
-// field path, which the caller knows).
+// The rules an upstream's fields obey, each defined once (docs/policy.md#where-the-rules-live):
+// Compile applies them to a Config, the sidecar's reading of a rendered
+// policy (internal/policyset) to what a Config cannot carry (duration text,
+// the fleet-wide rate limit, the name), and the API's validation (api/v1alpha1)
+// to a RetryPolicy, so the API server accepts exactly what every sidecar
+// compiles. The CRD's schema markers must hold literals; a test of api/v1alpha1
+// reads the generated CRD and requires every marker to equal the value here.
+// Each checker returns "" when the value is allowed, else what is allowed
+// (without the field path, which the caller knows).
 
-// Bounds of an upstream's fields.
+// Bounds of an upstream's fields and lists.
 const (
 	MinAttempts          = 1
 	MaxAttempts          = 10
 	MaxMethodTokenLength = 32
 	MaxHeaderNameLength  = 128
+	// MaxUpstreams bounds the upstreams of one RetryPolicy.
+	MaxUpstreams = 16
+	// MaxNameLength bounds an upstream name (a DNS-1123 label).
+	MaxNameLength = 63
+	// MaxHosts bounds the hosts of one upstream.
+	MaxHosts = 32
+	// MaxHostPatternLength is the longest hosts entry: a 253-byte DNS name
+	// with ":65535", or "*." and a 253-byte suffix, fits.
+	MaxHostPatternLength = MaxDNSNameLength + len(":65535") + 2
+	// MaxDNSNameLength bounds a DNS-1123 subdomain (a host, tls.hostname, a
+	// ConfigMap name).
+	MaxDNSNameLength = 253
+	// MaxReplayableMethods bounds replayableMethods.
+	MaxReplayableMethods = 16
+	// MaxDurationLength bounds the text of a duration field.
+	MaxDurationLength = 32
 )
+
+// Range is the inclusive range of one integer field of an upstream.
+type Range struct {
+	// Path is the field below spec.upstreams[i], in the API's JSON names.
+	Path     string
+	Min, Max int64
+}
+
+// Problem checks v against the range.
+func (r Range) Problem(v int64) string {
+	if v < r.Min || v > r.Max {
+		return fmt.Sprintf("must be between %d and %d", r.Min, r.Max)
+	}
+	return ""
+}
+
+// The integer fields of an upstream and their ranges.
+var (
+	AttemptsRange            = Range{"maxAttempts", MinAttempts, MaxAttempts}
+	MaxReplayBodyBytesRange  = Range{"maxReplayBodyBytes", 0, 16 << 20}
+	RetryPercentRange        = Range{"budget.retryPercent", 0, 100}
+	MinRetriesPerSecondRange = Range{"budget.minRetriesPerSecond", 0, 10_000}
+	RequestsPerMinuteRange   = Range{"rateLimit.requestsPerMinute", 1, 6_000_000}
+	BurstRange               = Range{"rateLimit.burst", 1, 10_000}
+	MaxInFlightRange         = Range{"concurrency.maxInFlight", 1, 10_000}
+	MaxQueuedRange           = Range{"concurrency.maxQueued", 0, 100_000}
+	PortRange                = Range{"tls.port", 1, 65535}
+)
+
+// Ranges lists every integer field's range, for the test that pins the CRD's
+// minimum and maximum markers to them.
+func Ranges() []Range {
+	return []Range{AttemptsRange, MaxReplayBodyBytesRange, RetryPercentRange, MinRetriesPerSecondRange,
+		RequestsPerMinuteRange, BurstRange, MaxInFlightRange, MaxQueuedRange, PortRange}
+}
 
 // retryableStatuses are the statuses retryOn may list; anything else is refused
 // because retrying it is either pointless (4xx) or unsafe to assume.
@@ -51,10 +107,46 @@ func StatusProblem(code int) string {
 	return "must be one of " + strings.Join(allowed, ", ")
 }
 
+// Jitters returns the jitter modes backoff.jitter may name.
+func Jitters() []Jitter { return []Jitter{JitterFull, JitterEqual, JitterNone} }
+
+// JitterProblem checks backoff.jitter.
+func JitterProblem(j Jitter) string {
+	switch j {
+	case JitterFull, JitterEqual, JitterNone:
+		return ""
+	}
+	return "must be one of Full, Equal, None"
+}
+
 // AttemptsProblem checks maxAttempts.
 func AttemptsProblem(n int) string {
-	if n < MinAttempts || n > MaxAttempts {
+	if AttemptsRange.Problem(int64(n)) != "" {
 		return fmt.Sprintf("must be between %d and %d (transmissions including the first)", MinAttempts, MaxAttempts)
+	}
+	return ""
+}
+
+// NamePattern is the grammar of an upstream name (a DNS-1123 label, at most
+// MaxNameLength long); DNSNamePattern that of a DNS-1123 subdomain, whose labels
+// are also at most MaxNameLength long and which is at most MaxDNSNameLength long.
+const (
+	NamePattern    = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	DNSNamePattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+)
+
+// NameProblem checks an upstream name: a DNS-1123 label (NamePattern).
+func NameProblem(name string) string {
+	if len(name) > MaxNameLength || !isLabel(name) {
+		return fmt.Sprintf("must be a DNS-1123 label such as payments-api: 1-%d of a-z, 0-9 and '-', not starting or ending with '-'", MaxNameLength)
+	}
+	return ""
+}
+
+// DNSNameProblem checks a DNS name (DNSNamePattern): tls.hostname.
+func DNSNameProblem(s string) string {
+	if !isHostName(s) {
+		return notHostName
 	}
 	return ""
 }
@@ -81,6 +173,30 @@ func HeaderNameProblem(h string) string {
 	return ""
 }
 
+// durationText is the grammar of a duration field: Go duration units without
+// a sign and without "µs".
+var durationText = regexp.MustCompile(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`)
+
+// DurationPattern is the grammar of a duration field's text (the CRD's pattern).
+func DurationPattern() string { return durationText.String() }
+
+// DurationProblem is a duration message: what every duration field allows.
+const DurationProblem = "must be a positive duration such as 100ms, 1.5s or 2m (units ns, us, ms, s, m, h)"
+
+// ParseDuration parses the text of a duration field: at most
+// MaxDurationLength bytes of DurationPattern, strictly positive, within
+// time.Duration's range. The problem is "" when s is allowed.
+func ParseDuration(s string) (d time.Duration, problem string) {
+	if len(s) > MaxDurationLength || !durationText.MatchString(s) {
+		return 0, DurationProblem
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, DurationProblem
+	}
+	return d, ""
+}
+
 // PerTryTimeoutProblem checks perTryTimeout against deadline (both > 0).
 func PerTryTimeoutProblem(perTry, deadline time.Duration) string {
 	if perTry >= deadline {
@@ -101,6 +217,15 @@ func ConnectTimeoutProblem(connect, deadline time.Duration) string {
 func BackoffMaxProblem(base, maxDelay time.Duration) string {
 	if maxDelay < base {
 		return fmt.Sprintf("must be >= backoff.base (%s)", base)
+	}
+	return ""
+}
+
+// HoldOnDeferralProblem checks pacing.holdOnDeferral (when true) against the
+// attempts and the number of retried statuses.
+func HoldOnDeferralProblem(maxAttempts, retriedStatuses int) string {
+	if maxAttempts <= 1 || retriedStatuses == 0 {
+		return "needs maxAttempts > 1 and at least one retryOn.statusCodes entry: only a response that would be retried can be deferred"
 	}
 	return ""
 }
