@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 // update refreshes golden files. Defined here once for the package: a second
@@ -68,14 +69,7 @@ func TestPacingIsRenderedWithDefaultsAndReadBack(t *testing.T) {
 	if !bytes.Contains(data, []byte(want)) {
 		t.Fatalf("policies.json lacks %s:\n%s", want, data)
 	}
-	doc, err := Unmarshal(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ToConfig(doc.Policies[0].Upstreams[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := firstUpstreamConfig(t, data)
 	if !cfg.Pacing.RateLimitHeaders || cfg.Pacing.HoldOnDeferral {
 		t.Fatalf("compiled pacing = %+v, want rateLimitHeaders only", cfg.Pacing)
 	}
@@ -264,6 +258,16 @@ func TestEmptyListsSurviveTheDocument(t *testing.T) {
 			t.Errorf("policies.json lacks %s:\n%s", want, data)
 		}
 	}
+	cfg := firstUpstreamConfig(t, data)
+	if len(cfg.RetryOnStatus) != 0 || len(cfg.ReplayableMethods) != 0 {
+		t.Fatalf("the sidecar's config retries %v and replays %v; want neither", cfg.RetryOnStatus, cfg.ReplayableMethods)
+	}
+}
+
+// firstUpstreamConfig reads policies.json as a sidecar does and returns the
+// configuration of the first policy's first upstream.
+func firstUpstreamConfig(t *testing.T, data []byte) retrypolicy.Config {
+	t.Helper()
 	doc, err := Unmarshal(data)
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +276,5 @@ func TestEmptyListsSurviveTheDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.RetryOnStatus) != 0 || len(cfg.ReplayableMethods) != 0 {
-		t.Fatalf("the sidecar's config retries %v and replays %v; want neither", cfg.RetryOnStatus, cfg.ReplayableMethods)
-	}
+	return cfg
 }

@@ -3,7 +3,6 @@ package retrypolicy
 import (
 	"context"
 	"errors"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -100,22 +99,6 @@ func TestBudgetConcurrentUse(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 1_000_000; i++ {
-		if cond() {
-			return
-		}
-		runtime.Gosched()
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
-// timerSet is a waitFor condition: the code under test has set a timer on c.
-func timerSet(c *clocktest.Clock) func() bool {
-	return func() bool { return c.Pending() > 0 }
-}
-
 // TestGateQueue covers R7's in-flight bound and its bounded FIFO queue.
 func TestGateQueue(t *testing.T) {
 	clk := clocktest.NewClock(now)
@@ -126,7 +109,7 @@ func TestGateQueue(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { _, err := g.Acquire(ctx, clk, time.Minute); got <- err }()
-	waitFor(t, "a queued waiter", func() bool { return g.Queued() == 1 })
+	clocktest.WaitFor(t, "a queued waiter", func() bool { return g.Queued() == 1 })
 
 	ra, err := g.Acquire(ctx, clk, time.Minute)
 	if !errors.Is(err, ErrShed) || ra != 2*time.Second {
@@ -141,7 +124,7 @@ func TestGateQueue(t *testing.T) {
 	}
 
 	go func() { _, err := g.Acquire(ctx, clk, time.Minute); got <- err }()
-	waitFor(t, "a timer for the queue timeout", timerSet(clk))
+	clocktest.WaitFor(t, "a timer for the queue timeout", clk.TimerSet)
 	clk.Advance(time.Second)
 	if err := <-got; !errors.Is(err, ErrShed) {
 		t.Fatalf("Acquire past the queue timeout = %v, want ErrShed", err)
@@ -149,7 +132,7 @@ func TestGateQueue(t *testing.T) {
 
 	cctx, cancel := context.WithCancel(ctx)
 	go func() { _, err := g.Acquire(cctx, clk, time.Minute); got <- err }()
-	waitFor(t, "a queued waiter", func() bool { return g.Queued() == 1 })
+	clocktest.WaitFor(t, "a queued waiter", func() bool { return g.Queued() == 1 })
 	cancel()
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire of a canceled caller = %v, want context.Canceled", err)
@@ -273,7 +256,7 @@ func TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, "a queued waiter", func() bool { return g.Queued() == 1 })
+			clocktest.WaitFor(t, "a queued waiter", func() bool { return g.Queued() == 1 })
 			g.Release(time.Millisecond)
 			if err := <-got; err != nil {
 				t.Fatalf("queued Acquire: %v", err)
@@ -350,7 +333,7 @@ func TestLimitsOccupancy(t *testing.T) {
 		held, _, _ := l.Admit(ctx, clk, nil, time.Minute)
 		done := make(chan Ticket)
 		go func() { tk, _, _ := l.Admit(ctx, clk, nil, time.Minute); done <- tk }()
-		waitFor(t, "a queued caller", func() bool { return l.Queued() == 1 })
+		clocktest.WaitFor(t, "a queued caller", func() bool { return l.Queued() == 1 })
 		if _, _, err := l.Admit(ctx, clk, nil, time.Minute); !errors.Is(err, ErrShed) {
 			t.Fatalf("third caller: %v, want ErrShed (queue full)", err)
 		}

@@ -100,7 +100,7 @@ func TestPacerWaitsOrAnswersByDeadline(t *testing.T) {
 				done <- result{u, q, err}
 			}()
 			if tc.wantErr == nil {
-				waitFor(t, "a queued caller", func() bool { return p.Queued() == 1 })
+				clocktest.WaitFor(t, "a queued caller", func() bool { return p.Queued() == 1 })
 				select {
 				case r := <-done:
 					t.Fatalf("returned before the hold ended: %+v", r)
@@ -141,7 +141,7 @@ func TestPacerReleasesInArrivalOrder(t *testing.T) {
 			order = append(order, i)
 			mu.Unlock()
 		}()
-		waitFor(t, "the next waiter in line", func() bool { return p.Queued() == i+1 })
+		clocktest.WaitFor(t, "the next waiter in line", func() bool { return p.Queued() == i+1 })
 	}
 	clk.Advance(time.Second)
 	wg.Wait()
@@ -170,7 +170,7 @@ func TestPacerExtensionRefusesWaitersItMakesLate(t *testing.T) {
 			c = ctx
 		}
 		go func() { _, _, err := p.Wait(c, clk, maxWait); results[i] <- err }()
-		waitFor(t, "the next waiter in line", func() bool { return p.Queued() == i+1 })
+		clocktest.WaitFor(t, "the next waiter in line", func() bool { return p.Queued() == i+1 })
 	}
 	p.HoldAt(now, clk, now.Add(10*time.Second), HoldDeferral, nil)
 	if err := <-results[0]; !errors.Is(err, ErrHeld) {

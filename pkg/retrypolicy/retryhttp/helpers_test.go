@@ -1,12 +1,10 @@
 package retryhttp
 
 import (
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
-	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
 // baseConfig is a valid upstream: 4 attempts, 30s deadline, Equal backoff 1s..8s,
@@ -42,21 +40,3 @@ func compile(t testing.TB, mutate func(*retrypolicy.Config)) *retrypolicy.Policy
 }
 
 var now = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-
-// waitFor yields until cond holds: the code under test runs on another
-// goroutine and is about to block on the virtual clock.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 1_000_000; i++ {
-		if cond() {
-			return
-		}
-		runtime.Gosched()
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
-// timerSet is a waitFor condition: the code under test has set a timer on c.
-func timerSet(c *clocktest.Clock) func() bool {
-	return func() bool { return c.Pending() > 0 }
-}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
 // lockedEvents records events from any goroutine (holds end on the timer).
@@ -110,7 +111,7 @@ func TestTransportHeldRequestWaitsWhenItsDeadlineAllows(t *testing.T) {
 		done <- r
 	}()
 	pc := h.tr.Route(nil).Limits().Pacer()
-	waitFor(t, "the request to wait in line", func() bool { return pc.Queued() == 1 })
+	clocktest.WaitFor(t, "the request to wait in line", func() bool { return pc.Queued() == 1 })
 	h.clk.Advance(2999 * time.Millisecond)
 	if n := h.sentCount(); n != 1 {
 		t.Fatalf("%d transmissions before the reset, want 1", n)

@@ -436,7 +436,7 @@ func TestTransportCancellation(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		h.inner.onSend = func(n int) {
 			go func() {
-				waitFor(t, "the wait timer", timerSet(h.clk))
+				clocktest.WaitFor(t, "the wait timer", h.clk.TimerSet)
 				cancel()
 			}()
 		}
@@ -461,7 +461,7 @@ func TestTransportTimeouts(t *testing.T) {
 		h := newHarness(t, compile(t, func(c *retrypolicy.Config) { c.PerTryTimeout = 2 * time.Second }), step{block: true}, step{status: 200})
 		h.inner.onSend = func(n int) {
 			if n == 1 {
-				go func() { waitFor(t, "the per-try timer", timerSet(h.clk)); h.clk.Advance(2 * time.Second) }()
+				go func() { clocktest.WaitFor(t, "the per-try timer", h.clk.TimerSet); h.clk.Advance(2 * time.Second) }()
 			}
 		}
 		resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -472,7 +472,7 @@ func TestTransportTimeouts(t *testing.T) {
 	t.Run("the deadline passing during an attempt is deadline-exceeded", func(t *testing.T) {
 		h := newHarness(t, compile(t, nil), step{block: true}, step{status: 200})
 		h.inner.onSend = func(int) {
-			go func() { waitFor(t, "the deadline timer", timerSet(h.clk)); h.clk.Advance(30 * time.Second) }()
+			go func() { clocktest.WaitFor(t, "the deadline timer", h.clk.TimerSet); h.clk.Advance(30 * time.Second) }()
 		}
 		_, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 		if outcomeOf(err) != retrypolicy.OutcomeDeadlineExceeded || len(h.inner.sent) != 1 {

@@ -12,7 +12,9 @@ package clocktest
 
 import (
 	"container/heap"
+	"runtime"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
@@ -197,4 +199,22 @@ func (h *timerHeap) Pop() any {
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
 	return t
+}
+
+// TimerSet reports whether the code under test has set a timer on c: the
+// condition to WaitFor before Advance.
+func (c *Clock) TimerSet() bool { return c.Pending() > 0 }
+
+// WaitFor yields until cond holds, for a test whose code under test runs on
+// another goroutine and is about to block on the clock (a timer, a queue). It
+// fails t after a million yields, naming what it waited for.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 1_000_000; i++ {
+		if cond() {
+			return
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("timed out waiting for %s", what)
 }
