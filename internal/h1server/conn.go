@@ -42,7 +42,9 @@ type conn struct {
 	// unreadBody: the last request's body was not read to its end, so the
 	// app may still be sending it when the connection closes.
 	unreadBody bool
-	tmpl       http.Request // zero: WithContext copies it into each request
+	// afterPOST: the last request was a POST; see skipSloppyCRLF.
+	afterPOST bool
+	tmpl      http.Request // zero: WithContext copies it into each request
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -100,7 +102,8 @@ func (c *conn) readHead() (h head, v verdict, err error) {
 	}
 	headerTimeout := false
 	for {
-		if c.w > c.r {
+		// (c.w > c.r again: skipping may have used up what was buffered.)
+		if c.w > c.r && (!c.afterPOST || c.skipSloppyCRLF()) && c.w > c.r {
 			if c.state.Load() != stateActive && !c.state.CompareAndSwap(stateIdle, stateActive) {
 				return h, handOff, net.ErrClosed // closed by Shutdown
 			}
@@ -129,6 +132,24 @@ func (c *conn) readHead() (h head, v verdict, err error) {
 			return h, handOff, err
 		}
 	}
+}
+
+// skipSloppyCRLF drops the CR and LF bytes among the first four after a POST,
+// as net/http.Server does for old clients that end a body with an extra CRLF
+// (RFC 9112 §2.2). It reports false while fewer than four bytes, all CR or LF,
+// are buffered: the next byte decides.
+func (c *conn) skipSloppyCRLF() bool {
+	avail := c.buf[c.r:c.w]
+	n := 0
+	for n < len(avail) && n < 4 && (avail[n] == '\r' || avail[n] == '\n') {
+		n++
+	}
+	if n == len(avail) && n < 4 {
+		return false
+	}
+	c.r += n
+	c.afterPOST = false
+	return true
 }
 
 // handOff gives the connection, with the bytes already read, to the fallback
@@ -165,6 +186,7 @@ func (c *conn) serveOne(h *head) (keepAlive bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel() // as net/http: the request's context ends with the handler
 	req := c.tmpl.WithContext(ctx)
+	c.afterPOST = h.method == http.MethodPost
 	req.Method, req.URL, req.RequestURI = h.method, h.url, h.target
 	req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/1.1", 1, 1
 	req.Header, req.Host, req.RemoteAddr, req.Close = h.header, h.host, c.remote, h.close

@@ -31,11 +31,15 @@ type seen struct {
 }
 
 type recorder struct {
-	mu   sync.Mutex
-	seen []seen
+	mu       sync.Mutex
+	seen     []seen
+	inFlight sync.WaitGroup
 }
 
+// take returns what the handler saw since the last take, once every request
+// that reached it has been recorded.
 func (r *recorder) take() []seen {
+	r.inFlight.Wait()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.seen
@@ -45,6 +49,8 @@ func (r *recorder) take() []seen {
 
 // record is a handler that records the request and answers 200 "ok".
 func (r *recorder) record(w http.ResponseWriter, req *http.Request) {
+	r.inFlight.Add(1)
+	defer r.inFlight.Done()
 	body, err := io.ReadAll(req.Body)
 	s := seen{Method: req.Method, RequestURI: req.RequestURI, URL: req.URL.String(), Host: req.Host, Proto: req.Proto,
 		Header: req.Header.Clone(), ContentLength: req.ContentLength, Body: string(body), BodyErr: err != nil, Close: req.Close}
@@ -64,7 +70,7 @@ type pair struct {
 	stdRec   *recorder
 }
 
-func newPair(t *testing.T, handler func(rec *recorder) http.Handler) *pair {
+func newPair(t testing.TB, handler func(rec *recorder) http.Handler) *pair {
 	t.Helper()
 	p := &pair{fastRec: &recorder{}, stdRec: &recorder{}}
 	fl, err := net.Listen("tcp", "127.0.0.1:0")
@@ -87,7 +93,7 @@ func newPair(t *testing.T, handler func(rec *recorder) http.Handler) *pair {
 
 // exchange sends in on a new connection and returns what came back until the
 // server closed the connection or went quiet for quiet.
-func exchange(t *testing.T, addr string, in []byte, quiet time.Duration) []byte {
+func exchange(t testing.TB, addr string, in []byte, quiet time.Duration) []byte {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -145,24 +151,49 @@ func TestRequestsAreReadAsNetHTTPServerReadsThem(t *testing.T) {
 	p := newPair(t, func(rec *recorder) http.Handler { return http.HandlerFunc(rec.record) })
 	for _, c := range serverCases {
 		t.Run(c.name, func(t *testing.T) {
-			in := []byte(c.in + endRequest)
 			before := p.fast.Served()
-			fastOut := exchange(t, p.fastAddr, in, 300*time.Millisecond)
-			stdOut := exchange(t, p.stdAddr, in, 300*time.Millisecond)
-			fastSeen, stdSeen := p.fastRec.take(), p.stdRec.take()
-			if !reflect.DeepEqual(fastSeen, stdSeen) {
-				t.Errorf("the handler saw\n%+v\nbehind net/http\n%+v", fastSeen, stdSeen)
-			}
-			fw, frest := parseResponses(fastOut, "GET")
-			sw, srest := parseResponses(stdOut, "GET")
-			if !reflect.DeepEqual(fw, sw) || frest != srest {
-				t.Errorf("responses\n%q\nnet/http's\n%q", fastOut, stdOut)
+			if diff := p.compare(t, []byte(c.in+endRequest), 300*time.Millisecond); diff != "" {
+				t.Error(diff)
 			}
 			if got := p.fast.Served() - before; got != int64(c.fast) {
 				t.Errorf("served on the fast path: %d requests, want %d", got, c.fast)
 			}
 		})
 	}
+}
+
+// FuzzServerAgreesWithNetHTTP sends arbitrary bytes (then the end request) to
+// both servers: the handler must see the same requests and the app the same
+// responses, whatever the fast path served and whatever it handed off.
+func FuzzServerAgreesWithNetHTTP(f *testing.F) {
+	for _, c := range serverCases {
+		if len(c.in) < 4<<10 {
+			f.Add([]byte(c.in))
+		}
+	}
+	p := newPair(f, func(rec *recorder) http.Handler { return http.HandlerFunc(rec.record) })
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if diff := p.compare(t, append(in, endRequest...), 50*time.Millisecond); diff != "" {
+			t.Fatalf("%q: %s", in, diff)
+		}
+	})
+}
+
+// compare sends in to both servers and describes any difference in what the
+// handler saw or what came back ("" if none).
+func (p *pair) compare(t testing.TB, in []byte, quiet time.Duration) string {
+	fastOut := exchange(t, p.fastAddr, in, quiet)
+	stdOut := exchange(t, p.stdAddr, in, quiet)
+	fastSeen, stdSeen := p.fastRec.take(), p.stdRec.take()
+	if !reflect.DeepEqual(fastSeen, stdSeen) {
+		return fmt.Sprintf("the handler saw\n%+v\nbehind net/http\n%+v", fastSeen, stdSeen)
+	}
+	fw, frest := parseResponses(fastOut, "GET")
+	sw, srest := parseResponses(stdOut, "GET")
+	if !reflect.DeepEqual(fw, sw) || frest != srest {
+		return fmt.Sprintf("responses\n%q\nnet/http's\n%q", fastOut, stdOut)
+	}
+	return ""
 }
 
 // serverCases: fast is how many requests (the end request included) the
@@ -176,6 +207,8 @@ var serverCases = []struct {
 	{"an absolute-form GET is served on the fast path", "GET http://api.example/x HTTP/1.1\r\nHost: api.example\r\n\r\n", 2},
 	{"a POST body is read whole", "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\nhello world", 2},
 	{"pipelined requests are served in order", "GET /1 HTTP/1.1\r\nHost: a\r\n\r\nPOST /2 HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET /3 HTTP/1.1\r\nHost: a\r\n\r\n", 4},
+	{"a CRLF after a POST body is skipped as net/http skips it", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi\r\nGET /next HTTP/1.1\r\nHost: a\r\n\r\n", 3},
+	{"a CRLF after a GET is net/http's 400", "GET / HTTP/1.1\r\nHost: a\r\n\r\n\r\nGET /next HTTP/1.1\r\nHost: a\r\n\r\n", 1},
 	{"Connection: close ends the connection after the response", "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 1},
 	{"a malformed second request is net/http's 400 after a fast first", "GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nBad Name: x\r\n\r\n", 1},
 	{"obs-fold is handed off", "GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n 2\r\n\r\n", 0},
