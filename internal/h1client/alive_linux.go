@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"net"
 	"syscall"
+
+	"github.com/retrydev/retry-operator/internal/sockpeek"
 )
 
 // alive reports whether an idle connection can still carry a request: the
@@ -34,16 +36,11 @@ func peekQuiet(nc net.Conn) bool {
 	if err != nil {
 		return false
 	}
-	var buf [1]byte
 	alive := true
 	rerr := rc.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
-			alive = true // nothing to read: still open
-		case err != nil, n == 0, n > 0:
-			alive = false // error, EOF, or unsolicited bytes (e.g. a 408)
-		}
+		// Anything but quiet — an error, EOF, unsolicited bytes (e.g. a 408) —
+		// means the connection cannot carry a request.
+		alive = sockpeek.Peek(fd) == sockpeek.Nothing
 		return true
 	})
 	return alive && rerr == nil

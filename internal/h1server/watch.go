@@ -6,6 +6,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/retrydev/retry-operator/internal/sockpeek"
 )
 
 // watchDelay is how long a request runs before its app connection is watched
@@ -32,7 +34,7 @@ type watcher struct {
 
 func (w *watcher) init(nc net.Conn) {
 	w.nc = nc
-	if sc, ok := nc.(syscall.Conn); ok && canPeek {
+	if sc, ok := nc.(syscall.Conn); ok && sockpeek.Supported {
 		w.rc, _ = sc.SyscallConn()
 	}
 	w.done = make(chan struct{}, 1)
@@ -109,9 +111,13 @@ func (w *watcher) watch(cancel context.CancelFunc) {
 	defer func() { w.done <- struct{}{} }()
 	gone := false
 	err := w.rc.Read(func(fd uintptr) bool {
-		var ready bool
-		gone, ready = peekGone(fd)
-		return ready
+		switch sockpeek.Peek(fd) {
+		case sockpeek.Nothing, sockpeek.Interrupted:
+			return false // wait until readable
+		case sockpeek.Closed:
+			gone = true
+		}
+		return true
 	})
 	if err == nil && gone {
 		cancel()
