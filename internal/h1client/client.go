@@ -57,6 +57,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
@@ -301,7 +303,7 @@ func validate(req *http.Request) error {
 		return fmt.Errorf("h1client: invalid Host %q", host)
 	}
 	for k, vv := range req.Header {
-		if !validName(k) {
+		if !httpguts.ValidHeaderFieldName(k) {
 			return fmt.Errorf("h1client: invalid header field name %q", k)
 		}
 		for _, v := range vv {
@@ -317,20 +319,7 @@ func validMethod(m string) bool {
 	if m == "" {
 		return true
 	}
-	return validName(m)
-}
-
-func validName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
-			return false
-		}
-	}
-	return true
+	return httpguts.ValidHeaderFieldName(m)
 }
 
 func validValue(s string) bool {
@@ -391,7 +380,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, body io.ReadClo
 	}
 
 	w := t.getWriter(&c.cr)
-	closeConn := req.Close || hasToken(req.Header["Connection"], "close")
+	closeConn := req.Close || httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close")
 	err = writeHead(w, req, body, closeConn)
 	if err == nil && body != nil {
 		err = writeBody(w, req, body)
@@ -589,19 +578,6 @@ func (c *chunkedWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
-}
-
-func hasToken(vv []string, tok string) bool {
-	for _, v := range vv {
-		for v != "" {
-			var t string
-			t, v, _ = strings.Cut(v, ",")
-			if strings.EqualFold(strings.TrimSpace(t), tok) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func (t *Transport) getWriter(w io.Writer) *bufio.Writer {

@@ -102,8 +102,10 @@ func (c *conn) readHead() (h head, v verdict, err error) {
 	}
 	headerTimeout := false
 	for {
-		// (c.w > c.r again: skipping may have used up what was buffered.)
-		if c.w > c.r && (!c.afterPOST || c.skipSloppyCRLF()) && c.w > c.r {
+		if c.afterPOST && c.w > c.r {
+			c.skipSloppyCRLF()
+		}
+		if c.w > c.r && !c.afterPOST {
 			if c.state.Load() != stateActive && !c.state.CompareAndSwap(stateIdle, stateActive) {
 				return h, handOff, net.ErrClosed // closed by Shutdown
 			}
@@ -136,20 +138,19 @@ func (c *conn) readHead() (h head, v verdict, err error) {
 
 // skipSloppyCRLF drops the CR and LF bytes among the first four after a POST,
 // as net/http.Server does for old clients that end a body with an extra CRLF
-// (RFC 9112 §2.2). It reports false while fewer than four bytes, all CR or LF,
-// are buffered: the next byte decides.
-func (c *conn) skipSloppyCRLF() bool {
+// (RFC 9112 §2.2), and clears afterPOST. While fewer than four bytes, all CR
+// or LF, are buffered it leaves afterPOST set: the next byte decides.
+func (c *conn) skipSloppyCRLF() {
 	avail := c.buf[c.r:c.w]
 	n := 0
 	for n < len(avail) && n < 4 && (avail[n] == '\r' || avail[n] == '\n') {
 		n++
 	}
 	if n == len(avail) && n < 4 {
-		return false
+		return
 	}
 	c.r += n
 	c.afterPOST = false
-	return true
 }
 
 // handOff gives the connection, with the bytes already read, to the fallback

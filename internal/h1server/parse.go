@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // verdict is what parseHead made of the bytes at the start of a connection's
@@ -94,7 +96,7 @@ var (
 // url.ParseRequestURI (what net/http uses) accepts, without userinfo.
 func parseRequestLine(h *head, line string) bool {
 	method, rest, ok := strings.Cut(line, " ")
-	if !ok || !isToken(method) || method == http.MethodConnect {
+	if !ok || !httpguts.ValidHeaderFieldName(method) || method == http.MethodConnect {
 		return false
 	}
 	target, proto, ok := strings.Cut(rest, " ")
@@ -132,7 +134,7 @@ func parseFields(h *head, s string) bool {
 		line, rest, _ := strings.Cut(s, "\r\n")
 		s = rest
 		name, value, ok := strings.Cut(line, ":")
-		if !ok || !isToken(name) {
+		if !ok || !httpguts.ValidHeaderFieldName(name) {
 			return false // includes obs-fold: a line starting with a blank
 		}
 		value = strings.Trim(value, " \t")
@@ -214,7 +216,7 @@ func connectionClose(vv []string) (close, ok bool) {
 	for _, v := range vv {
 		for _, tok := range strings.Split(v, ",") {
 			tok = strings.Trim(tok, " \t")
-			if !isToken(tok) {
+			if !httpguts.ValidHeaderFieldName(tok) {
 				return false, false
 			}
 			if strings.EqualFold(tok, "close") {
@@ -241,30 +243,3 @@ func validHost(s string) bool {
 	}
 	return true
 }
-
-// isToken reports whether s is a non-empty RFC 9110 token.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !tchar[s[i]] {
-			return false
-		}
-	}
-	return true
-}
-
-// tchar is RFC 9110 §5.6.2's tchar.
-var tchar = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()

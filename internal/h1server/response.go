@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // pendingSize is how much body a response holds back before committing its
@@ -170,12 +173,8 @@ func (w *response) commit(done bool) {
 	}
 	w.head = true
 	h := w.header
-	if vv, ok := h["Connection"]; ok {
-		for _, v := range vv {
-			if hasToken(v, "close") {
-				w.close = true
-			}
-		}
+	if httpguts.HeaderValuesContainsToken(h["Connection"], "close") {
+		w.close = true
 	}
 	if w.c.srv.shutdown.Load() || w.body != nil && w.body.unread.Load() > maxDiscard {
 		w.close = true // a long unread request body is not drained: the connection ends
@@ -203,7 +202,7 @@ func (w *response) commit(done bool) {
 	if _, ok := h["Date"]; !ok {
 		h["Date"] = []string{httpDate()}
 	}
-	if w.close && !hasToken(strings.Join(h["Connection"], ","), "close") {
+	if w.close && !httpguts.HeaderValuesContainsToken(h["Connection"], "close") {
 		h["Connection"] = []string{"close"}
 	}
 	w.writeStatusLine(w.status)
@@ -228,27 +227,28 @@ func (w *response) writeStatusLine(code int) {
 // writeFields writes the header fields with valid names; a CR or LF in a
 // value becomes a space, as net/http writes them.
 func (w *response) writeFields() {
-	bw := w.c.bw
-	trailers := w.header["Trailer"]
+	trailers := trailerKeys(w.header)
 	for k, vv := range w.header {
-		if !isToken(k) || len(trailers) > 0 && declaredTrailer(trailers, k) {
-			continue
-		}
-		for _, v := range vv {
-			bw.WriteString(k)
-			bw.WriteString(": ")
-			writeValue(w, v)
-			bw.WriteString("\r\n")
+		if httpguts.ValidHeaderFieldName(k) && !slices.Contains(trailers, k) {
+			w.writeField(k, vv)
 		}
 	}
 }
 
-func writeValue(w *response, v string) {
-	v = textproto.TrimString(v)
-	if strings.ContainsAny(v, "\r\n") {
-		v = newlineToSpace.Replace(v)
+// writeField writes "k: v" lines, one per value; a CR or LF in a value
+// becomes a space, as net/http writes them.
+func (w *response) writeField(k string, vv []string) {
+	bw := w.c.bw
+	for _, v := range vv {
+		v = textproto.TrimString(v)
+		if strings.ContainsAny(v, "\r\n") {
+			v = newlineToSpace.Replace(v)
+		}
+		bw.WriteString(k)
+		bw.WriteString(": ")
+		bw.WriteString(v)
+		bw.WriteString("\r\n")
 	}
-	w.c.bw.WriteString(v)
 }
 
 var newlineToSpace = strings.NewReplacer("\r", " ", "\n", " ")
@@ -275,42 +275,23 @@ func (w *response) writeBody(p []byte) {
 // writeTrailers writes the fields the handler declared in its Trailer header
 // and set after the body.
 func (w *response) writeTrailers() {
-	for _, decl := range w.header["Trailer"] {
+	for _, k := range trailerKeys(w.header) {
+		w.writeField(k, w.header[k])
+	}
+}
+
+// trailerKeys are the valid field names the Trailer values declare,
+// canonicalised: they are sent after the body, not in the head.
+func trailerKeys(h http.Header) []string {
+	var keys []string
+	for _, decl := range h["Trailer"] {
 		for _, k := range strings.Split(decl, ",") {
-			k = textproto.CanonicalMIMEHeaderKey(textproto.TrimString(k))
-			if !isToken(k) {
-				continue
-			}
-			for _, v := range w.header[k] {
-				w.c.bw.WriteString(k)
-				w.c.bw.WriteString(": ")
-				writeValue(w, v)
-				w.c.bw.WriteString("\r\n")
+			if k = textproto.CanonicalMIMEHeaderKey(textproto.TrimString(k)); httpguts.ValidHeaderFieldName(k) {
+				keys = append(keys, k)
 			}
 		}
 	}
-}
-
-// declaredTrailer reports whether the Trailer values name k: it is sent after
-// the body, not in the head.
-func declaredTrailer(trailers []string, k string) bool {
-	for _, decl := range trailers {
-		for _, t := range strings.Split(decl, ",") {
-			if textproto.CanonicalMIMEHeaderKey(textproto.TrimString(t)) == k {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func hasToken(v, token string) bool {
-	for _, t := range strings.Split(v, ",") {
-		if strings.EqualFold(textproto.TrimString(t), token) {
-			return true
-		}
-	}
-	return false
+	return keys
 }
 
 // httpDate is the Date header value, formatted once per second.
