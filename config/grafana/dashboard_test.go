@@ -5,24 +5,13 @@ package grafana_test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-
-	// The manager's packages: importing them registers every controller-runtime
-	// series the manager serves (reconciles, work queue, webhooks, leader
-	// election, client) on crmetrics.Registry, as in the binary.
-	_ "github.com/retrydev/retry-operator/internal/controller"
-	_ "github.com/retrydev/retry-operator/internal/webhook/podinject"
-	_ "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
-
-	"github.com/retrydev/retry-operator/internal/sidecar"
+	"github.com/retrydev/retry-operator/internal/metricstest"
 )
 
 type dashboard struct {
@@ -50,10 +39,7 @@ func TestEveryQueryNamesARegisteredMetric(t *testing.T) {
 	if err := json.Unmarshal(raw, &d); err != nil {
 		t.Fatalf("retry-operator.json: %v", err)
 	}
-	registries := map[string]prometheus.Registerer{
-		"sidecar": sidecar.NewMetrics().Registry,
-		"manager": crmetrics.Registry,
-	}
+	registries := metricstest.New()
 
 	exprs := map[string]string{} // expression -> where
 	var panels []string
@@ -86,39 +72,11 @@ func TestEveryQueryNamesARegisteredMetric(t *testing.T) {
 			t.Errorf("%s: %q names no metric", where, expr)
 		}
 		for _, n := range names {
-			if registeredIn(registries, n) == "" {
+			if registries.RegisteredIn(n) == "" {
 				t.Errorf("%s: metric %s is registered by neither the sidecar nor the manager", where, n)
 			}
 		}
 	}
-}
-
-// registeredIn names the registry that has a collector describing the metric
-// (a histogram's _bucket, _sum and _count belong to its base name), or "".
-// A registry refuses a second collector with a name it already has; that
-// refusal is the probe, and nothing is left registered.
-func registeredIn(regs map[string]prometheus.Registerer, name string) string {
-	candidates := []string{name}
-	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-		if base, ok := strings.CutSuffix(name, suffix); ok {
-			candidates = append(candidates, base)
-		}
-	}
-	for _, who := range []string{"sidecar", "manager"} {
-		for _, c := range candidates {
-			probe := prometheus.NewGauge(prometheus.GaugeOpts{Name: c, Help: "dashboard test probe"})
-			err := regs[who].Register(probe)
-			if err == nil {
-				regs[who].Unregister(probe)
-				continue
-			}
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) || strings.Contains(err.Error(), "previously registered descriptor with the same fully-qualified name") {
-				return who
-			}
-		}
-	}
-	return ""
 }
 
 func TestMetricNames(t *testing.T) {
