@@ -173,6 +173,21 @@ func TestConnectTimeoutIsAConnectTimeout(t *testing.T) {
 	s.waitMetric(`retry_sidecar_timeouts_total{phase="connect",upstream="up"}`, 1)
 }
 
+// TestCONNECTDialUsesThePolicyConnectTimeout: a tunnel is opaque, but its
+// dial is the one part of it a policy can bound: a CONNECT to a host:port with
+// a policy gives up after that policy's connectTimeout, as its requests would,
+// not after --dial-timeout.
+func TestCONNECTDialUsesThePolicyConnectTimeout(t *testing.T) {
+	t.Parallel()
+	host := fullBacklog(t)
+	s := startSidecar(t, "--dial-timeout=10s", "--policy-file="+policyFile(t, host, "connectTimeout: 300ms", "deadline: 5s"))
+	start := time.Now()
+	resp := rawRequest(t, s.proxy, "CONNECT "+host+" HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+	if elapsed := time.Since(start); resp.StatusCode != http.StatusBadGateway || elapsed < 300*time.Millisecond || elapsed > 2*time.Second {
+		t.Fatalf("CONNECT answered %d after %v; want 502 just after the 300ms connectTimeout", resp.StatusCode, elapsed)
+	}
+}
+
 func TestPassThroughConnectTimeoutUsesTheDialTimeoutFlag(t *testing.T) {
 	t.Parallel()
 	host := fullBacklog(t)
