@@ -119,6 +119,14 @@ test: lint check-generated check-dist lint-chart kube-binaries ## Every test tha
 	KUBEBUILDER_ASSETS="$$(KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh 2>/dev/null | tail -1)" \
 		go test -count=1 $(GO_PACKAGES)
 	$(MAKE) --no-print-directory test-race
+	$(MAKE) --no-print-directory test-bench
+
+# Every package that declares a benchmark (found, not listed: a new one joins).
+BENCH_PACKAGES = $$(grep -rl --include='*_test.go' -e '^func Benchmark' $$(go list -f '{{.Dir}}' ./... | grep -v /test/e2e) | xargs -n1 dirname | sort -u)
+
+.PHONY: test-bench
+test-bench: ## Every benchmark once (-benchtime=1x): a benchmark is code, and one that no longer runs fails here.
+	go test -count=1 -run '^$$' -bench . -benchtime=1x $(BENCH_PACKAGES)
 
 .PHONY: test-race
 test-race: ## The concurrent packages (decision core, sidecar, upstream client, app-side server, rehearsal scheduler) under the race detector.

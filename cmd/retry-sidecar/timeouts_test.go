@@ -173,6 +173,21 @@ func TestConnectTimeoutIsAConnectTimeout(t *testing.T) {
 	s.waitMetric(`retry_sidecar_timeouts_total{phase="connect",upstream="up"}`, 1)
 }
 
+// TestCONNECTDialUsesThePolicyConnectTimeout: a tunnel is opaque, but its
+// dial is the one part of it a policy can bound: a CONNECT to a host:port with
+// a policy gives up after that policy's connectTimeout, as its requests would,
+// not after --dial-timeout.
+func TestCONNECTDialUsesThePolicyConnectTimeout(t *testing.T) {
+	t.Parallel()
+	host := fullBacklog(t)
+	s := startSidecar(t, "--dial-timeout=10s", "--policy-file="+policyFile(t, host, "connectTimeout: 300ms", "deadline: 5s"))
+	start := time.Now()
+	resp := rawRequest(t, s.proxy, "CONNECT "+host+" HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+	if elapsed := time.Since(start); resp.StatusCode != http.StatusBadGateway || elapsed < 300*time.Millisecond || elapsed > 2*time.Second {
+		t.Fatalf("CONNECT answered %d after %v; want 502 just after the 300ms connectTimeout", resp.StatusCode, elapsed)
+	}
+}
+
 func TestPassThroughConnectTimeoutUsesTheDialTimeoutFlag(t *testing.T) {
 	t.Parallel()
 	host := fullBacklog(t)
@@ -209,4 +224,56 @@ func TestFullQueueIsAQueueTimeout(t *testing.T) {
 	s.waitMetric(`retry_sidecar_timeouts_total{phase="queue",upstream="up"}`, 1)
 	release <- struct{}{}
 	<-first
+}
+
+// TestDrainCountsInsideTheWait: a 503 whose body stalls (100 bytes announced,
+// 10 sent) is drained for at most 1 s, and that drain runs inside the wait the
+// response asked for, not before it: the retry goes at max(receipt + wait, end
+// of drain) (docs/retry-semantics.md#r9), so a Retry-After: 2 under a 3 s
+// deadline is still honoured and retried in time.
+func TestDrainCountsInsideTheWait(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		retryAfter     string
+		minGap, maxGap time.Duration // from the 503 to the retry's arrival
+		wantTotalBelow time.Duration
+	}{
+		"a Retry-After longer than the drain is waited from the response": {
+			retryAfter: "2", minGap: 2 * time.Second, maxGap: 2500 * time.Millisecond, wantTotalBelow: 3 * time.Second},
+		"a Retry-After shorter than the drain is waited out by the drain": {
+			retryAfter: "0", minGap: time.Second, maxGap: 1500 * time.Millisecond, wantTotalBelow: 2 * time.Second},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			responded := make(chan time.Time, 1)
+			up := newRawUpstream(t, func(c *rawConn) {
+				for {
+					if _, ok := c.next(); !ok {
+						return
+					}
+					if c.id == 1 {
+						responded <- time.Now()
+						c.write("HTTP/1.1 503 Service Unavailable\r\nRetry-After: " + tc.retryAfter + "\r\nContent-Length: 100\r\n\r\n0123456789")
+						_, _ = io.Copy(io.Discard, c.Conn) // the other 90 bytes never come
+						return
+					}
+					c.write(respOK("ok"))
+				}
+			})
+			s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields("deadline: 3s", "maxAttempts: 2")...))
+			r := s.get(up.url("/"))
+			assertOutcome(t, r, 200, "success", "2")
+			if r.elapsed >= tc.wantTotalBelow {
+				t.Errorf("answered after %v, want under %v", r.elapsed, tc.wantTotalBelow)
+			}
+			got := up.got()
+			if len(got) != 2 {
+				t.Fatalf("upstream got %d requests, want 2", len(got))
+			}
+			if gap := got[1].at.Sub(<-responded); gap < tc.minGap || gap >= tc.maxGap {
+				t.Errorf("retry arrived %v after the 503, want in [%v, %v)", gap, tc.minGap, tc.maxGap)
+			}
+		})
+	}
 }

@@ -120,14 +120,19 @@ func newTLSUpstream(t *testing.T, cert tls.Certificate, h2only bool, script func
 // ConfigMap document (what tls.caCertificateRefs resolve against standalone).
 func tlsPolicy(t *testing.T, host, tlsFields string, ca *testCA, extra ...string) string {
 	t.Helper()
-	y := policyYAML("test", "up", host, append(fields(extra...), "tls: "+tlsFields)...)
+	p := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, p, tlsPolicyYAML("up", host, tlsFields, ca, extra...))
+	return p
+}
+
+// tlsPolicyYAML is the content of tlsPolicy, for an upstream named upstream.
+func tlsPolicyYAML(upstream, host, tlsFields string, ca *testCA, extra ...string) string {
+	y := policyYAML("test", upstream, host, append(fields(extra...), "tls: "+tlsFields)...)
 	if ca != nil {
 		y += "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: test-ca}\ndata:\n  ca.crt: |\n    " +
 			strings.ReplaceAll(strings.TrimSpace(ca.pem), "\n", "\n    ") + "\n"
 	}
-	p := filepath.Join(t.TempDir(), "policy.yaml")
-	writeFile(t, p, y)
-	return p
+	return y
 }
 
 const privateCA = "{hostname: upstream.test, caCertificateRefs: [{name: test-ca}]}"
@@ -521,26 +526,57 @@ func TestTLSCARotationByReload(t *testing.T) {
 	}
 }
 
-// A handshake the upstream never answers is bounded by --dial-timeout (the
-// connect phase) and is a connect failure: retried, never waited out to the
-// deadline.
-func TestTLSStalledHandshakeIsBoundedByTheDialTimeout(t *testing.T) {
+// A handshake the upstream never answers is a connect failure in phase tls
+// whichever timer cuts it (docs/retry-semantics.md#timeouts): nothing was
+// sent, so even a POST without a key is retried up to maxAttempts; only the
+// deadline ends it sooner, as deadline-exceeded, still in phase tls.
+func TestTLSStalledHandshakeIsAConnectFailureWhicheverTimerCutsIt(t *testing.T) {
 	t.Parallel()
-	ca := newTestCA(t, "test CA")
-	var accepted atomic.Int64
-	// Read nothing, answer nothing: acceptLoop closes the connections at the end.
-	ln := acceptLoop(t, func(net.Conn) { accepted.Add(1) })
-	s := startSidecar(t, "--dial-timeout=300ms", "--policy-file="+tlsPolicy(t, ln.Addr().String(), privateCA, ca, "maxAttempts: 2", "deadline: 10s"))
-	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/orders", strings.NewReader("x"))
-	r := s.do(req)
-	assertOutcome(t, r, http.StatusGatewayTimeout, "exhausted", "2")
-	if p := r.header.Get("X-Retry-Timeout-Phase"); p != "tls" {
-		t.Errorf("X-Retry-Timeout-Phase %q, want tls", p)
+	tests := map[string]struct {
+		dialTimeout string
+		fields      []string
+		status      int
+		outcome     string
+		attempts    int
+	}{
+		"connectTimeout fires first": {dialTimeout: "5s",
+			fields: []string{"connectTimeout: 300ms", "perTryTimeout: 2s", "deadline: 10s"},
+			status: http.StatusGatewayTimeout, outcome: "exhausted", attempts: 3},
+		"perTryTimeout fires first": {dialTimeout: "5s",
+			fields: []string{"connectTimeout: 2s", "perTryTimeout: 300ms", "deadline: 10s"},
+			status: http.StatusGatewayTimeout, outcome: "exhausted", attempts: 3},
+		"--dial-timeout fires first": {dialTimeout: "300ms",
+			fields: []string{"connectTimeout: 2s", "perTryTimeout: 2s", "deadline: 10s"},
+			status: http.StatusGatewayTimeout, outcome: "exhausted", attempts: 3},
+		"the deadline fires first": {dialTimeout: "5s",
+			fields: []string{"deadline: 400ms"},
+			status: http.StatusGatewayTimeout, outcome: "deadline-exceeded", attempts: 1},
 	}
-	if r.elapsed > 3*time.Second {
-		t.Errorf("took %v; two handshakes bounded by 300ms and one short backoff should take well under 3s", r.elapsed)
-	}
-	if n := accepted.Load(); n != 2 {
-		t.Errorf("%d connections, want 2", n)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ca := newTestCA(t, "test CA")
+			var accepted atomic.Int64
+			// Read nothing, answer nothing: acceptLoop closes the connections at the end.
+			ln := acceptLoop(t, func(net.Conn) { accepted.Add(1) })
+			s := startSidecar(t, "--dial-timeout="+tc.dialTimeout, "--policy-file="+tlsPolicy(t, ln.Addr().String(), privateCA, ca,
+				append([]string{"maxAttempts: 3"}, tc.fields...)...))
+			req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/orders", strings.NewReader("x"))
+			r := s.do(req)
+			assertOutcome(t, r, tc.status, tc.outcome, fmt.Sprint(tc.attempts))
+			if p := r.header.Get("X-Retry-Timeout-Phase"); p != "tls" {
+				t.Errorf("X-Retry-Timeout-Phase %q, want tls", p)
+			}
+			if r.elapsed > 3*time.Second {
+				t.Errorf("took %v; handshakes bounded by 300ms (400ms) and short backoffs take well under 3s", r.elapsed)
+			}
+			if n := accepted.Load(); n != int64(tc.attempts) {
+				t.Errorf("%d connections, want %d", n, tc.attempts)
+			}
+			s.waitMetric(`retry_sidecar_timeouts_total{phase="tls",upstream="up"}`, float64(tc.attempts))
+			if !strings.Contains(s.logs.String(), `"phase":"tls"`) || strings.Contains(s.logs.String(), `"phase":"connect"`) {
+				t.Errorf(`want log lines with "phase":"tls" and none with "phase":"connect"`)
+			}
+		})
 	}
 }

@@ -18,8 +18,10 @@ package h1client
 //     returned as an error, which the policy treats as ambiguous: retried only
 //     when replayable, and then counted as an attempt.
 //   - The handshake happens inside the dial, bounded with it by
-//     TLSDialTimeout: a handshake failure is a dial error (*net.OpError, Op
-//     "dial"), a connect failure — nothing of the request was sent. A
+//     TLSDialTimeout and the attempt's connect timeout: a handshake failure,
+//     whichever timer or peer cut it, is a dial error (*net.OpError, Op
+//     "dial") tagged retryhttp.PhaseTLS, a connect failure — nothing of the
+//     request was sent. A
 //     certificate that does not verify is retryhttp.ErrUntrustedCertificate
 //     instead: never retried, since every attempt would meet it again.
 
@@ -123,9 +125,10 @@ func (t *Transport) dialTLS(ctx context.Context, o *TLSOrigin) (*tls.Conn, error
 		if errors.As(err, &cv) {
 			return nil, &untrustedError{err: cv}
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, cerr
-		}
+		// Whatever cut it (the peer, --dial-timeout, the connect timeout, the
+		// attempt's own bound, the caller), nothing of the request was sent: a
+		// connect failure in phase tls (docs/retry-semantics.md#timeouts). The
+		// context's error stays underneath, so a timeout is seen as one.
 		return nil, &retryhttp.PhaseError{Phase: retryhttp.PhaseTLS,
 			Err: &net.OpError{Op: "dial", Net: "tcp", Source: nc.LocalAddr(), Addr: nc.RemoteAddr(), Err: fmt.Errorf("tls handshake: %w", err)}}
 	}

@@ -5,6 +5,7 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -29,8 +30,8 @@ type Proxy struct {
 	// Transport sends the request: a *retryhttp.Transport whose Route picks
 	// the policy, passing hosts without one straight to its Inner.
 	Transport http.RoundTripper
-	// Dial opens CONNECT tunnels.
-	Dial func(network, addr string) (net.Conn, error)
+	// Dial opens CONNECT tunnels, within ctx.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Metrics counts pass-through requests and tunnels; required.
 	Metrics *Metrics
 	// Log receives tunnel and pass-through errors (never a header value, a body

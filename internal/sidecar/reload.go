@@ -57,22 +57,27 @@ func NewReloader(src Sources, log *slog.Logger, m *Metrics) *Reloader {
 
 // Route is the retryhttp.Transport route: the policy of the request's
 // authority in the configuration in force, or nil (pass through).
-func (r *Reloader) Route(req *http.Request) *retrypolicy.Policy {
+func (r *Reloader) Route(req *http.Request) *retrypolicy.Policy { return r.policy(byURL, req) }
+
+// policy is req's policy, as rt names its upstream, in the configuration in
+// force, or nil.
+func (r *Reloader) policy(rt routing, req *http.Request) *retrypolicy.Policy {
 	c := r.current.Load()
 	if c == nil {
 		return nil
 	}
-	return c.Set.MatchRequest(req)
+	return rt.match(c.Set, req)
 }
 
-// tlsUpstream is the TLS origination of the request's upstream in the
-// configuration in force, or nil (one load: policy and origination agree).
-func (r *Reloader) tlsUpstream(req *http.Request) *tlsUpstream {
+// tlsUpstream is the TLS origination of the request's upstream, as rt names
+// it, in the configuration in force, or nil (one load: policy and origination
+// agree).
+func (r *Reloader) tlsUpstream(rt routing, req *http.Request) *tlsUpstream {
 	c := r.current.Load()
 	if c == nil || len(c.tls) == 0 {
 		return nil
 	}
-	p := c.Set.MatchRequest(req)
+	p := rt.match(c.Set, req)
 	if p == nil {
 		return nil
 	}

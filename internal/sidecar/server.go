@@ -19,7 +19,6 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/h1client"
 	"github.com/retrydev/retry-operator/internal/h1server"
-	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // Options are the sidecar's settings, one per command-line flag.
@@ -264,41 +263,21 @@ type servers struct {
 
 	forward  *Proxy
 	adminAPI *Admin
-	upstream *h1client.Transport
+	upstream *upstreamStack
 }
 
-// newServers builds the retrying forward proxy and its servers over ls.
+// newServers builds the upstream stack once and a server over it per listener
+// of ls; the listeners differ only in how they name a request's upstream.
 func newServers(o Options, log *slog.Logger, ls *listeners, reloader *Reloader, metrics *Metrics) *servers {
-	own := ls.own()
-	self := newSelfAddrs(own...)
-	upstream := UpstreamClient(o, own...)
-	replayMemory := o.MaxReplayMemory
-	if replayMemory <= 0 {
-		replayMemory = DefaultMaxReplayMemory()
-	}
-	rt := &retryhttp.Transport{
-		Inner:        originator{h1: upstream, reloader: reloader},
-		Route:        reloader.Route,
-		Observer:     retryhttp.Observers{metrics, NewLogObserver(log)},
-		ReplayMemory: retryhttp.NewReplayMemory(replayMemory),
-	}
-	metrics.WatchReplayMemory(rt.ReplayMemory)
-	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
-	tunnelDial := self.dialContext(dialer.DialContext)
-	proxy := &Proxy{Transport: rt, Metrics: metrics, Log: log, Route: reloader.Route, Self: self,
-		Dial: func(network, addr string) (net.Conn, error) { return tunnelDial(context.Background(), network, addr) }}
+	stack := newUpstreamStack(o, log, ls.own(), reloader, metrics)
+	proxy := stack.proxy(byURL)
 	admin := &Admin{Reloader: reloader, Metrics: metrics, Pprof: o.EnablePprof}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-	s := &servers{forward: proxy, adminAPI: admin, upstream: upstream,
+	s := &servers{forward: proxy, adminAPI: admin, upstream: stack,
 		proxy: appServer(o, &http.Server{Handler: proxy, ReadHeaderTimeout: appReadHeaderTimeout, IdleTimeout: appIdleTimeout, ErrorLog: errLog}, log),
 		admin: &http.Server{Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}}
 	if ls.transparent != nil {
-		// Same upstream client, observers and policies; only the routing
-		// differs (by Host: the URL names the original destination).
-		trt := &retryhttp.Transport{Inner: upstream, Route: reloader.RouteByHost, Observer: rt.Observer,
-			ReplayMemory: rt.ReplayMemory}
-		tproxy := &Proxy{Transport: trt, Dial: proxy.Dial, Metrics: metrics, Log: log, Route: reloader.RouteByHost, Self: self}
-		handler := &Transparent{Proxy: tproxy, Self: listenAddrPorts(ls.proxy, ls.admin, ls.transparent)}
+		handler := &Transparent{Proxy: stack.proxy(byHost), Self: listenAddrPorts(ls.proxy, ls.admin, ls.transparent)}
 		s.transparent = &http.Server{Handler: handler, ConnContext: ConnContext, ReadHeaderTimeout: appReadHeaderTimeout,
 			IdleTimeout: appIdleTimeout, ErrorLog: errLog}
 	}
@@ -362,7 +341,7 @@ func (s *servers) drain(timeout time.Duration, log *slog.Logger) {
 		}
 		log.Warn("drain timeout reached; closed the connections still open")
 	}
-	s.upstream.CloseIdleConnections()
+	s.upstream.closeIdleConnections()
 	actx, acancel := context.WithTimeout(context.Background(), time.Second)
 	defer acancel()
 	_ = s.admin.Shutdown(actx)

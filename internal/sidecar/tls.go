@@ -29,8 +29,12 @@ type tlsUpstream struct {
 	id       string         // names hostname, port and roots, for the pool key
 
 	mu      sync.Mutex
-	origins map[string]*h1client.TLSOrigin // by request authority
+	origins map[originKey]*h1client.TLSOrigin
 }
+
+// originKey is what an origin depends on: the authority the policy matched
+// and the address the request is for.
+type originKey struct{ authority, target string }
 
 // maxOriginsPerUpstream bounds the per-authority cache of an upstream (a
 // "*.suffix" upstream may see many names); past it origins are built per request.
@@ -45,7 +49,7 @@ func newTLSUpstream(u policyset.Upstream) (*tlsUpstream, error) {
 	if len(t.CACertificateRefs) > 0 && roots == nil {
 		return nil, errors.New("tls.caCertificateRefs: the rendered caBundle is empty (resolved by the manager, or by a ConfigMap document next to a --policy-file)")
 	}
-	o := &tlsUpstream{roots: roots, origins: map[string]*h1client.TLSOrigin{}}
+	o := &tlsUpstream{roots: roots, origins: map[originKey]*h1client.TLSOrigin{}}
 	if t.Hostname != nil {
 		o.hostname = *t.Hostname
 	}
@@ -57,18 +61,26 @@ func newTLSUpstream(u policyset.Upstream) (*tlsUpstream, error) {
 	return o, nil
 }
 
-// origin is where and how a request for authority is sent.
-func (u *tlsUpstream) origin(authority string) *h1client.TLSOrigin {
+// origin is where and how a request is sent whose policy matched authority
+// and whose URL names target (host:port):
+//
+//	SNI, verified name   tls.hostname, else authority's host
+//	port                 tls.port, else authority's explicit port, else 443
+//	host dialled         target's host
+//
+// Through the forward proxy target is authority (api.example:80 dials
+// api.example:443); through the transparent listener it is the connection's
+// original destination (10.0.0.7:80 with Host: api.example dials 10.0.0.7:443,
+// verified as api.example), the address the app chose (docs/clients.md#tls).
+func (u *tlsUpstream) origin(authority, target string) *h1client.TLSOrigin {
+	key := originKey{authority, target}
 	u.mu.Lock()
-	o := u.origins[authority]
+	o := u.origins[key]
 	u.mu.Unlock()
 	if o != nil {
 		return o
 	}
-	host, port, err := net.SplitHostPort(authority)
-	if err != nil {
-		host, port = strings.Trim(authority, "[]"), ""
-	}
+	host, port := splitAuthority(authority)
 	if u.port != "" {
 		port = u.port
 	} else if port == "" {
@@ -78,7 +90,11 @@ func (u *tlsUpstream) origin(authority string) *h1client.TLSOrigin {
 	if sni == "" {
 		sni = strings.TrimSuffix(strings.ToLower(host), ".")
 	}
-	addr := net.JoinHostPort(host, port)
+	dialHost := host
+	if target != authority {
+		dialHost, _ = splitAuthority(target)
+	}
+	addr := net.JoinHostPort(dialHost, port)
 	o = &h1client.TLSOrigin{
 		Addr:   addr,
 		Config: &tls.Config{ServerName: sni, RootCAs: u.roots, MinVersion: tls.VersionTLS12},
@@ -86,24 +102,38 @@ func (u *tlsUpstream) origin(authority string) *h1client.TLSOrigin {
 	}
 	u.mu.Lock()
 	if len(u.origins) < maxOriginsPerUpstream {
-		u.origins[authority] = o
+		u.origins[key] = o
 	}
 	u.mu.Unlock()
 	return o
 }
 
-// originator is the Inner of the retryhttp.Transport: every attempt of an
-// http:// request whose upstream has tls goes out over TLS (RoundTripTLS),
-// everything else as before.
+// splitAuthority is host and port of "host:port", "[v6]:port" or "host"
+// (port "" when there is none).
+func splitAuthority(authority string) (host, port string) {
+	host, port, err := net.SplitHostPort(authority)
+	if err != nil {
+		return strings.Trim(authority, "[]"), ""
+	}
+	return host, port
+}
+
+// originator is the Inner of every listener's retryhttp.Transport (built by
+// upstreamStack.proxy): every attempt of an http:// request whose upstream has
+// tls goes out over TLS (RoundTripTLS), everything else as it is. routing is
+// the listener's, so the policy whose tls applies is the one that routed the
+// request. It is looked up in the configuration in force at each attempt:
+// after a reload an attempt goes out as the new configuration says.
 type originator struct {
 	h1       *h1client.Transport
 	reloader *Reloader
+	routing  routing
 }
 
 func (o originator) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme == "http" {
-		if u := o.reloader.tlsUpstream(req); u != nil {
-			return o.h1.RoundTripTLS(req, u.origin(req.URL.Host))
+		if u := o.reloader.tlsUpstream(o.routing, req); u != nil {
+			return o.h1.RoundTripTLS(req, u.origin(o.routing.authority(req), req.URL.Host))
 		}
 	}
 	return o.h1.RoundTrip(req)

@@ -19,7 +19,9 @@ import (
 //	policy     matched by the Host header's authority, exactly as the forward
 //	           proxy matches an origin-form request;
 //	upstream   the connection's original destination (SO_ORIGINAL_DST), never
-//	           a DNS lookup of Host: the app already chose the address;
+//	           a DNS lookup of Host: the app already chose the address; with
+//	           tls, that address on the TLS port, verified as Host
+//	           (docs/clients.md#tls);
 //	loop       an original destination that is one of the sidecar's own
 //	           addresses answers 508 (a direct connection to the listener);
 //	refused    CONNECT and absolute-form requests (an app speaking to its own
@@ -28,8 +30,8 @@ import (
 // The sidecar's own upstream connections are not redirected again: the rules
 // exclude its UID.
 type Transparent struct {
-	// Proxy forwards the request; its Transport and Route match by Host
-	// (Reloader.RouteByHost), since the upstream URL names an address.
+	// Proxy forwards the request: upstreamStack.proxy(byHost), which
+	// matches by Host since the upstream URL names an address.
 	Proxy *Proxy
 	// Self are the sidecar's own listen addresses.
 	Self []netip.AddrPort
@@ -79,13 +81,7 @@ func (t *Transparent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // RouteByHost is Route for the transparent listener: the authority is the
 // Host header (the upstream URL names the original destination's address).
-func (r *Reloader) RouteByHost(req *http.Request) *retrypolicy.Policy {
-	c := r.current.Load()
-	if c == nil {
-		return nil
-	}
-	return c.Set.Match(req.Host)
-}
+func (r *Reloader) RouteByHost(req *http.Request) *retrypolicy.Policy { return r.policy(byHost, req) }
 
 // listenAddrPorts are the addresses the sidecar listens on, as AddrPorts.
 func listenAddrPorts(lns ...net.Listener) []netip.AddrPort {

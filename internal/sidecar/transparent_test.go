@@ -51,9 +51,8 @@ func TestTransparent(t *testing.T) {
 	}
 	self := netip.MustParseAddrPort("127.0.0.1:15006")
 	handler := &Transparent{
-		Proxy: &Proxy{Transport: &retryhttp.Transport{Inner: UpstreamClient(DefaultOptions()), Route: rl.RouteByHost},
-			Metrics: m, Log: log, Route: rl.RouteByHost},
-		Self: []netip.AddrPort{self},
+		Proxy: newUpstreamStack(DefaultOptions(), log, nil, rl, m).proxy(byHost),
+		Self:  []netip.AddrPort{self},
 	}
 
 	tests := map[string]struct {

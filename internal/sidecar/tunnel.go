@@ -57,7 +57,7 @@ func (p *Proxy) openTunnel(w http.ResponseWriter, r *http.Request) (client, upst
 		plainError(w, http.StatusInternalServerError, "retry-sidecar: CONNECT is not supported on this connection\n")
 		return nil, nil, false
 	}
-	upstream, err := p.Dial("tcp", target)
+	upstream, err := p.dialTunnel(r, target)
 	if errors.Is(err, errLoop) {
 		loopError(w)
 		return nil, nil, false
@@ -78,6 +78,21 @@ func (p *Proxy) openTunnel(w http.ResponseWriter, r *http.Request) (client, upst
 		return nil, nil, false
 	}
 	return client, upstream, true
+}
+
+// dialTunnel dials a CONNECT target. A target with a policy (hosts: a
+// host:port such as api.example:443) gets its connectTimeout, as its requests
+// would; the tunnel is opaque, so nothing else of the policy can apply.
+func (p *Proxy) dialTunnel(r *http.Request, target string) (net.Conn, error) {
+	ctx := r.Context()
+	if p.Route != nil {
+		if pol := p.Route(r); pol != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, pol.ConnectTimeout())
+			defer cancel()
+		}
+	}
+	return p.Dial(ctx, "tcp", target)
 }
 
 // answerTunnel answers 200 on the hijacked client connection and forwards the

@@ -66,14 +66,42 @@ func BenchmarkTransportNoRetryPOST(b *testing.B) {
 	benchTransport(b, Static(compile(b, func(c *retrypolicy.Config) { c.RetryOnConnectFailure = false })), "POST", `{"amount":10}`)
 }
 
-// BenchmarkTransportNoRetryLimits adds a budget, a rate limiter and a gate.
+// BenchmarkTransportNoRetryLimits adds a budget, a rate limiter and a gate,
+// none of which ever makes a request wait: the overhead of admission itself.
+// The rate limit is the largest Compile allows (the whole fleet's largest
+// quota, with the largest burst); a loop faster than that would measure the
+// limiter's waits instead, so every burst of requests gets a fresh policy,
+// compiled outside the timer, whose bucket is full.
 func BenchmarkTransportNoRetryLimits(b *testing.B) {
-	p := compile(b, func(c *retrypolicy.Config) {
-		c.Budget = &retrypolicy.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10}
-		c.RateLimit = &retrypolicy.RateLimitConfig{RequestsPerSecond: 1e9, Burst: 1 << 20}
-		c.Concurrency = &retrypolicy.ConcurrencyConfig{MaxInFlight: 64}
-	})
-	benchTransport(b, Static(p), "GET", "")
+	limited := func() *retrypolicy.Policy {
+		return compile(b, func(c *retrypolicy.Config) {
+			c.Budget = &retrypolicy.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10}
+			c.RateLimit = &retrypolicy.RateLimitConfig{
+				RequestsPerSecond: float64(retrypolicy.RequestsPerMinuteRange.Max) / 60,
+				Burst:             int(retrypolicy.BurstRange.Max),
+			}
+			c.Concurrency = &retrypolicy.ConcurrencyConfig{MaxInFlight: 64}
+		})
+	}
+	p := limited()
+	tr := &Transport{Inner: canned{}, Route: func(*http.Request) *retrypolicy.Policy { return p }}
+	req, _ := http.NewRequestWithContext(context.Background(), "GET", "http://payments.shop.svc/pay?x=1", nil)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("X-Request-Id", "r1")
+	b.ReportAllocs()
+	sent := 0
+	for b.Loop() {
+		if sent++; sent == int(retrypolicy.BurstRange.Max) {
+			b.StopTimer()
+			p, sent = limited(), 0
+			b.StartTimer()
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+	}
 }
 
 // TestTransportNoRetryAllocs bounds the allocations of the sidecar's fast path

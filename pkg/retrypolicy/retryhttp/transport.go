@@ -271,12 +271,14 @@ func (c *call) run() (*http.Response, error) {
 			}
 			return c.finish(resp, d, n), nil
 		}
-		// R9: give the connection back before waiting.
+		// R9: give the connection back before waiting. The drain counts inside
+		// the wait, which is anchored to the receipt (R1): the next attempt
+		// starts at max(received+Delay, end of drain).
 		if resp != nil {
-			c.drain(resp.Body, received)
+			c.drain(resp.Body, c.clk.Now())
 		}
 		c.endAttempt()
-		if err := c.sleep(ctx, d.Delay); err != nil {
+		if err := c.sleep(ctx, waitLeft(received, d.Delay, c.clk.Now())); err != nil {
 			return c.fail(retrypolicy.OutcomeCanceled, n, err)
 		}
 	}
@@ -619,49 +621,75 @@ func (c *call) endAttempt() {
 	c.ticket = retrypolicy.Ticket{}
 }
 
-// classify says what became of an attempt without a response.
+// classify says what became of an attempt without a response. An attempt
+// that never got past the dial or the TLS handshake sent nothing, whichever
+// timer cut it (connectTimeout, perTryTimeout, the deadline, the client's own
+// dial timeout): a connect failure (docs/retry-semantics.md#timeouts). Any
+// other attempt cut by the Transport's own bound may have been written.
 func (c *call) classify(ctx context.Context, err error) retrypolicy.ErrorClass {
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		return retrypolicy.Canceled
-	}
-	if c.firedWhy != firedNone {
-		return retrypolicy.Ambiguous // timed out: the request may have been written
-	}
-	if errors.Is(err, ErrMalformedResponse) {
-		return retrypolicy.Malformed
-	}
-	if errors.Is(err, ErrUntrustedCertificate) {
+	case errors.Is(err, ErrUntrustedCertificate):
 		return retrypolicy.Untrusted
-	}
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
+	case nothingSent(err):
 		return retrypolicy.ConnectFailure
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return retrypolicy.ConnectFailure
+	case c.firedWhy != firedNone:
+		return retrypolicy.Ambiguous // timed out: the request may have been written
+	case errors.Is(err, ErrMalformedResponse):
+		return retrypolicy.Malformed
 	}
 	return retrypolicy.Ambiguous
 }
 
+// nothingSent reports whether err ended an attempt before any byte of it was
+// written: the dial or the TLS handshake failed (tagged PhaseConnect or
+// PhaseTLS by the upstream client, or a dial or DNS error of any client).
+func nothingSent(err error) bool {
+	var pe *PhaseError
+	if errors.As(err, &pe) && (pe.Phase == PhaseConnect || pe.Phase == PhaseTLS) {
+		return true
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
 // drain reads what is left of a response that will be retried, so its
-// connection can be reused (R9), bounded in bytes and in time: at most
-// MaxDrainWait and never past the deadline. When the time is up the attempt's
-// context is canceled, which closes the connection instead.
+// connection can be reused (R9), bounded in bytes and in time by drainBound.
+// When the time is up the attempt's context is canceled, which closes the
+// connection instead.
 func (c *call) drain(body io.ReadCloser, now time.Time) {
 	limit := c.t.MaxDrainBytes
 	if limit == 0 {
 		limit = DefaultMaxDrainBytes
 	}
 	if limit > 0 {
-		bound := min(MaxDrainWait, c.deadline.Sub(now))
-		if bound > 0 {
+		if bound := drainBound(now, c.deadline, c.p.Reserve()); bound > 0 {
 			stop := c.clk.AfterFunc(bound, c.cancel)
 			_, _ = io.CopyN(io.Discard, body, limit)
 			stop.Stop()
 		}
 	}
 	body.Close()
+}
+
+// drainBound is how long a drain starting at now may take: at most
+// MaxDrainWait, and never into the reserve before the deadline. A retry was
+// decided only if it starts with its reserve left (R3), so a drain that ends
+// in time leaves that retry possible.
+func drainBound(now, deadline time.Time, reserve time.Duration) time.Duration {
+	return min(MaxDrainWait, deadline.Sub(now)-reserve)
+}
+
+// waitLeft is what remains at now of a wait of delay anchored at received:
+// the time already spent (draining the response) counts inside it, never on
+// top of it (docs/retry-semantics.md#r9). It is never negative.
+func waitLeft(received time.Time, delay time.Duration, now time.Time) time.Duration {
+	return max(received.Add(delay).Sub(now), 0)
 }
 
 // finish decorates the response given back to the caller. The attempt's context

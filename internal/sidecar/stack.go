@@ -1,0 +1,125 @@
+package sidecar
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/retrydev/retry-operator/internal/h1client"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
+)
+
+// upstreamStack is everything between a listener and the upstreams, built once
+// by newUpstreamStack and shared by every listener (docs/clients.md#tls):
+//
+//	client        the upstream client: pools, --dial-timeout, loop detection,
+//	              and each policy's connectTimeout (carried by every attempt)
+//	originator    TLS origination of the upstreams whose policy has tls
+//	retryhttp     retries, pacing, admission and the outage budget (the
+//	              policies' Limits), replay memory, metrics and logs
+//	dial          CONNECT tunnels (loop detection, --dial-timeout, and the
+//	              target's connectTimeout when it has a policy)
+//
+// A listener's handler comes only from proxy, which takes nothing but how
+// the listener names a request's upstream (routing): a setting added here
+// reaches every listener, and no listener can be wired without one of them
+// (the transparent listener once was, without TLS origination).
+type upstreamStack struct {
+	reloader     *Reloader
+	client       *h1client.Transport
+	observer     retryhttp.Observer
+	replayMemory *retryhttp.ReplayMemory
+	metrics      *Metrics
+	log          *slog.Logger
+	self         *selfAddrs
+	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// newUpstreamStack builds the stack over o's pool and dial settings; own are
+// the sidecar's listen addresses, which no request may loop back to.
+func newUpstreamStack(o Options, log *slog.Logger, own []net.Addr, reloader *Reloader, metrics *Metrics) *upstreamStack {
+	self := newSelfAddrs(own...)
+	replayMemory := o.MaxReplayMemory
+	if replayMemory <= 0 {
+		replayMemory = DefaultMaxReplayMemory()
+	}
+	s := &upstreamStack{
+		reloader:     reloader,
+		client:       UpstreamClient(o, own...),
+		observer:     retryhttp.Observers{metrics, NewLogObserver(log)},
+		replayMemory: retryhttp.NewReplayMemory(replayMemory),
+		metrics:      metrics,
+		log:          log,
+		self:         self,
+	}
+	metrics.WatchReplayMemory(s.replayMemory)
+	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
+	s.dial = self.dialContext(dialer.DialContext)
+	return s
+}
+
+// proxy is a listener's handler over the stack: rt, how the listener names a
+// request's upstream, is all that is its own. The policy, the TLS origination
+// and the pass-through accounting of a request all follow rt.
+func (s *upstreamStack) proxy(rt routing) *Proxy {
+	route := rt.route(s.reloader)
+	return &Proxy{
+		Transport: &retryhttp.Transport{
+			Inner:        originator{h1: s.client, reloader: s.reloader, routing: rt},
+			Route:        route,
+			Observer:     s.observer,
+			ReplayMemory: s.replayMemory,
+		},
+		Dial:    s.dial,
+		Metrics: s.metrics,
+		Log:     s.log,
+		Route:   route,
+		Self:    s.self,
+	}
+}
+
+// closeIdleConnections closes the pooled upstream connections (at shutdown).
+func (s *upstreamStack) closeIdleConnections() { s.client.CloseIdleConnections() }
+
+// routing is how a listener names a request's upstream.
+//
+//	byURL   the forward proxy: the URL's authority (absolute-form, or the
+//	        Host of an origin-form request, copied into the URL)
+//	byHost  the transparent listener: the Host header; the URL names the
+//	        connection's original destination, the address the app chose
+//
+// Either way the dial goes to the URL's host (docs/clients.md#tls).
+type routing uint8
+
+const (
+	byURL routing = iota
+	byHost
+)
+
+// match is req's policy in set.
+func (rt routing) match(set *retrypolicy.Set, req *http.Request) *retrypolicy.Policy {
+	if rt == byHost {
+		return set.Match(req.Host)
+	}
+	return set.MatchRequest(req)
+}
+
+// authority is the name req's policy was matched by: the default SNI, verified
+// name and TLS port of its upstream (docs/tls.md).
+func (rt routing) authority(req *http.Request) string {
+	if rt == byHost {
+		return req.Host
+	}
+	return req.URL.Host
+}
+
+// route is the Reloader's route for rt: the policy in force for a request.
+func (rt routing) route(r *Reloader) func(*http.Request) *retrypolicy.Policy {
+	if rt == byHost {
+		return r.RouteByHost
+	}
+	return r.Route
+}
