@@ -30,7 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
@@ -262,7 +261,7 @@ func policiesSelecting(policies []v1alpha1.RetryPolicy, podLabels map[string]str
 			continue
 		}
 		info := PolicyInfo{Name: p.Name, Accepted: string(metav1.ConditionUnknown), Rendered: isRendered[p.Name]}
-		if cond := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted); cond != nil {
+		if cond := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted)); cond != nil {
 			info.Accepted, info.Reason, info.Message = string(cond.Status), cond.Reason, cond.Message
 		}
 		for _, u := range p.Spec.Upstreams {
@@ -486,7 +485,7 @@ func (r *CheckReport) checkPolicies(ctx context.Context, c client.Client) error 
 	}
 	var bad []string
 	for _, p := range rps.Items {
-		cond := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted)
+		cond := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		switch {
 		case cond == nil:
 			bad = append(bad, p.Namespace+"/"+p.Name+" (no status: is the manager running?)")
