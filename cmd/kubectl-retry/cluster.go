@@ -35,14 +35,12 @@ import (
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
-// The webhooks of the manager, as named by the +kubebuilder:webhook markers
-// (config/webhook/manifests.yaml; a test holds them equal).
+// The names of the manager's objects, as the API package spells them.
 const (
-	injectWebhook   = "inject.retry.dev"
-	validateWebhook = "validate.retrypolicy.retry.dev"
-	crdName         = "retrypolicies.policy.retry.dev"
-	// defaultOperatorNamespace is where config/default installs the manager.
-	defaultOperatorNamespace = "retry-operator-system"
+	injectWebhook            = v1alpha1.InjectWebhookName
+	validateWebhook          = v1alpha1.ValidateWebhookName
+	crdName                  = "retrypolicies." + v1alpha1.GroupName
+	defaultOperatorNamespace = v1alpha1.OperatorNamespace
 )
 
 // clusterFlags are the usual kubectl connection flags.
@@ -103,7 +101,7 @@ func excludedNamespaces(ctx context.Context, c client.Client) []string {
 			}
 		}
 	}
-	return []string{metav1.NamespaceSystem, defaultOperatorNamespace}
+	return v1alpha1.ExcludedNamespaces(defaultOperatorNamespace)
 }
 
 // reasonText explains a podinject.Reason in a sentence.

@@ -173,16 +173,6 @@ func TestCluster(t *testing.T) {
 	})
 }
 
-func TestWebhookNamesAreTheGeneratedOnes(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "config", "webhook", "manifests.yaml"))
-	must(t, err)
-	for _, name := range []string{injectWebhook, validateWebhook} {
-		if !bytes.Contains(b, []byte("name: "+name+"\n")) {
-			t.Errorf("config/webhook/manifests.yaml has no webhook %q", name)
-		}
-	}
-}
-
 func policy(name string, sel *metav1.LabelSelector, upstream string, hosts ...string) *v1alpha1.RetryPolicy {
 	return &v1alpha1.RetryPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
