@@ -57,6 +57,30 @@ const (
 	SidecarAPIAccessDisabled   = "disabled"
 )
 
+// Where and under which names the operator installs itself (config/default,
+// dist/, the chart); a test holds the generated manifests to these.
+const (
+	// OperatorNamespace is the manager's namespace in the release artefacts,
+	// and the default of the manager's --operator-namespace.
+	OperatorNamespace = "retry-operator-system"
+	// SystemNamespace is never injected (nor is OperatorNamespace): a down
+	// operator must not stand in the way of the cluster's own pods.
+	SystemNamespace = "kube-system"
+	// The webhook configurations, and the webhooks in them (as named by the
+	// +kubebuilder:webhook markers).
+	MutatingWebhookConfigurationName   = "retry-operator-mutating-webhook-configuration"
+	ValidatingWebhookConfigurationName = "retry-operator-validating-webhook-configuration"
+	InjectWebhookName                  = "inject.retry.dev"
+	PodOptInInjectWebhookName          = "pod-inject.retry.dev"
+	ValidateWebhookName                = "validate.retrypolicy.retry.dev"
+)
+
+// ExcludedNamespaces are the namespaces whose pods are never injected, with
+// the operator in operatorNamespace.
+func ExcludedNamespaces(operatorNamespace string) []string {
+	return []string{SystemNamespace, operatorNamespace}
+}
+
 // The sidecar's ports.
 const (
 	// ProxyPort is the forward proxy, bound to loopback: only the pod's own

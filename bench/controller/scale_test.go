@@ -34,7 +34,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/manager"
 	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
@@ -216,7 +215,7 @@ func accepted(ctx context.Context, t *testing.T, c client.Client) int {
 	must(t, c.List(ctx, &l))
 	n := 0
 	for _, p := range l.Items {
-		if cond := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted); cond != nil &&
+		if cond := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted)); cond != nil &&
 			cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == p.Generation {
 			n++
 		}

@@ -30,20 +30,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
-// The webhooks of the manager, as named by the +kubebuilder:webhook markers
-// (config/webhook/manifests.yaml; a test holds them equal).
+// The names of the manager's objects, as the API package spells them.
 const (
-	injectWebhook   = "inject.retry.dev"
-	validateWebhook = "validate.retrypolicy.retry.dev"
-	crdName         = "retrypolicies.policy.retry.dev"
-	// defaultOperatorNamespace is where config/default installs the manager.
-	defaultOperatorNamespace = "retry-operator-system"
+	injectWebhook            = v1alpha1.InjectWebhookName
+	validateWebhook          = v1alpha1.ValidateWebhookName
+	crdName                  = "retrypolicies." + v1alpha1.GroupName
+	defaultOperatorNamespace = v1alpha1.OperatorNamespace
 )
 
 // clusterFlags are the usual kubectl connection flags.
@@ -104,7 +101,7 @@ func excludedNamespaces(ctx context.Context, c client.Client) []string {
 			}
 		}
 	}
-	return []string{metav1.NamespaceSystem, defaultOperatorNamespace}
+	return v1alpha1.ExcludedNamespaces(defaultOperatorNamespace)
 }
 
 // reasonText explains a podinject.Reason in a sentence.
@@ -262,7 +259,7 @@ func policiesSelecting(policies []v1alpha1.RetryPolicy, podLabels map[string]str
 			continue
 		}
 		info := PolicyInfo{Name: p.Name, Accepted: string(metav1.ConditionUnknown), Rendered: isRendered[p.Name]}
-		if cond := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted); cond != nil {
+		if cond := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted)); cond != nil {
 			info.Accepted, info.Reason, info.Message = string(cond.Status), cond.Reason, cond.Message
 		}
 		for _, u := range p.Spec.Upstreams {
@@ -486,7 +483,7 @@ func (r *CheckReport) checkPolicies(ctx context.Context, c client.Client) error 
 	}
 	var bad []string
 	for _, p := range rps.Items {
-		cond := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted)
+		cond := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		switch {
 		case cond == nil:
 			bad = append(bad, p.Namespace+"/"+p.Name+" (no status: is the manager running?)")

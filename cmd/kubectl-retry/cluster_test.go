@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/manager"
 	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
@@ -86,8 +85,8 @@ func TestCluster(t *testing.T) {
 		if c.Get(bg, client.ObjectKey{Namespace: "shop", Name: "payments-b"}, &b) != nil {
 			return false
 		}
-		cond := meta.FindStatusCondition(b.Status.Conditions, controller.ConditionAccepted)
-		return cond != nil && cond.Reason == controller.ReasonConflict
+		cond := meta.FindStatusCondition(b.Status.Conditions, string(v1alpha1.ConditionAccepted))
+		return cond != nil && cond.Reason == string(v1alpha1.ReasonConflict)
 	})
 
 	t.Run("explain an injected pod and the host it calls", func(t *testing.T) {
@@ -172,16 +171,6 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	})
-}
-
-func TestWebhookNamesAreTheGeneratedOnes(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "config", "webhook", "manifests.yaml"))
-	must(t, err)
-	for _, name := range []string{injectWebhook, validateWebhook} {
-		if !bytes.Contains(b, []byte("name: "+name+"\n")) {
-			t.Errorf("config/webhook/manifests.yaml has no webhook %q", name)
-		}
-	}
 }
 
 func policy(name string, sel *metav1.LabelSelector, upstream string, hosts ...string) *v1alpha1.RetryPolicy {

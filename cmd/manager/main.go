@@ -31,6 +31,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/manager"
 	"github.com/retrydev/retry-operator/internal/webhook/certsync"
@@ -125,16 +126,16 @@ func (o *options) bindCertFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.webhookURLHost, "webhook-url-host", "",
 		"With --webhook-cert-generate, for a manager running outside the cluster: point the webhook configurations "+
 			"at https://<host>:<webhook-port>/<path> instead of the in-cluster Service. The host must be in --webhook-cert-hosts.")
-	fs.StringVar(&o.mutatingConfig, "mutating-webhook-configuration", "retry-operator-mutating-webhook-configuration",
+	fs.StringVar(&o.mutatingConfig, "mutating-webhook-configuration", v1alpha1.MutatingWebhookConfigurationName,
 		"Name of the MutatingWebhookConfiguration --webhook-cert-generate patches.")
-	fs.StringVar(&o.validatingConfig, "validating-webhook-configuration", "retry-operator-validating-webhook-configuration",
+	fs.StringVar(&o.validatingConfig, "validating-webhook-configuration", v1alpha1.ValidatingWebhookConfigurationName,
 		"Name of the ValidatingWebhookConfiguration --webhook-cert-generate patches.")
 }
 
 // bindInjectFlags binds the flags of what is injected and reconciled: the
 // sidecar container, the namespaces left alone, the controller's concurrency.
 func (o *options) bindInjectFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "retry-operator-system"),
+	fs.StringVar(&o.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", v1alpha1.OperatorNamespace),
 		"The manager's own namespace, never injected (default: $POD_NAMESPACE, else retry-operator-system).")
 	fs.StringVar(&o.sidecarImage, "sidecar-image", podinject.DefaultImage, "Image of the injected retry-sidecar container.")
 	fs.StringVar(&o.sidecarPullPolicy, "sidecar-image-pull-policy", "",
@@ -370,7 +371,7 @@ func (o options) injectConfig() (podinject.Config, error) {
 		ImagePullPolicy:    corev1.PullPolicy(o.sidecarPullPolicy),
 		NoProxy:            o.sidecarNoProxy,
 		TokenAudience:      o.sidecarTokenAudience,
-		ExcludedNamespaces: []string{"kube-system", o.operatorNamespace},
+		ExcludedNamespaces: v1alpha1.ExcludedNamespaces(o.operatorNamespace),
 		Resources:          corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}},
 	}
 	switch cfg.ImagePullPolicy {

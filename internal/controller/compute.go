@@ -146,7 +146,7 @@ func validatePolicies(in Input) ([]candidate, map[string]metav1.Condition) {
 				msg = fmt.Sprintf("%s; generation %d, the last accepted, stays in force", msg, kept.generation)
 				cands = append(cands, kept)
 			}
-			accepted[p.Name] = condition(ConditionAccepted, metav1.ConditionFalse, reason, msg)
+			accepted[p.Name] = condition(v1alpha1.ConditionAccepted, metav1.ConditionFalse, reason, msg)
 			continue
 		}
 		cands = append(cands, candidate{policy: p, selector: p.Spec.PodSelector, upstreams: p.Spec.Upstreams, bundles: bundles, generation: p.Generation, valid: true})
@@ -157,12 +157,12 @@ func validatePolicies(in Input) ([]candidate, map[string]metav1.Condition) {
 // validatePolicy validates p, then resolves its tls.caCertificateRefs against
 // configMaps (the CA bundle of each upstream). The reason names the step that
 // failed: ReasonInvalid for the spec, ReasonInvalidRef for a reference.
-func validatePolicy(p *v1alpha1.RetryPolicy, configMaps map[string]map[string]string) ([]string, field.ErrorList, string) {
+func validatePolicy(p *v1alpha1.RetryPolicy, configMaps map[string]map[string]string) ([]string, field.ErrorList, v1alpha1.ConditionReason) {
 	if errs := v1alpha1.Validate(p); len(errs) > 0 {
-		return nil, errs, ReasonInvalid
+		return nil, errs, v1alpha1.ReasonInvalid
 	}
 	bundles, errs := policyset.ResolveCABundles(p, policyset.MapLookup(configMaps, ""))
-	return bundles, errs, ReasonInvalidRef
+	return bundles, errs, v1alpha1.ReasonInvalidRef
 }
 
 // resolveConflicts returns the candidates that win their hosts, oldest first,
@@ -175,14 +175,14 @@ func resolveConflicts(cands []candidate, accepted map[string]metav1.Condition) [
 	for _, c := range cands {
 		if w, host, lost := firstConflict(c, winners); lost {
 			if c.valid {
-				accepted[c.policy.Name] = condition(ConditionAccepted, metav1.ConditionFalse, ReasonConflict,
+				accepted[c.policy.Name] = condition(v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonConflict,
 					fmt.Sprintf("host %q is already claimed by RetryPolicy %q (older) for pods both policies select; the older policy wins", host, w.policy.Name))
 			}
 			continue
 		}
 		winners = append(winners, c)
 		if c.valid {
-			accepted[c.policy.Name] = condition(ConditionAccepted, metav1.ConditionTrue, ReasonValid,
+			accepted[c.policy.Name] = condition(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonValid,
 				fmt.Sprintf("%d upstream(s) accepted", len(c.upstreams)))
 		}
 	}
@@ -256,11 +256,11 @@ func statuses(in Input, accepted map[string]metav1.Condition, winners []candidat
 		if w, ok := rendered[name]; ok {
 			st.RenderedGeneration = w.generation
 			st.ProgrammedPods = countProgrammed(in.Pods, w.selector, lastAcc[name].Revision)
-			st.Programmed = condition(ConditionProgrammed, metav1.ConditionTrue, ReasonRendered,
+			st.Programmed = condition(v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonRendered,
 				fmt.Sprintf("%d/%d pods run generation %d (ConfigMap %s revision %d, %s)", st.ProgrammedPods, st.SelectedPods,
 					w.generation, v1alpha1.PoliciesConfigMapName, out.Document.Revision, out.Hash))
 		} else {
-			st.Programmed = condition(ConditionProgrammed, metav1.ConditionFalse, ReasonNotRendered,
+			st.Programmed = condition(v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNotRendered,
 				fmt.Sprintf("not in ConfigMap %s: Accepted is False (%s)", v1alpha1.PoliciesConfigMapName, acc.Reason))
 		}
 		st.Ready = ReadyCondition(st.Accepted, st.Programmed)
@@ -402,14 +402,14 @@ func renderDocument(doc *policyset.Document, in Input) ([]byte, error) {
 func ReadyCondition(accepted, programmed metav1.Condition) metav1.Condition {
 	for _, c := range []metav1.Condition{accepted, programmed} {
 		if c.Status != metav1.ConditionTrue {
-			return condition(ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
+			return condition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ConditionReason(c.Reason), c.Message)
 		}
 	}
-	return condition(ConditionReady, metav1.ConditionTrue, ReasonReconciled, programmed.Message)
+	return condition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReconciled, programmed.Message)
 }
 
-func condition(typ string, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
-	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg}
+func condition(typ v1alpha1.ConditionType, status metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string) metav1.Condition {
+	return metav1.Condition{Type: string(typ), Status: status, Reason: string(reason), Message: msg}
 }
 
 // firstConflict returns the first winner that claims one of c's hosts for pods

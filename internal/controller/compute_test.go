@@ -355,16 +355,16 @@ func TestComputeResolvesCACertificateRefs(t *testing.T) {
 	}{
 		"the ConfigMap's ca.crt is rendered as the upstream's caBundle": {
 			configMaps: map[string]map[string]string{"partner-ca": {"ca.crt": ca}},
-			wantReason: ReasonValid, wantBundle: ca, wantMsg: "1 upstream(s) accepted",
+			wantReason: string(v1alpha1.ReasonValid), wantBundle: ca, wantMsg: "1 upstream(s) accepted",
 		},
 		"a missing ConfigMap is InvalidRef and the previous bundle stays rendered": {
 			configMaps: nil,
-			wantReason: ReasonInvalidRef, wantBundle: "previous bundle",
+			wantReason: string(v1alpha1.ReasonInvalidRef), wantBundle: "previous bundle",
 			wantMsg: `spec.upstreams[0].tls.caCertificateRefs[0].name: Not found: "partner-ca": ConfigMap ns/partner-ca does not exist; generation 1, the last accepted, stays in force`,
 		},
 		"a ConfigMap without ca.crt is InvalidRef": {
 			configMaps: map[string]map[string]string{"partner-ca": {"ca.pem": ca}},
-			wantReason: ReasonInvalidRef, wantBundle: "previous bundle",
+			wantReason: string(v1alpha1.ReasonInvalidRef), wantBundle: "previous bundle",
 			wantMsg: `spec.upstreams[0].tls.caCertificateRefs[0].name: Invalid value: "partner-ca": ConfigMap ns/partner-ca has no key ca.crt; generation 1, the last accepted, stays in force`,
 		},
 	}
@@ -392,26 +392,26 @@ func TestReadyCondition(t *testing.T) {
 			return metav1.Condition{Type: typ, Status: s, Reason: r, Message: strings.ToLower(typ) + " says " + r}
 		}
 	}
-	acc, prog := cond(ConditionAccepted), cond(ConditionProgrammed)
+	acc, prog := cond(string(v1alpha1.ConditionAccepted)), cond(string(v1alpha1.ConditionProgrammed))
 	tests := map[string]struct {
 		accepted, programmed metav1.Condition
 		want                 metav1.Condition
 	}{
 		"accepted and programmed is Ready with Programmed's message": {
-			acc(metav1.ConditionTrue, ReasonValid), prog(metav1.ConditionTrue, ReasonRendered),
-			metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonReconciled, Message: "programmed says Rendered"},
+			acc(metav1.ConditionTrue, string(v1alpha1.ReasonValid)), prog(metav1.ConditionTrue, string(v1alpha1.ReasonRendered)),
+			metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReconciled), Message: "programmed says Rendered"},
 		},
 		"accepted but not programmed is not Ready, for Programmed's reason": {
-			acc(metav1.ConditionTrue, ReasonValid), prog(metav1.ConditionFalse, ReasonNotRendered),
-			metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonNotRendered, Message: "programmed says NotRendered"},
+			acc(metav1.ConditionTrue, string(v1alpha1.ReasonValid)), prog(metav1.ConditionFalse, string(v1alpha1.ReasonNotRendered)),
+			metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNotRendered), Message: "programmed says NotRendered"},
 		},
 		"an invalid generation is not Ready although its predecessor is programmed": {
-			acc(metav1.ConditionFalse, ReasonInvalid), prog(metav1.ConditionTrue, ReasonRendered),
-			metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInvalid, Message: "accepted says Invalid"},
+			acc(metav1.ConditionFalse, string(v1alpha1.ReasonInvalid)), prog(metav1.ConditionTrue, string(v1alpha1.ReasonRendered)),
+			metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalid), Message: "accepted says Invalid"},
 		},
 		"a conflict is not Ready, for Accepted's reason": {
-			acc(metav1.ConditionFalse, ReasonConflict), prog(metav1.ConditionFalse, ReasonNotRendered),
-			metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonConflict, Message: "accepted says Conflict"},
+			acc(metav1.ConditionFalse, string(v1alpha1.ReasonConflict)), prog(metav1.ConditionFalse, string(v1alpha1.ReasonNotRendered)),
+			metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConflict), Message: "accepted says Conflict"},
 		},
 	}
 	for name, tc := range tests {

@@ -313,7 +313,7 @@ func (r *RetryPolicyReconciler) applyStatus(ctx context.Context, p *v1alpha1.Ret
 	orig := p.DeepCopy()
 	acc, prog, ready := st.Accepted, st.Programmed, st.Ready
 	acc.ObservedGeneration, prog.ObservedGeneration, ready.ObservedGeneration = p.Generation, p.Generation, p.Generation
-	prevProg := meta.FindStatusCondition(orig.Status.Conditions, ConditionProgrammed)
+	prevProg := meta.FindStatusCondition(orig.Status.Conditions, string(v1alpha1.ConditionProgrammed))
 
 	accChanged := meta.SetStatusCondition(&p.Status.Conditions, acc)
 	progChanged := meta.SetStatusCondition(&p.Status.Conditions, prog)
@@ -349,9 +349,9 @@ func (r *RetryPolicyReconciler) applyStatus(ctx context.Context, p *v1alpha1.Ret
 	// count changes the hash.
 	if prog.Status == metav1.ConditionTrue && (prevProg == nil || prevProg.Status != metav1.ConditionTrue ||
 		orig.Status.LastAccepted == nil || orig.Status.LastAccepted.Generation != st.RenderedGeneration) {
-		r.event(p, corev1.EventTypeNormal, ReasonRendered, "Render", prog.Message)
+		r.event(p, corev1.EventTypeNormal, string(v1alpha1.ReasonRendered), "Render", prog.Message)
 	}
-	return accChanged && acc.Reason == ReasonInvalid, nil
+	return accChanged && acc.Reason == string(v1alpha1.ReasonInvalid), nil
 }
 
 func (r *RetryPolicyReconciler) now() time.Time {

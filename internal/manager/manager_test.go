@@ -154,7 +154,7 @@ func (h *harness) testCreate(t *testing.T) {
 	p := h.createPolicy(t, ns, "payments", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}},
 		upstream("payments-api", "payments.shop.svc", "api.partner.example:8443"))
 
-	got := h.waitAccepted(t, ns, "payments", metav1.ConditionTrue, controller.ReasonValid)
+	got := h.waitAccepted(t, ns, "payments", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	cm := h.configMap(t, ns)
 	rev := revisionOf(t, cm)
 	want := render(t, got, 0, rev)
@@ -167,9 +167,9 @@ func (h *harness) testCreate(t *testing.T) {
 	if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != p.UID || cm.OwnerReferences[0].Kind != "RetryPolicy" {
 		t.Errorf("ownerReferences = %+v, want the policy %s", cm.OwnerReferences, p.UID)
 	}
-	prog := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionProgrammed)
+	prog := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionProgrammed))
 	wantMsg := fmt.Sprintf("0/0 pods run generation 1 (ConfigMap retry-policies revision %d, %s)", rev, policyset.Hash(want))
-	if prog == nil || prog.Status != metav1.ConditionTrue || prog.Reason != controller.ReasonRendered || prog.Message != wantMsg || prog.ObservedGeneration != 1 {
+	if prog == nil || prog.Status != metav1.ConditionTrue || prog.Reason != string(v1alpha1.ReasonRendered) || prog.Message != wantMsg || prog.ObservedGeneration != 1 {
 		t.Errorf("Programmed = %+v, want True/Rendered %q at generation 1", prog, wantMsg)
 	}
 	if got.Status.ObservedGeneration != 1 {
@@ -179,14 +179,14 @@ func (h *harness) testCreate(t *testing.T) {
 		*la.Upstreams[0].MaxAttempts != v1alpha1.DefaultMaxAttempts {
 		t.Errorf("status.lastAccepted = %+v, want generation 1 at revision %d with the defaulted upstream", la, rev)
 	}
-	h.waitEvent(t, ns, "payments", controller.ReasonValid)
-	h.waitEvent(t, ns, "payments", controller.ReasonRendered)
+	h.waitEvent(t, ns, "payments", string(v1alpha1.ReasonValid))
+	h.waitEvent(t, ns, "payments", string(v1alpha1.ReasonRendered))
 }
 
 func (h *harness) testUpdateAndNoOp(t *testing.T) {
 	ns := h.namespace(t, "update", nil)
 	h.createPolicy(t, ns, "api", nil, upstream("api", "api.update.svc"))
-	p := h.waitAccepted(t, ns, "api", metav1.ConditionTrue, controller.ReasonValid)
+	p := h.waitAccepted(t, ns, "api", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	rev1 := revisionOf(t, h.configMap(t, ns))
 
 	p.Spec.Upstreams[0].MaxAttempts = ptr.To[int32](4)
@@ -250,8 +250,8 @@ func (h *harness) testDelete(t *testing.T) {
 	ns := h.namespace(t, "delete", nil)
 	a := h.createPolicy(t, ns, "a", nil, upstream("a", "a.delete.svc"))
 	b := h.createPolicy(t, ns, "b", nil, upstream("b", "b.delete.svc"))
-	h.waitAccepted(t, ns, "a", metav1.ConditionTrue, controller.ReasonValid)
-	h.waitAccepted(t, ns, "b", metav1.ConditionTrue, controller.ReasonValid)
+	h.waitAccepted(t, ns, "a", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
+	h.waitAccepted(t, ns, "b", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	eventually(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "a", "b") })
 
 	must(t, h.c.Delete(context.Background(), a))
@@ -276,27 +276,27 @@ func (h *harness) testDelete(t *testing.T) {
 func (h *harness) testConflict(t *testing.T) {
 	ns := h.namespace(t, "conflict", nil)
 	h.createPolicy(t, ns, "older", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}}, upstream("pay", "payments.conflict.svc"))
-	h.waitAccepted(t, ns, "older", metav1.ConditionTrue, controller.ReasonValid)
+	h.waitAccepted(t, ns, "older", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	// creationTimestamp has one-second resolution: make "newer" really newer.
 	time.Sleep(1100 * time.Millisecond)
 	h.createPolicy(t, ns, "newer", &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "web"}}, upstream("pay2", "payments.conflict.svc"))
 	// Disjoint from both: app differs from older's, tier from newer's.
 	h.createPolicy(t, ns, "disjoint", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "billing", "tier": "batch"}}, upstream("pay3", "payments.conflict.svc"))
 
-	newer := h.waitAccepted(t, ns, "newer", metav1.ConditionFalse, controller.ReasonConflict)
-	acc := meta.FindStatusCondition(newer.Status.Conditions, controller.ConditionAccepted)
+	newer := h.waitAccepted(t, ns, "newer", metav1.ConditionFalse, string(v1alpha1.ReasonConflict))
+	acc := meta.FindStatusCondition(newer.Status.Conditions, string(v1alpha1.ConditionAccepted))
 	if want := `host "payments.conflict.svc" is already claimed by RetryPolicy "older" (older) for pods both policies select; the older policy wins`; acc.Message != want {
 		t.Errorf("Conflict message = %q, want %q", acc.Message, want)
 	}
-	if prog := meta.FindStatusCondition(newer.Status.Conditions, controller.ConditionProgrammed); prog.Status != metav1.ConditionFalse || prog.Reason != controller.ReasonNotRendered {
+	if prog := meta.FindStatusCondition(newer.Status.Conditions, string(v1alpha1.ConditionProgrammed)); prog.Status != metav1.ConditionFalse || prog.Reason != string(v1alpha1.ReasonNotRendered) {
 		t.Errorf("Programmed of the loser = %+v, want False/NotRendered", prog)
 	}
-	h.waitAccepted(t, ns, "disjoint", metav1.ConditionTrue, controller.ReasonValid)
+	h.waitAccepted(t, ns, "disjoint", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	eventually(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "disjoint", "older") })
-	h.waitEvent(t, ns, "newer", controller.ReasonConflict)
+	h.waitEvent(t, ns, "newer", string(v1alpha1.ReasonConflict))
 
 	must(t, h.c.Delete(context.Background(), h.policy(t, ns, "older")))
-	h.waitAccepted(t, ns, "newer", metav1.ConditionTrue, controller.ReasonValid)
+	h.waitAccepted(t, ns, "newer", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	eventually(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "disjoint", "newer") })
 }
 
@@ -337,7 +337,7 @@ func (h *harness) testRateSharing(t *testing.T) {
 	u := upstream("partner", "api.partner.example")
 	u.RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: 90, Burst: ptr.To[int32](5)}
 	h.createPolicy(t, ns, "quota", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, u)
-	h.waitAccepted(t, ns, "quota", metav1.ConditionTrue, controller.ReasonValid)
+	h.waitAccepted(t, ns, "quota", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	h.waitShare(t, ns, 90, 5, 0) // no pod yet: the first one gets it all
 
 	for i := range 3 {
@@ -367,7 +367,7 @@ func (h *harness) testProgrammedPods(t *testing.T) {
 	h.createPolicy(t, ns, "api", nil, upstream("api", "api.programmed.svc"))
 	h.readyPod(t, ns, "a", map[string]string{"app": "web"})
 	h.readyPod(t, ns, "b", map[string]string{"app": "web"})
-	h.waitAccepted(t, ns, "api", metav1.ConditionTrue, controller.ReasonValid)
+	h.waitAccepted(t, ns, "api", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	h.waitProgrammed(t, ns, "api", 0, 2)
 
 	// The sidecars catch up one by one; no event wakes the controller, its
@@ -377,7 +377,7 @@ func (h *harness) testProgrammedPods(t *testing.T) {
 	h.waitProgrammed(t, ns, "api", 1, 2)
 	h.sidecars.set(ns, "b", rev)
 	p := h.waitProgrammed(t, ns, "api", 2, 2)
-	prog := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionProgrammed)
+	prog := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionProgrammed))
 	if want := fmt.Sprintf("2/2 pods run generation 1 (ConfigMap retry-policies revision %d, ", rev); !strings.HasPrefix(prog.Message, want) {
 		t.Errorf("Programmed message %q, want it to start with %q", prog.Message, want)
 	}
@@ -701,11 +701,11 @@ func (h *harness) testPrinterColumns(t *testing.T) {
 	ns := h.namespace(t, "columns", map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"})
 	h.createPolicy(t, ns, "three", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
 		upstream("a", "a.columns.svc"), upstream("b", "b.columns.svc"), upstream("c", "c.columns.svc"))
-	h.waitAccepted(t, ns, "three", metav1.ConditionTrue, controller.ReasonValid)
+	h.waitAccepted(t, ns, "three", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	time.Sleep(1100 * time.Millisecond) // creationTimestamp resolution: "loser" is newer
 	// Overlaps "three" (a pod may carry both labels) but selects no pod: Pods 0.
 	h.createPolicy(t, ns, "loser", &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "batch"}}, upstream("a", "a.columns.svc"))
-	h.waitAccepted(t, ns, "loser", metav1.ConditionFalse, controller.ReasonConflict)
+	h.waitAccepted(t, ns, "loser", metav1.ConditionFalse, string(v1alpha1.ReasonConflict))
 	h.readyPod(t, ns, "web-0", map[string]string{"app": "web"})
 	eventually(t, 10*time.Second, func() error {
 		if n := h.policy(t, ns, "three").Status.SelectedPods; n != 1 {
@@ -771,8 +771,8 @@ func (h *harness) testPrinterColumns(t *testing.T) {
 		raw, _ := io.ReadAll(all)
 		t.Logf("kubectl get rp -A:\n%s", raw)
 	}
-	ready := meta.FindStatusCondition(h.policy(t, ns, "three").Status.Conditions, controller.ConditionReady)
-	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Reason != controller.ReasonReconciled || ready.ObservedGeneration != 1 {
+	ready := meta.FindStatusCondition(h.policy(t, ns, "three").Status.Conditions, string(v1alpha1.ConditionReady))
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Reason != string(v1alpha1.ReasonReconciled) || ready.ObservedGeneration != 1 {
 		t.Errorf("Ready of three = %+v, want True/Reconciled at generation 1", ready)
 	}
 }
@@ -780,7 +780,7 @@ func (h *harness) testPrinterColumns(t *testing.T) {
 func (h *harness) testInvalidBypassingWebhook(t *testing.T) {
 	ns := h.namespace(t, "bypass", nil)
 	h.createPolicy(t, ns, "api", nil, upstream("api", "api.bypass.svc"))
-	h.waitAccepted(t, ns, "api", metav1.ConditionTrue, controller.ReasonValid)
+	h.waitAccepted(t, ns, "api", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	before := h.configMap(t, ns).Data[v1alpha1.PoliciesConfigMapKey]
 
 	must(t, h.c.Delete(context.Background(), &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "validating-webhook-configuration"}}))
@@ -792,20 +792,20 @@ func (h *harness) testInvalidBypassingWebhook(t *testing.T) {
 		return h.c.Update(context.Background(), p)
 	})
 
-	p := h.waitAccepted(t, ns, "api", metav1.ConditionFalse, controller.ReasonInvalid)
-	acc := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted)
+	p := h.waitAccepted(t, ns, "api", metav1.ConditionFalse, string(v1alpha1.ReasonInvalid))
+	acc := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
 	want := `spec.upstreams[0].hosts[0]: Invalid value: "API.bypass.svc": must be lower-case (api.bypass.svc); must be "host", "host:port", an IP literal ("10.0.0.7", "[fd00::7]:8080") or "*.suffix", lower-case; generation 1, the last accepted, stays in force`
 	if acc.Message != want || acc.ObservedGeneration != 2 {
 		t.Errorf("Accepted = %+v\nwant message %q at generation 2", acc, want)
 	}
-	if prog := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionProgrammed); prog.Status != metav1.ConditionTrue ||
+	if prog := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionProgrammed)); prog.Status != metav1.ConditionTrue ||
 		!strings.HasPrefix(prog.Message, "0/0 pods run generation 1 ") {
 		t.Errorf("Programmed = %+v, want True for generation 1", prog)
 	}
 	if after := h.configMap(t, ns).Data[v1alpha1.PoliciesConfigMapKey]; after != before {
 		t.Errorf("the last accepted rendering changed:\n%s\nwas:\n%s", after, before)
 	}
-	h.waitEvent(t, ns, "api", controller.ReasonInvalid)
+	h.waitEvent(t, ns, "api", string(v1alpha1.ReasonInvalid))
 
 	// The ConfigMap is lost, then edited by hand with garbage: each time the
 	// manager renders generation 1 again from status.lastAccepted, with a
@@ -865,7 +865,7 @@ func (h *harness) waitAccepted(t *testing.T, ns, name string, status metav1.Cond
 	var p *v1alpha1.RetryPolicy
 	eventually(t, 10*time.Second, func() error {
 		p = h.policy(t, ns, name)
-		c := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted)
+		c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		if c == nil || c.Status != status || c.Reason != reason || c.ObservedGeneration != p.Generation {
 			return fmt.Errorf("Accepted = %+v at generation %d, want %s/%s", c, p.Generation, status, reason)
 		}
@@ -945,7 +945,7 @@ func (h *harness) waitProgrammed(t *testing.T, ns, name string, programmed, sele
 	var p *v1alpha1.RetryPolicy
 	eventually(t, 15*time.Second, func() error {
 		p = h.policy(t, ns, name)
-		prog := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionProgrammed)
+		prog := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionProgrammed))
 		want := fmt.Sprintf("%d/%d pods run generation %d ", programmed, selected, p.Generation)
 		if p.Status.ProgrammedPods != programmed || p.Status.SelectedPods != selected || prog == nil || !strings.HasPrefix(prog.Message, want) {
 			return fmt.Errorf("programmedPods %d selectedPods %d Programmed %+v; want %d, %d and %q", p.Status.ProgrammedPods,

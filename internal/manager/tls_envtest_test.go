@@ -14,7 +14,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/testenv"
 )
@@ -32,7 +31,7 @@ func (h *harness) testTLS(t *testing.T) {
 	u := upstream("partner", "api.partner.example")
 	u.TLS = &v1alpha1.UpstreamTLS{Hostname: ptr.To("api.partner.example"), CACertificateRefs: []v1alpha1.CACertificateRef{{Name: "partner-ca"}}}
 	h.createPolicy(t, ns, "partner", nil, u)
-	h.waitAccepted(t, ns, "partner", metav1.ConditionTrue, controller.ReasonValid)
+	h.waitAccepted(t, ns, "partner", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	waitBundle(t, h, ns, caA)
 
 	t.Run("a CA rotation re-renders policies.json with the new PEM", func(t *testing.T) {
@@ -44,8 +43,8 @@ func (h *harness) testTLS(t *testing.T) {
 	t.Run("a ConfigMap without ca.crt is InvalidRef and the last rendering stays", func(t *testing.T) {
 		cm.Data = map[string]string{"tls.crt": caB}
 		must(t, h.c.Update(ctx, cm))
-		p := h.waitAccepted(t, ns, "partner", metav1.ConditionFalse, controller.ReasonInvalidRef)
-		acc := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted)
+		p := h.waitAccepted(t, ns, "partner", metav1.ConditionFalse, string(v1alpha1.ReasonInvalidRef))
+		acc := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		want := `spec.upstreams[0].tls.caCertificateRefs[0].name: Invalid value: "partner-ca": ConfigMap tls/partner-ca has no key ca.crt; generation 1, the last accepted, stays in force`
 		if acc.Message != want {
 			t.Errorf("Accepted message %q\nwant %q", acc.Message, want)
@@ -57,24 +56,24 @@ func (h *harness) testTLS(t *testing.T) {
 		u2 := upstream("other", "api.other.example")
 		u2.TLS = &v1alpha1.UpstreamTLS{CACertificateRefs: []v1alpha1.CACertificateRef{{Name: "other-ca"}}}
 		h.createPolicy(t, ns, "other", nil, u2)
-		p := h.waitAccepted(t, ns, "other", metav1.ConditionFalse, controller.ReasonInvalidRef)
-		acc := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionAccepted)
+		p := h.waitAccepted(t, ns, "other", metav1.ConditionFalse, string(v1alpha1.ReasonInvalidRef))
+		acc := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		if want := `spec.upstreams[0].tls.caCertificateRefs[0].name: Not found: "other-ca": ConfigMap tls/other-ca does not exist`; acc.Message != want {
 			t.Errorf("Accepted message %q\nwant %q", acc.Message, want)
 		}
-		if prog := meta.FindStatusCondition(p.Status.Conditions, controller.ConditionProgrammed); prog == nil || prog.Status != metav1.ConditionFalse {
+		if prog := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionProgrammed)); prog == nil || prog.Status != metav1.ConditionFalse {
 			t.Errorf("Programmed = %+v, want False", prog)
 		}
 
 		// Creating the ConfigMap afterwards is enough: the policy is accepted.
 		must(t, h.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-ca"}, Data: map[string]string{"ca.crt": caB}}))
-		h.waitAccepted(t, ns, "other", metav1.ConditionTrue, controller.ReasonValid)
+		h.waitAccepted(t, ns, "other", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	})
 
 	t.Run("restoring the key makes the policy Accepted again with the new CA", func(t *testing.T) {
 		cm.Data = map[string]string{"ca.crt": caB}
 		must(t, h.c.Update(ctx, cm))
-		h.waitAccepted(t, ns, "partner", metav1.ConditionTrue, controller.ReasonValid)
+		h.waitAccepted(t, ns, "partner", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 		waitBundle(t, h, ns, caB)
 	})
 

@@ -1,20 +1,45 @@
-package controller
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+// ConditionType is the type of a condition in RetryPolicy.status.conditions;
+// tools that read the status (kubectl-retry, dashboards, kstatus) compare
+// against these constants, so they live with the API (docs/manager.md#status).
+type ConditionType string
+
+// ConditionReason is the reason of a condition, and of the Kubernetes event
+// recorded with it.
+type ConditionReason string
 
 // Condition types of RetryPolicy.status.conditions.
 const (
 	// ConditionAccepted says whether the policy is in force: valid and not in
 	// conflict with an older policy. Reasons: ReasonValid, ReasonInvalid,
 	// ReasonConflict.
-	ConditionAccepted = "Accepted"
+	ConditionAccepted ConditionType = "Accepted"
 	// ConditionProgrammed says whether the policy is rendered into the namespace's
 	// retry-policies ConfigMap, which the injected sidecars read. Reasons:
 	// ReasonRendered, ReasonNotRendered.
-	ConditionProgrammed = "Programmed"
+	ConditionProgrammed ConditionType = "Programmed"
 	// ConditionReady summarises the two for tools that read one condition
 	// (kstatus, Argo CD, Flux): True (reason ReasonReconciled) when the newest
 	// generation is accepted and programmed, else False with the reason of the
 	// first condition that is not True (Accepted before Programmed).
-	ConditionReady = "Ready"
+	ConditionReady ConditionType = "Ready"
 )
 
 // Reasons, used both as condition reasons and as Kubernetes event reasons, so
@@ -23,29 +48,29 @@ const (
 const (
 	// ReasonValid: the spec passed validation and no older policy claims the same
 	// host for overlapping pods. Accepted=True.
-	ReasonValid = "Valid"
+	ReasonValid ConditionReason = "Valid"
 	// ReasonInvalid: the spec fails the shared validation (the object reached
 	// the API server while the validating webhook was down or disabled). The
 	// message lists every field error; when an earlier generation was accepted it
 	// says that generation stays in force. Accepted=False.
-	ReasonInvalid = "Invalid"
+	ReasonInvalid ConditionReason = "Invalid"
 	// ReasonConflict: an older policy (by creationTimestamp, then name) claims a
 	// host of this policy for pods both selectors may select. The message names
 	// the winner and the host. Accepted=False.
-	ReasonConflict = "Conflict"
+	ReasonConflict ConditionReason = "Conflict"
 	// ReasonInvalidRef: a tls.caCertificateRefs entry does not resolve: the
 	// ConfigMap does not exist in the policy's namespace, has no key ca.crt, or
 	// that key holds no PEM certificate. The message names the ref's field path;
 	// the last accepted generation stays in force, as for ReasonInvalid.
 	// Accepted=False.
-	ReasonInvalidRef = "InvalidRef"
+	ReasonInvalidRef ConditionReason = "InvalidRef"
 	// ReasonRendered: the policy is in the ConfigMap; the message carries the
 	// rendered generation and the content hash of policies.json. Programmed=True.
-	ReasonRendered = "Rendered"
+	ReasonRendered ConditionReason = "Rendered"
 	// ReasonNotRendered: the policy is not in the ConfigMap because it is not
 	// accepted and no earlier generation of it was. Programmed=False.
-	ReasonNotRendered = "NotRendered"
+	ReasonNotRendered ConditionReason = "NotRendered"
 	// ReasonReconciled: Accepted and Programmed are both True for the newest
 	// generation. Ready=True. Never an event: the two conditions have theirs.
-	ReasonReconciled = "Reconciled"
+	ReasonReconciled ConditionReason = "Reconciled"
 )
