@@ -64,6 +64,10 @@ type Options struct {
 	// (--http1-fast-path; docs/performance.md#the-app-side-server).
 	FastPath bool
 
+	// StatsMaxConnections caps the stats connections open at once; those
+	// beyond are reset and counted (--stats-max-connections).
+	StatsMaxConnections int
+
 	Stderr io.Writer
 }
 
@@ -73,6 +77,7 @@ func DefaultOptions() Options {
 		Listen:              net.JoinHostPort("127.0.0.1", strconv.Itoa(v1alpha1.ProxyPort)),
 		AdminListen:         net.JoinHostPort("127.0.0.1", strconv.Itoa(v1alpha1.AdminPort)),
 		StatsListen:         DefaultStatsListen,
+		StatsMaxConnections: DefaultStatsMaxConnections,
 		DrainTimeout:        20 * time.Second,
 		LogLevel:            slog.LevelInfo,
 		MaxIdleConns:        1024,
@@ -291,7 +296,7 @@ func newServers(o Options, log *slog.Logger, ls *listeners, reloader *Reloader, 
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	s := &servers{forward: proxy, adminAPI: admin, upstream: upstream,
 		proxy: appServer(o, &http.Server{Handler: proxy, ReadHeaderTimeout: appReadHeaderTimeout, IdleTimeout: appIdleTimeout, ErrorLog: errLog}, log),
-		admin: &http.Server{Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}}
+		admin: localServer(admin.Handler(), adminWriteTimeout, errLog)}
 	if ls.transparent != nil {
 		// Same upstream client, observers and policies; only the routing
 		// differs (by Host: the URL names the original destination).
@@ -303,7 +308,11 @@ func newServers(o Options, log *slog.Logger, ls *listeners, reloader *Reloader, 
 			IdleTimeout: appIdleTimeout, ErrorLog: errLog}
 	}
 	if ls.stats != nil {
-		s.stats = &http.Server{Handler: StatsHandler(reloader, metrics), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+		// The pod-IP port: its connections capped, refusals counted.
+		capped := newCappedListener(ls.stats, o.StatsMaxConnections)
+		metrics.WatchStatsConnections(capped)
+		ls.stats = capped
+		s.stats = localServer(StatsHandler(reloader, metrics), statsWriteTimeout, errLog)
 	}
 	return s
 }
