@@ -82,6 +82,10 @@ func parseOptions(args []string, stderr io.Writer) (sidecar.Options, bool) {
 		return o, false
 	}
 	o.Sources.PolicyFiles = files
+	if o.StatsMaxConnections < 1 {
+		fmt.Fprintf(stderr, "retry-sidecar: --stats-max-connections must be at least 1, got %d\n", o.StatsMaxConnections)
+		return o, false
+	}
 	lvl, err := sidecar.ParseLevel(logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "retry-sidecar: --log-level: %v\n", err)
@@ -98,6 +102,7 @@ func bindFlags(fs *flag.FlagSet, o *sidecar.Options, files *listFlag, logLevel *
 	fs.StringVar(&o.TransparentListen, "transparent-listen", "", "serve connections redirected by retry-sidecar redirect here (loopback only, e.g. 127.0.0.1:15006); off when empty")
 	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "address of /healthz, /readyz, /metrics and /config")
 	fs.StringVar(&o.StatsListen, "stats-listen", o.StatsListen, "pod-IP address of /metrics and /config (read-only); empty: not served")
+	fs.IntVar(&o.StatsMaxConnections, "stats-max-connections", o.StatsMaxConnections, "stats connections open at once; more are reset at once and counted in retry_sidecar_stats_connections_refused_total")
 	fs.StringVar(&o.API.Dir, "api-credentials-dir", "", "projected service-account token, ca.crt and namespace: watch retry-policies through the API server (docs/fleet.md)")
 	fs.StringVar(&o.API.Server, "api-server", "", "API server URL for --api-credentials-dir; empty: from KUBERNETES_SERVICE_HOST/PORT")
 	fs.StringVar(&o.Sources.ConfigDir, "config-dir", "", "mounted retry-policies ConfigMap directory (reads policies.json; watched)")

@@ -20,7 +20,8 @@ func TestParseOptions(t *testing.T) {
 		"no flags gives the defaults": {
 			wantOK: true,
 			check: func(t *testing.T, o sidecar.Options) {
-				if o.Listen != "127.0.0.1:15001" || o.LogLevel != slog.LevelInfo || o.DrainTimeout != 20*time.Second || len(o.Sources.PolicyFiles) != 0 {
+				if o.Listen != "127.0.0.1:15001" || o.LogLevel != slog.LevelInfo || o.DrainTimeout != 20*time.Second || len(o.Sources.PolicyFiles) != 0 ||
+					o.StatsMaxConnections != 64 {
 					t.Errorf("got %+v", o)
 				}
 			},
@@ -38,6 +39,17 @@ func TestParseOptions(t *testing.T) {
 		},
 		"a positional argument is a usage error": {
 			args: []string{"extra"}, wantStderr: `retry-sidecar: unexpected arguments ["extra"]`,
+		},
+		"--stats-max-connections sets the stats connection cap": {
+			args: []string{"--stats-max-connections=8"}, wantOK: true,
+			check: func(t *testing.T, o sidecar.Options) {
+				if o.StatsMaxConnections != 8 {
+					t.Errorf("StatsMaxConnections = %d, want 8", o.StatsMaxConnections)
+				}
+			},
+		},
+		"a stats connection cap below 1 is a usage error": {
+			args: []string{"--stats-max-connections=0"}, wantStderr: "retry-sidecar: --stats-max-connections must be at least 1, got 0",
 		},
 		"an unknown flag is a usage error": {
 			args: []string{"--no-such-flag"}, wantStderr: "flag provided but not defined: -no-such-flag",

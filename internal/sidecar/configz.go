@@ -36,10 +36,11 @@ func ConfigHandler(r *Reloader) http.Handler {
 }
 
 // StatsHandler is the mux of --stats-listen, the pod-IP port that Prometheus
-// and the manager reach: /metrics and /config, nothing that changes state.
+// and the manager reach: GET and HEAD of /metrics and /config, nothing that
+// changes state; any other method is 405 with Allow: GET, HEAD.
 func StatsHandler(r *Reloader, m *Metrics) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	mux.Handle("/config", ConfigHandler(r))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /config", ConfigHandler(r))
 	return mux
 }

@@ -44,6 +44,8 @@ import (
 //	retry_sidecar_timeouts_total{upstream,phase}                timeouts by phase: queue, connect, tls, headers
 //	retry_sidecar_truncated_responses_total                     upstream bodies cut off before their end (response aborted)
 //	retry_sidecar_replay_memory_bytes                           bytes reserved by replay buffers now (cap: --max-replay-memory)
+//	retry_sidecar_stats_connections                             connections open on the stats port now (cap: --stats-max-connections)
+//	retry_sidecar_stats_connections_refused_total               stats connections reset because the cap was reached
 //
 // plus the Go runtime and process collectors (process_resident_memory_bytes).
 type Metrics struct {
@@ -176,6 +178,19 @@ func (m *Metrics) WatchReplayMemory(rm *retryhttp.ReplayMemory) {
 	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "retry_sidecar", Name: "replay_memory_bytes",
 		Help: "Bytes reserved by request replay buffers now; capped by --max-replay-memory."},
 		func() float64 { return float64(rm.InUse()) }))
+}
+
+// WatchStatsConnections exports the stats port's open connections and the
+// connections it refused, read from l at each scrape.
+func (m *Metrics) WatchStatsConnections(l *cappedListener) {
+	const ns = "retry_sidecar"
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "stats_connections",
+			Help: "Connections open on the stats port (--stats-listen) now; at most --stats-max-connections."},
+			func() float64 { return float64(l.Open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "stats_connections_refused_total",
+			Help: "Connections to the stats port reset on accept because --stats-max-connections were open."},
+			func() float64 { return float64(l.Refused()) }))
 }
 
 // Observe implements retryhttp.Observer.

@@ -63,6 +63,10 @@ type Options struct {
 	// (--http1-fast-path; docs/performance.md#the-app-side-server).
 	FastPath bool
 
+	// StatsMaxConnections caps the stats connections open at once; those
+	// beyond are reset and counted (--stats-max-connections).
+	StatsMaxConnections int
+
 	Stderr io.Writer
 }
 
@@ -72,6 +76,7 @@ func DefaultOptions() Options {
 		Listen:              net.JoinHostPort("127.0.0.1", strconv.Itoa(v1alpha1.ProxyPort)),
 		AdminListen:         net.JoinHostPort("127.0.0.1", strconv.Itoa(v1alpha1.AdminPort)),
 		StatsListen:         DefaultStatsListen,
+		StatsMaxConnections: DefaultStatsMaxConnections,
 		DrainTimeout:        20 * time.Second,
 		LogLevel:            slog.LevelInfo,
 		MaxIdleConns:        1024,
@@ -275,14 +280,18 @@ func newServers(o Options, log *slog.Logger, ls *listeners, reloader *Reloader, 
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	s := &servers{forward: proxy, adminAPI: admin, upstream: stack,
 		proxy: appServer(o, &http.Server{Handler: proxy, ReadHeaderTimeout: appReadHeaderTimeout, IdleTimeout: appIdleTimeout, ErrorLog: errLog}, log),
-		admin: &http.Server{Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}}
+		admin: localServer(admin.Handler(), adminWriteTimeout, errLog)}
 	if ls.transparent != nil {
 		handler := &Transparent{Proxy: stack.proxy(byHost), Self: listenAddrPorts(ls.proxy, ls.admin, ls.transparent)}
 		s.transparent = &http.Server{Handler: handler, ConnContext: ConnContext, ReadHeaderTimeout: appReadHeaderTimeout,
 			IdleTimeout: appIdleTimeout, ErrorLog: errLog}
 	}
 	if ls.stats != nil {
-		s.stats = &http.Server{Handler: StatsHandler(reloader, metrics), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+		// The pod-IP port: its connections capped, refusals counted.
+		capped := newCappedListener(ls.stats, o.StatsMaxConnections)
+		metrics.WatchStatsConnections(capped)
+		ls.stats = capped
+		s.stats = localServer(StatsHandler(reloader, metrics), statsWriteTimeout, errLog)
 	}
 	return s
 }
