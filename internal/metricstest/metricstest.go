@@ -18,7 +18,6 @@ import (
 	_ "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
 
 	"github.com/retrydev/retry-operator/internal/sidecar"
-	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // Registries are the sidecar's and the manager's metric registries.
@@ -26,12 +25,9 @@ type Registries struct {
 	Sidecar, Manager prometheus.Registerer
 }
 
-// New returns a fresh sidecar registry (with every series the sidecar
-// registers when it starts) and the manager's global one.
+// New returns a fresh sidecar registry and the manager's global one.
 func New() Registries {
-	m := sidecar.NewMetrics()
-	m.WatchReplayMemory(retryhttp.NewReplayMemory(1)) // registered once the proxy is built
-	return Registries{Sidecar: m.Registry, Manager: crmetrics.Registry}
+	return Registries{Sidecar: sidecar.NewMetrics().Registry, Manager: crmetrics.Registry}
 }
 
 // RegisteredIn names the binary ("sidecar" or "manager") that has a collector

@@ -76,10 +76,13 @@ type Metrics struct {
 	truncated                     prometheus.Counter
 	timeouts                      *prometheus.CounterVec
 
-	limits    atomic.Pointer[EachLimits] // feeds the occupancy gauges
-	upstreams sync.Map                   // upstream name -> *upstreamMetrics
-	infoMu    sync.Mutex
-	infoHash  string
+	limits atomic.Pointer[EachLimits] // feeds the occupancy gauges
+
+	replayMemory  atomic.Pointer[retryhttp.ReplayMemory] // feeds replay_memory_bytes
+	statsListener atomic.Pointer[cappedListener]         // feeds the stats port series
+	upstreams     sync.Map                               // upstream name -> *upstreamMetrics
+	infoMu        sync.Mutex
+	infoHash      string
 }
 
 // outcomeIndex maps an outcome to its slot in upstreamMetrics.outcomes.
@@ -165,6 +168,7 @@ func NewMetrics() *Metrics {
 	m.Registry.MustRegister(m.requests, m.duration, m.attempts, m.delay, m.budgetExhausted, m.shed, m.retryAfterFailures,
 		m.skew, m.held, m.holdEnd, m.rateLimitFailures, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.configRevision, m.configStale, m.apiUp, m.apiFallbacks, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts,
 		newOccupancy(m), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registerWatched(ns)
 	return m
 }
 
@@ -173,24 +177,42 @@ func (m *Metrics) passthroughTimeout(phase retryhttp.Phase) {
 	m.timeouts.WithLabelValues("", string(phase)).Inc()
 }
 
-// WatchReplayMemory exports the bytes rm has reserved now.
-func (m *Metrics) WatchReplayMemory(rm *retryhttp.ReplayMemory) {
-	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "retry_sidecar", Name: "replay_memory_bytes",
-		Help: "Bytes reserved by request replay buffers now; capped by --max-replay-memory."},
-		func() float64 { return float64(rm.InUse()) }))
-}
+// WatchReplayMemory makes replay_memory_bytes read the bytes rm has reserved.
+func (m *Metrics) WatchReplayMemory(rm *retryhttp.ReplayMemory) { m.replayMemory.Store(rm) }
 
-// WatchStatsConnections exports the stats port's open connections and the
-// connections it refused, read from l at each scrape.
-func (m *Metrics) WatchStatsConnections(l *cappedListener) {
-	const ns = "retry_sidecar"
+// WatchStatsConnections makes the stats port's series read l's open and
+// refused connections.
+func (m *Metrics) WatchStatsConnections(l *cappedListener) { m.statsListener.Store(l) }
+
+// registerWatched registers the series read at scrape time from what the
+// Watch methods hand over later (zero until then), so every series exists
+// from the start: dashboards and docs are checked against NewMetrics alone.
+func (m *Metrics) registerWatched(ns string) {
 	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "replay_memory_bytes",
+			Help: "Bytes reserved by request replay buffers now; capped by --max-replay-memory."},
+			func() float64 {
+				if rm := m.replayMemory.Load(); rm != nil {
+					return float64(rm.InUse())
+				}
+				return 0
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "stats_connections",
 			Help: "Connections open on the stats port (--stats-listen) now; at most --stats-max-connections."},
-			func() float64 { return float64(l.Open()) }),
+			func() float64 {
+				if l := m.statsListener.Load(); l != nil {
+					return float64(l.Open())
+				}
+				return 0
+			}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "stats_connections_refused_total",
 			Help: "Connections to the stats port reset on accept because --stats-max-connections were open."},
-			func() float64 { return float64(l.Refused()) }))
+			func() float64 {
+				if l := m.statsListener.Load(); l != nil {
+					return float64(l.Refused())
+				}
+				return 0
+			}))
 }
 
 // Observe implements retryhttp.Observer.
