@@ -51,14 +51,16 @@ func TestMain(m *testing.M) {
 // ---- the sidecar process ----
 
 type sidecar struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	proxy  string // host:port
-	admin  string
-	stats  string // as bound: "[::]:port" for ":0"
-	logs   *syncBuffer
-	exited chan struct{}
-	err    error
+	t     *testing.T
+	cmd   *exec.Cmd
+	proxy string // host:port
+	admin string
+	// transparent is --transparent-listen as bound, "" without it.
+	transparent string
+	stats       string // as bound: "[::]:port" for ":0"
+	logs        *syncBuffer
+	exited      chan struct{}
+	err         error
 }
 
 type syncBuffer struct {
@@ -106,11 +108,11 @@ func startSidecarEnv(t *testing.T, env []string, args ...string) *sidecar {
 	for {
 		b, err := os.ReadFile(ready)
 		if err == nil {
-			var r struct{ Listen, Admin, Stats string }
+			var r struct{ Listen, Admin, Stats, Transparent string }
 			if err := json.Unmarshal(b, &r); err != nil {
 				t.Fatal(err)
 			}
-			s.proxy, s.admin, s.stats = r.Listen, r.Admin, r.Stats
+			s.proxy, s.admin, s.stats, s.transparent = r.Listen, r.Admin, r.Stats, r.Transparent
 			return s
 		}
 		select {

@@ -28,39 +28,46 @@ const (
 	maxDiscard = 256 << 10
 )
 
-// conn is one app connection served here.
+// conn is one app connection, served here or handed off.
 type conn struct {
 	srv    *Server
 	nc     net.Conn
 	remote string
 	state  atomic.Int32
+	hangup hangup
 	buf    []byte // unread bytes are buf[r:w]
 	r, w   int
 	bw     *bufio.Writer
 	res    response
-	watch  watcher
 	// unreadBody: the last request's body was not read to its end, so the
 	// app may still be sending it when the connection closes.
 	unreadBody bool
 	// afterPOST: the last request was a POST; see skipSloppyCRLF.
 	afterPOST bool
 	tmpl      http.Request // zero: WithContext copies it into each request
+	// fallbackCancel ends the context of a handed-off connection.
+	fallbackCancel context.CancelFunc
 }
 
+// newConn starts the connection's hang-up watch: from here on, whichever
+// server reads its requests, an app that hangs up cancels them.
 func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{srv: s, nc: nc, remote: nc.RemoteAddr().String(), buf: make([]byte, headBufSize),
-		bw: bufio.NewWriterSize(nc, 4<<10)}
-	c.watch.init(nc)
+	c := &conn{srv: s, nc: nc}
+	c.state.Store(stateIdle)
+	c.hangup.start(nc)
 	return c
 }
 
 // serve reads and answers requests until the connection ends or a request
 // outside the subset hands it to the fallback server.
 func (c *conn) serve() {
+	c.remote = c.nc.RemoteAddr().String()
+	c.buf = make([]byte, headBufSize)
+	c.bw = bufio.NewWriterSize(c.nc, 4<<10)
 	handedOff := false
 	defer func() {
-		c.srv.track(c, false)
 		if !handedOff {
+			c.srv.track(c, false)
 			c.close()
 		}
 	}()
@@ -79,50 +86,47 @@ func (c *conn) serve() {
 	}
 }
 
-// readHead waits for the next request head, with the idle timeout before its
-// first byte and the header timeout after it. A request already buffered
-// (pipelined) is parsed without touching the connection.
+// readHead waits for the next request head, with the idle timeout until its
+// first byte (a stray CRLF after a POST is not one) and the header timeout
+// after it. A request already buffered (pipelined) is parsed without
+// touching the connection. Until a head is complete the connection counts as
+// idle: Shutdown may close it.
 func (c *conn) readHead() (h head, v verdict, err error) {
-	deadline := false
+	c.state.Store(stateIdle)
+	if c.srv.shutdown.Load() {
+		return h, handOff, net.ErrClosed
+	}
+	deadline, headBytes := false, false
 	defer func() {
 		if deadline {
 			c.nc.SetReadDeadline(time.Time{})
 		}
 	}()
-	if c.r == c.w {
-		c.r, c.w = 0, 0
-		c.state.Store(stateIdle)
-		if c.srv.shutdown.Load() {
-			return h, handOff, net.ErrClosed
-		}
-		if d := c.srv.IdleTimeout; d > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(d))
-			deadline = true
-		}
-	}
-	headerTimeout := false
 	for {
 		if c.afterPOST && c.w > c.r {
 			c.skipSloppyCRLF()
 		}
-		if c.w > c.r && !c.afterPOST {
-			if c.state.Load() != stateActive && !c.state.CompareAndSwap(stateIdle, stateActive) {
-				return h, handOff, net.ErrClosed // closed by Shutdown
-			}
+		switch {
+		case c.w > c.r && !c.afterPOST:
 			h, n, v := parseHead(c.buf[c.r:c.w])
-			switch {
-			case v == accepted:
-				c.r += n
-				return h, v, nil
-			case v == handOff:
-				return h, v, nil
-			case c.w-c.r == len(c.buf):
-				return h, handOff, nil // too long for the subset
+			if v == accepted || v == handOff || c.w-c.r == len(c.buf) {
+				if !c.state.CompareAndSwap(stateIdle, stateActive) {
+					return h, handOff, net.ErrClosed // closed by Shutdown
+				}
+				if v == accepted {
+					c.r += n
+					return h, v, nil
+				}
+				return h, handOff, nil // outside the subset, or too long for it
 			}
-			if !headerTimeout && c.srv.ReadHeaderTimeout > 0 {
+			if !headBytes && c.srv.ReadHeaderTimeout > 0 {
 				c.nc.SetReadDeadline(time.Now().Add(c.srv.ReadHeaderTimeout))
-				deadline, headerTimeout = true, true
+				deadline = true
 			}
+			headBytes = true
+		case !deadline && c.srv.IdleTimeout > 0:
+			c.nc.SetReadDeadline(time.Now().Add(c.srv.IdleTimeout))
+			deadline = true
 		}
 		if c.r > 0 {
 			c.w = copy(c.buf, c.buf[c.r:c.w])
@@ -153,12 +157,29 @@ func (c *conn) skipSloppyCRLF() {
 	c.afterPOST = false
 }
 
+// handOffNow gives a connection nothing was read from to the fallback server.
+func (c *conn) handOffNow() {
+	if !c.handOff() {
+		c.hangup.stop()
+		c.nc.Close()
+	}
+}
+
 // handOff gives the connection, with the bytes already read, to the fallback
 // net/http.Server. It reports whether the fallback took it.
 func (c *conn) handOff() bool {
-	prefix := append([]byte(nil), c.buf[c.r:c.w]...)
-	c.srv.track(c, false)
-	return c.srv.handoff.give(&prefixConn{Conn: c.nc, prefix: prefix})
+	var prefix []byte
+	if c.r < c.w {
+		prefix = append([]byte(nil), c.buf[c.r:c.w]...)
+	}
+	c.buf, c.bw = nil, nil
+	c.hangup.follow(nil)
+	c.state.Store(stateIdle) // until net/http reads a request: see watchFallback
+	if !c.srv.handoff.give(&prefixConn{Conn: c.nc, prefix: prefix, c: c}) {
+		c.srv.track(c, false)
+		return false
+	}
+	return true
 }
 
 // rstAvoidanceDelay is how long a connection whose request body was left
@@ -170,6 +191,7 @@ const rstAvoidanceDelay = 500 * time.Millisecond
 // close closes the connection, after a half-close and rstAvoidanceDelay if
 // the app may still be sending a request body.
 func (c *conn) close() {
+	c.hangup.stop()
 	if c.unreadBody {
 		c.bw.Flush()
 		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
@@ -183,9 +205,12 @@ func (c *conn) close() {
 // for the next.
 func (c *conn) serveOne(h *head) (keepAlive bool) {
 	// A root context: the request ends before its connection does, so a
-	// connection-wide parent would only add a registration per request.
+	// connection-wide parent would only add a registration per request. The
+	// hang-up watch cancels it directly; if the app is gone already, the
+	// handler gets it cancelled. As with net/http, it ends with the handler.
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel() // as net/http: the request's context ends with the handler
+	defer cancel()
+	c.hangup.follow(cancel)
 	req := c.tmpl.WithContext(ctx)
 	c.afterPOST = h.method == http.MethodPost
 	req.Method, req.URL, req.RequestURI = h.method, h.url, h.target
@@ -200,15 +225,18 @@ func (c *conn) serveOne(h *head) (keepAlive bool) {
 		req.Body = b
 	}
 	c.res.reset(c, req, b)
-	c.watch.arm(cancel, b == nil)
 	aborted := c.callHandler(req)
-	c.watch.disarm()
+	c.hangup.follow(nil)
+	gone := c.hangup.requestEnded(false) // only the watch cancels ctx
 	c.srv.served.Add(1)
 	if aborted {
 		c.bw.Flush() // what the handler wrote before aborting, short of its end
 		return false
 	}
 	c.res.finish()
+	if gone {
+		return false // nothing pipelined behind is served
+	}
 	if b != nil && !b.discard() {
 		c.unreadBody = true
 		return false
@@ -284,7 +312,6 @@ func (b *body) readLocked(p []byte) (int, error) {
 	b.unread.Store(b.remaining)
 	switch {
 	case b.remaining == 0:
-		b.c.watch.bodyEOF()
 		if n > 0 {
 			return n, nil // EOF on the next read, as net/http's body
 		}

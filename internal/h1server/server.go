@@ -16,14 +16,22 @@ import (
 	"time"
 )
 
-// Server serves Handler on a listener. The zero value is not usable: Handler
-// and Fallback are required.
+// Server serves Handler on a listener. The zero value is not usable: Fallback
+// is required, and Handler unless HandOffAll.
+//
+// Every connection it accepts is watched for a hang-up from then on, and
+// tracked for Shutdown, whether the fast path or Fallback serves it.
 type Server struct {
 	// Handler answers the requests of the subset.
 	Handler http.Handler
 	// Fallback serves the connections handed off (it must not be started by
-	// the caller: Serve runs it); its Handler is normally the same as Handler.
+	// the caller: Serve runs it, and wraps its ConnContext, ConnState and
+	// Handler, see watchFallback); its Handler is normally the same as Handler.
 	Fallback *http.Server
+	// HandOffAll hands every connection to Fallback as soon as it is
+	// accepted: net/http.Server serves everything, with the same hang-up
+	// watch and Shutdown.
+	HandOffAll bool
 	// ReadHeaderTimeout bounds the reading of a request head once its first
 	// byte arrived; IdleTimeout bounds the wait for the next request.
 	ReadHeaderTimeout, IdleTimeout time.Duration
@@ -48,8 +56,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.conns = map[*conn]struct{}{}
 	s.handoff = handoffListener{conns: make(chan net.Conn), done: make(chan struct{}), addr: ln.Addr()}
 	s.mu.Unlock()
-	fallbackErr := make(chan error, 1)
-	go func() { fallbackErr <- s.Fallback.Serve(&s.handoff) }()
+	s.watchFallback()
+	go s.Fallback.Serve(&s.handoff)
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -65,8 +73,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		c := newConn(s, nc)
 		if !s.track(c, true) {
+			c.hangup.stop()
 			nc.Close()
 			return http.ErrServerClosed
+		}
+		if s.HandOffAll {
+			go c.handOffNow()
+			continue
 		}
 		go c.serve()
 	}
@@ -87,9 +100,10 @@ func (s *Server) track(c *conn, add bool) bool {
 	return true
 }
 
-// Shutdown stops accepting, closes idle connections, lets requests in flight
-// finish (their connections close after the response) and waits for them, or
-// for ctx. The fallback server is shut down the same way.
+// Shutdown stops accepting, closes the connections without a request in
+// flight (waiting for one, with part of a head or nothing at all, here or in
+// the fallback server), lets requests in flight finish (their connections
+// close after the response) and waits for them, or for ctx.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -128,8 +142,8 @@ func (s *Server) stop() {
 	s.handoff.close()
 }
 
-// closeIdle closes the connections waiting for a request and reports whether
-// none is left.
+// closeIdle closes the connections without a request in flight and reports
+// whether none is left.
 func (s *Server) closeIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -177,6 +191,7 @@ func (l *handoffListener) Addr() net.Addr { return l.addr }
 type prefixConn struct {
 	net.Conn
 	prefix []byte
+	c      *conn // its hang-up watch and state, for watchFallback
 }
 
 func (c *prefixConn) Read(p []byte) (int, error) {

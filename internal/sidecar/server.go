@@ -263,8 +263,8 @@ func (ls *listeners) announce(readyFile string, log *slog.Logger) {
 // servers are the sidecar's HTTP servers, one per listener (transparent and
 // stats nil without theirs), and what draining them needs.
 type servers struct {
-	proxy                     server // --listen: the fast path or net/http.Server alone
-	admin, transparent, stats *http.Server
+	proxy, transparent server // --listen and --transparent-listen: app-side servers (appServer)
+	admin, stats       *http.Server
 
 	forward  *Proxy
 	adminAPI *Admin
@@ -279,12 +279,12 @@ func newServers(o Options, log *slog.Logger, ls *listeners, reloader *Reloader, 
 	admin := &Admin{Reloader: reloader, Metrics: metrics, Pprof: o.EnablePprof}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	s := &servers{forward: proxy, adminAPI: admin, upstream: stack,
-		proxy: appServer(o, &http.Server{Handler: proxy, ReadHeaderTimeout: appReadHeaderTimeout, IdleTimeout: appIdleTimeout, ErrorLog: errLog}, log),
+		proxy: appServer(o.FastPath, &http.Server{Handler: proxy, ReadHeaderTimeout: appReadHeaderTimeout, IdleTimeout: appIdleTimeout, ErrorLog: errLog}, log),
 		admin: localServer(admin.Handler(), adminWriteTimeout, errLog)}
 	if ls.transparent != nil {
 		handler := &Transparent{Proxy: stack.proxy(byHost), Self: listenAddrPorts(ls.proxy, ls.admin, ls.transparent)}
-		s.transparent = &http.Server{Handler: handler, ConnContext: ConnContext, ReadHeaderTimeout: appReadHeaderTimeout,
-			IdleTimeout: appIdleTimeout, ErrorLog: errLog}
+		s.transparent = appServer(false, &http.Server{Handler: handler, ConnContext: ConnContext, ReadHeaderTimeout: appReadHeaderTimeout,
+			IdleTimeout: appIdleTimeout, ErrorLog: errLog}, log)
 	}
 	if ls.stats != nil {
 		// The pod-IP port: its connections capped, refusals counted.
@@ -368,14 +368,14 @@ const (
 	appIdleTimeout       = 2 * time.Minute
 )
 
-// appServer is the server of --listen: the fast path in front of std, or std
-// alone without it.
-func appServer(o Options, std *http.Server, log *slog.Logger) server {
-	if !o.FastPath {
-		return std
-	}
-	return &h1server.Server{Handler: std.Handler, Fallback: std, ReadHeaderTimeout: std.ReadHeaderTimeout,
-		IdleTimeout: std.IdleTimeout, Log: log}
+// appServer is the server of an app-facing listener: the fast path in front
+// of std, or std serving every connection. Either way h1server accepts the
+// connections, so each is watched for a hang-up from the start and closed
+// at once by a drain when no request is in flight on it
+// (docs/performance.md#the-app-side-server).
+func appServer(fastPath bool, std *http.Server, log *slog.Logger) server {
+	return &h1server.Server{Handler: std.Handler, Fallback: std, HandOffAll: !fastPath,
+		ReadHeaderTimeout: std.ReadHeaderTimeout, IdleTimeout: std.IdleTimeout, Log: log}
 }
 
 // server is what Run needs of an app-side server.

@@ -1,7 +1,9 @@
-// Package sockpeek tells what waits on a socket without consuming it: one
-// non-blocking, one-byte MSG_PEEK. The upstream client looks before it reuses
-// a pooled connection (docs/retry-semantics.md#pool); the app-side server
-// looks to notice an app that hung up while its request runs.
+// Package sockpeek tells what happens on a socket without consuming it. Peek
+// is one non-blocking, one-byte MSG_PEEK: the upstream client looks before it
+// reuses a pooled connection (docs/retry-semantics.md#pool). WatchHangup
+// notices a peer that closed even with its bytes still unread: the app-side
+// server watches every app connection from the moment it is accepted
+// (docs/performance.md#the-app-side-server).
 package sockpeek
 
 // Result is what a peek found.
