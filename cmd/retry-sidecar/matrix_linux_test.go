@@ -354,7 +354,6 @@ func (u *matrixUpstreamRig) close() {
 // matrixRig is a sidecar and the cells' upstreams of one app-side path.
 type matrixRig struct {
 	path matrixPath
-	app  string                                       // the address the app dials (forward paths)
 	dial func(addr string) (net.Conn, error)          // the app's dialer
 	cell map[matrixCell]*matrixUpstreamRig            // by cell
 	addr map[matrixCell]struct{ target, host string } // request-target and Host

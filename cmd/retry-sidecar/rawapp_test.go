@@ -45,12 +45,6 @@ func (a *rawApp) send(raw string) {
 // hangUp closes the connection (FIN), as an app whose client gave up does.
 func (a *rawApp) hangUp() { a.c.Close() }
 
-// reset closes the connection with a reset (RST) instead of a FIN.
-func (a *rawApp) reset() {
-	_ = a.c.(*net.TCPConn).SetLinger(0)
-	a.c.Close()
-}
-
 // response reads one response, body included.
 func (a *rawApp) response() (*http.Response, string) {
 	a.t.Helper()

@@ -57,7 +57,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.handoff = handoffListener{conns: make(chan net.Conn), done: make(chan struct{}), addr: ln.Addr()}
 	s.mu.Unlock()
 	s.watchFallback()
-	go s.Fallback.Serve(&s.handoff)
+	// The fallback serves until the hand-off listener closes with this one;
+	// its error then says only that.
+	go func() { _ = s.Fallback.Serve(&s.handoff) }()
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
