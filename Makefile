@@ -115,8 +115,8 @@ lint-chart: $(HELM) ## helm lint and helm template of dist/chart, in both certif
 	"$(HELM)" template retry-operator dist/chart --kube-version $(KUBE_VERSION) --namespace retry-operator-system --set certificates.mode=self-signed --set prometheus.enabled=true >/dev/null
 
 .PHONY: test
-test: lint check-generated check-dist lint-chart kube-binaries ## Every test that needs no cluster of pods: unit, envtest, sidecar; dist/ fresh, chart linted.
-	KUBEBUILDER_ASSETS="$$(KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh 2>/dev/null | tail -1)" \
+test: lint check-generated check-dist lint-chart kube-binaries ## Every test that needs no cluster of pods: unit, envtest, sidecar; dist/ fresh, chart linted and compared with dist/install*.yaml.
+	KUBEBUILDER_ASSETS="$$(KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh 2>/dev/null | tail -1)" HELM="$(HELM)" \
 		go test -count=1 $(GO_PACKAGES)
 	$(MAKE) --no-print-directory test-race
 

@@ -4,8 +4,10 @@
 #
 #   dist/install.yaml             config/default: webhook certificates from cert-manager
 #   dist/install-selfsigned.yaml  config/selfsigned: no cert-manager, one rotated Secret
-#   dist/chart/crds/, files/      the generated parts of the Helm chart (CRD, manager
-#                                 ClusterRole rules, webhook entries)
+#   dist/chart/crds/, files/      the generated parts of the Helm chart: the CRD, the
+#                                 webhook entries and every RBAC object of the two
+#                                 renderings (hack/chartfiles), so chart and
+#                                 manifests grant the same rights
 #
 # IMG and SIDECAR_IMG are the manager and sidecar images; kustomize's images list
 # sets the manager container and the SIDECAR_IMAGE its --sidecar-image reads
@@ -44,8 +46,8 @@ render selfsigned dist/install-selfsigned.yaml
 chart="$ROOT/dist/chart"
 mkdir -p "$chart/crds" "$chart/files"
 cp "$ROOT"/config/crd/bases/*.yaml "$chart/crds/"
-{ echo "# Generated from config/rbac/role.yaml by \`make build-installer\`; do not edit."
-  sed -n '/^rules:/,$p' "$ROOT/config/rbac/role.yaml"; } >"$chart/files/manager-role-rules.yaml"
+(cd "$ROOT" && go run ./hack/chartfiles -cert-manager dist/install.yaml \
+  -self-signed dist/install-selfsigned.yaml -output dist/chart/files/rbac.yaml)
 { echo "# Generated from config/webhook/manifests.yaml by \`make build-installer\`; do not edit."
   cat "$ROOT/config/webhook/manifests.yaml"; } >"$chart/files/webhooks.yaml"
 echo "wrote dist/chart/crds and dist/chart/files"

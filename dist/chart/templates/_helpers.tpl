@@ -17,7 +17,7 @@ control-plane: controller-manager
 app.kubernetes.io/name: retry-operator
 {{- end -}}
 
-{{- define "retry-operator.serviceAccount" -}}retry-operator-controller-manager{{- end -}}
+{{- define "retry-operator.serviceAccountName" -}}retry-operator-controller-manager{{- end -}}
 
 {{- define "retry-operator.webhookService" -}}retry-operator-webhook-service{{- end -}}
 
