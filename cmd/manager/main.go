@@ -219,7 +219,7 @@ func (o options) managerOptions(certDir string) ctrl.Options {
 		WebhookServer:          webhookServer,
 		HealthProbeBindAddress: o.probeAddr,
 		LeaderElection:         o.leaderElect,
-		LeaderElectionID:       "retry-operator.retry.dev",
+		LeaderElectionID:       manager.LeaderElectionID,
 		// main returns as soon as the manager stops, so stepping down at once is safe
 		// and lets a new leader start without waiting out the lease.
 		LeaderElectionReleaseOnCancel: true,
