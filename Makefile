@@ -24,14 +24,18 @@ HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
 KUBE_BIN ?= $(LOCALBIN)/k8s/$(KUBE_VERSION)
 KUBECTL ?= $(KUBE_BIN)/kubectl
 
-# The images the release artefacts (dist/) name. The checked-in dist/ uses these
-# defaults; `make build-installer IMG=... SIDECAR_IMG=...` for a registry.
+# The two images, one scheme everywhere: IMG is the manager, SIDECAR_IMG the
+# injected sidecar. build-images names its tarballs with them, push-images pushes
+# them there, deploy and build-installer render them into the manifests. The
+# checked-in dist/ uses these defaults. A reference may carry a digest
+# (name@sha256:…) everywhere but build-images.
 IMG ?= retry.dev/manager:dev
 SIDECAR_IMG ?= retry.dev/retry-sidecar:dev
-
-# Images are written as tarballs by hack/images (no Docker needed).
-MANAGER_IMAGE ?= retry.dev/manager
-IMAGE_TAG ?= dev
+# push-images: plain HTTP to a registry that is not local (localhost, 127.0.0.0/8,
+# ::1, *.local and private addresses fall back to HTTP anyway).
+INSECURE_REGISTRY ?= false
+# docker-build/docker-push: the container tool, for those with one.
+CONTAINER_TOOL ?= docker
 # config/default uses cert-manager for webhook certificates; config/local has the
 # manager generate its own (clusters without cert-manager: the local one, kind).
 DEPLOY_OVERLAY ?= config/default
@@ -156,8 +160,23 @@ run: manifests generate ## Run the manager against the cluster in KUBECONFIG, wi
 	ENABLE_WEBHOOKS=false go run ./cmd/manager
 
 .PHONY: build-images
-build-images: ## Write image tarballs (no Docker) into bin/images.
-	hack/build-images.sh
+build-images: ## Write image tarballs (no Docker) into bin/images: the manager as IMG, the sidecar as SIDECAR_IMG, and the e2e test images.
+	IMG="$(IMG)" SIDECAR_IMG="$(SIDECAR_IMG)" hack/build-images.sh
+
+.PHONY: push-images
+push-images: ## Push bin/images/manager.tar to IMG and retry-sidecar.tar to SIDECAR_IMG, in any OCI registry, without Docker (INSECURE_REGISTRY=true: plain HTTP).
+	go run ./hack/pushimages $(if $(filter true,$(INSECURE_REGISTRY)),-insecure) \
+		bin/images/manager.tar="$(IMG)" bin/images/retry-sidecar.tar="$(SIDECAR_IMG)"
+
+.PHONY: docker-build
+docker-build: ## Build IMG and SIDECAR_IMG with Docker (CONTAINER_TOOL) from the Dockerfile.
+	$(CONTAINER_TOOL) build --target manager -t "$(IMG)" .
+	$(CONTAINER_TOOL) build --target retry-sidecar -t "$(SIDECAR_IMG)" .
+
+.PHONY: docker-push
+docker-push: ## Push IMG and SIDECAR_IMG with Docker (CONTAINER_TOOL).
+	$(CONTAINER_TOOL) push "$(IMG)"
+	$(CONTAINER_TOOL) push "$(SIDECAR_IMG)"
 
 .PHONY: build-installer
 build-installer: manifests $(KUSTOMIZE) ## Write dist/install.yaml (cert-manager), dist/install-selfsigned.yaml and dist/chart's generated parts, with IMG and SIDECAR_IMG.
@@ -174,15 +193,13 @@ uninstall: kube-binaries ## Remove the CRD from the cluster in KUBECONFIG.
 	"$(KUBECTL)" delete --ignore-not-found -f config/crd/bases
 
 .PHONY: deploy
-deploy: manifests $(KUSTOMIZE) kube-binaries ## Deploy the operator (DEPLOY_OVERLAY, default config/default) with MANAGER_IMAGE:IMAGE_TAG.
-	@mkdir -p bin; tmp=$$(mktemp -d bin/deploy.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
-	printf 'resources:\n- %s\nimages:\n- name: controller\n  newName: %s\n  newTag: %s\n- name: retry.dev/manager\n  newName: %s\n  newTag: %s\n' \
-		"../../$(DEPLOY_OVERLAY)" "$(MANAGER_IMAGE)" "$(IMAGE_TAG)" "$(MANAGER_IMAGE)" "$(IMAGE_TAG)" >"$$tmp/kustomization.yaml"; \
-	"$(KUSTOMIZE)" build "$$tmp" | "$(KUBECTL)" apply --server-side -f -
+deploy: manifests $(KUSTOMIZE) kube-binaries ## Deploy the operator (DEPLOY_OVERLAY, default config/default) with IMG and SIDECAR_IMG.
+	KUSTOMIZE="$(KUSTOMIZE)" IMG="$(IMG)" SIDECAR_IMG="$(SIDECAR_IMG)" hack/render.sh $(DEPLOY_OVERLAY) | \
+		"$(KUBECTL)" apply --server-side -f -
 
 .PHONY: undeploy
 undeploy: $(KUSTOMIZE) kube-binaries ## Remove the operator (DEPLOY_OVERLAY) from the cluster in KUBECONFIG.
-	"$(KUSTOMIZE)" build $(DEPLOY_OVERLAY) | "$(KUBECTL)" delete --ignore-not-found -f -
+	KUSTOMIZE="$(KUSTOMIZE)" hack/render.sh $(DEPLOY_OVERLAY) | "$(KUBECTL)" delete --ignore-not-found -f -
 
 E2E_CLUSTER ?= local
 
