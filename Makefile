@@ -111,12 +111,14 @@ check-dist: ## Fail if `make build-installer` (default images) changes anything 
 		diff <(echo "$$before") <(echo "$$after") || true; exit 1; fi; \
 	echo "dist/ is up to date"
 
+CHART_MONITORS_ON = --set prometheus.serviceMonitor.enabled=true --set prometheus.podMonitor.enabled=true
+
 .PHONY: lint-chart
 lint-chart: $(HELM) ## helm lint and helm template of dist/chart, in both certificate modes.
-	"$(HELM)" lint --strict dist/chart
-	"$(HELM)" lint --strict dist/chart --set certificates.mode=self-signed --set prometheus.enabled=true
+	"$(HELM)" lint --strict dist/chart --kube-version $(KUBE_VERSION)
+	"$(HELM)" lint --strict dist/chart --kube-version $(KUBE_VERSION) --set certificates.mode=self-signed $(CHART_MONITORS_ON)
 	"$(HELM)" template retry-operator dist/chart --kube-version $(KUBE_VERSION) --namespace retry-operator-system >/dev/null
-	"$(HELM)" template retry-operator dist/chart --kube-version $(KUBE_VERSION) --namespace retry-operator-system --set certificates.mode=self-signed --set prometheus.enabled=true >/dev/null
+	"$(HELM)" template retry-operator dist/chart --kube-version $(KUBE_VERSION) --namespace retry-operator-system --set certificates.mode=self-signed $(CHART_MONITORS_ON) >/dev/null
 
 .PHONY: test
 test: lint check-generated check-dist lint-chart kube-binaries ## Every test that needs no cluster of pods: unit, envtest, sidecar; dist/ fresh, chart linted and compared with dist/install*.yaml.

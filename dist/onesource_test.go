@@ -18,6 +18,9 @@ var onlyInManifests = map[manifests.Key]string{
 	{Kind: "Namespace", Name: releaseNamespace}: "Helm installs into the release namespace and does not own it (helm install --create-namespace)",
 }
 
+// monitorsOn are the helm flags that enable both Prometheus monitors.
+var monitorsOn = []string{"--set", "prometheus.serviceMonitor.enabled=true", "--set", "prometheus.podMonitor.enabled=true"}
+
 // TestChartRendersTheManifestsObjects: dist/chart and dist/install*.yaml are
 // two packagings of one install. For each certificate mode (and with the
 // Prometheus monitors of config/prometheus) the chart renders exactly the
@@ -36,12 +39,12 @@ func TestChartRendersTheManifestsObjects(t *testing.T) {
 			helmFlags: []string{"--set", "certificates.mode=self-signed"},
 			manifests: readManifests(t, "install-selfsigned.yaml"),
 		},
-		"prometheus.enabled adds config/prometheus's ServiceMonitor and PodMonitor": {
-			helmFlags: []string{"--set", "prometheus.enabled=true"},
+		"the Prometheus monitors add config/prometheus's ServiceMonitor and PodMonitor": {
+			helmFlags: monitorsOn,
 			manifests: append(readManifests(t, "install.yaml"), monitors...),
 		},
-		"self-signed with prometheus.enabled": {
-			helmFlags: []string{"--set", "certificates.mode=self-signed", "--set", "prometheus.enabled=true"},
+		"self-signed with the Prometheus monitors": {
+			helmFlags: append([]string{"--set", "certificates.mode=self-signed"}, monitorsOn...),
 			manifests: append(readManifests(t, "install-selfsigned.yaml"), monitors...),
 		},
 	}

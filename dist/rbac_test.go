@@ -70,7 +70,7 @@ func TestRBACIsReviewed(t *testing.T) {
 		"dist/install.yaml":                      readManifests(t, "install.yaml"),
 		"dist/install-selfsigned.yaml":           readManifests(t, "install-selfsigned.yaml"),
 		"the chart (cert-manager)":               helmTemplate(t),
-		"the chart (self-signed, prometheus on)": helmTemplate(t, "--set", "certificates.mode=self-signed", "--set", "prometheus.enabled=true"),
+		"the chart (self-signed, prometheus on)": helmTemplate(t, append([]string{"--set", "certificates.mode=self-signed"}, monitorsOn...)...),
 	}
 	rendered := map[string]bool{}
 	for source, objs := range renderings {
