@@ -11,6 +11,9 @@ KUBE_VERSION ?= v1.37.2
 ETCD_VERSION ?= v3.6.16
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.1
+# The kustomize kubectl 1.32 embeds, the oldest the overlays must render with
+# (config/overlays_test.go renders them with both).
+KUBECTL_KUSTOMIZE_VERSION ?= v5.5.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 CRD_REF_DOCS_VERSION ?= v0.3.0
 HELM_VERSION ?= v3.22.0
@@ -18,6 +21,7 @@ HELM_VERSION ?= v3.22.0
 LOCALBIN ?= $(shell pwd)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
+KUBECTL_KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUBECTL_KUSTOMIZE_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 CRD_REF_DOCS ?= $(LOCALBIN)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
 HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
@@ -121,9 +125,9 @@ lint-chart: $(HELM) ## helm lint and helm template of dist/chart, in both certif
 	"$(HELM)" template retry-operator dist/chart --kube-version $(KUBE_VERSION) --namespace retry-operator-system --set certificates.mode=self-signed $(CHART_MONITORS_ON) >/dev/null
 
 .PHONY: test
-test: lint check-generated check-dist lint-chart kube-binaries ## Every test that needs no cluster of pods: unit, envtest, sidecar; dist/ fresh, chart linted and compared with dist/install*.yaml.
+test: lint check-generated check-dist lint-chart kube-binaries $(KUBECTL_KUSTOMIZE) ## Every test that needs no cluster of pods: unit, envtest, sidecar; dist/ fresh, chart linted and compared with dist/install*.yaml, overlays rendered by old and new kustomize.
 	KUBEBUILDER_ASSETS="$$(KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh 2>/dev/null | tail -1)" HELM="$(HELM)" \
-		go test -count=1 $(GO_PACKAGES)
+		KUSTOMIZE_BINARIES="$(KUSTOMIZE) $(KUBECTL_KUSTOMIZE)" go test -count=1 $(GO_PACKAGES)
 	$(MAKE) --no-print-directory test-race
 
 .PHONY: test-race
@@ -237,9 +241,9 @@ $(HELM):
 	GOBIN="$(LOCALBIN)" go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 	mv "$(LOCALBIN)/helm" "$@"
 
-$(KUSTOMIZE):
+$(LOCALBIN)/kustomize-%:
 	@mkdir -p "$(LOCALBIN)"
-	GOBIN="$(LOCALBIN)" go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+	GOBIN="$(LOCALBIN)" go install sigs.k8s.io/kustomize/kustomize/v5@$*
 	mv "$(LOCALBIN)/kustomize" "$@"
 
 $(GOLANGCI_LINT):
