@@ -26,7 +26,9 @@ GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 CRD_REF_DOCS ?= $(LOCALBIN)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
 HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
 KUBE_BIN ?= $(LOCALBIN)/k8s/$(KUBE_VERSION)
-KUBECTL ?= $(KUBE_BIN)/kubectl
+# install, uninstall, deploy and undeploy need a kubectl only: the one on PATH,
+# else kubectl alone built from source into KUBE_BIN (no API server, no etcd).
+KUBECTL ?= $(or $(shell command -v kubectl 2>/dev/null),$(KUBE_BIN)/kubectl)
 
 # The two images, one scheme everywhere: IMG is the manager, SIDECAR_IMG the
 # injected sidecar. build-images names its tarballs with them, push-images pushes
@@ -104,6 +106,9 @@ check-generated: ## Fail if `make manifests generate` changes any generated file
 .PHONY: kube-binaries
 kube-binaries: ## Build kube-apiserver, kubectl and etcd from source into bin/k8s/<version> (reused).
 	KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/kube-binaries.sh
+
+$(KUBE_BIN)/kubectl:
+	KUBE_VERSION=$(KUBE_VERSION) KUBE_BIN_DIR="$(KUBE_BIN)" hack/kube-binaries.sh --kubectl >/dev/null
 
 .PHONY: check-dist
 check-dist: ## Fail if `make build-installer` (default images) changes anything under dist/.
@@ -191,20 +196,20 @@ build-installer: manifests $(KUSTOMIZE) ## Write dist/install.yaml (cert-manager
 ##@ Deployment
 
 .PHONY: install
-install: manifests kube-binaries ## Install the CRD into the cluster in KUBECONFIG.
+install: manifests $(KUBECTL) ## Install the CRD into the cluster in KUBECONFIG.
 	"$(KUBECTL)" apply --server-side -f config/crd/bases
 
 .PHONY: uninstall
-uninstall: kube-binaries ## Remove the CRD from the cluster in KUBECONFIG.
+uninstall: $(KUBECTL) ## Remove the CRD from the cluster in KUBECONFIG.
 	"$(KUBECTL)" delete --ignore-not-found -f config/crd/bases
 
 .PHONY: deploy
-deploy: manifests $(KUSTOMIZE) kube-binaries ## Deploy the operator (DEPLOY_OVERLAY, default config/default) with IMG and SIDECAR_IMG.
+deploy: manifests $(KUSTOMIZE) $(KUBECTL) ## Deploy the operator (DEPLOY_OVERLAY, default config/default) with IMG and SIDECAR_IMG.
 	KUSTOMIZE="$(KUSTOMIZE)" IMG="$(IMG)" SIDECAR_IMG="$(SIDECAR_IMG)" hack/render.sh $(DEPLOY_OVERLAY) | \
 		"$(KUBECTL)" apply --server-side -f -
 
 .PHONY: undeploy
-undeploy: $(KUSTOMIZE) kube-binaries ## Remove the operator (DEPLOY_OVERLAY) from the cluster in KUBECONFIG.
+undeploy: $(KUSTOMIZE) $(KUBECTL) ## Remove the operator (DEPLOY_OVERLAY) from the cluster in KUBECONFIG.
 	KUSTOMIZE="$(KUSTOMIZE)" hack/render.sh $(DEPLOY_OVERLAY) | "$(KUBECTL)" delete --ignore-not-found -f -
 
 E2E_CLUSTER ?= local
