@@ -263,7 +263,7 @@ func valuesFile(t *testing.T, values string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	f := filepath.Join(dir, "values.yaml")
 	if err := os.WriteFile(f, []byte(values), 0o600); err != nil {
 		t.Fatal(err)

@@ -29,12 +29,13 @@ func startRegistry(t *testing.T) string {
 	if _, err := os.Stat(registryBinary); err != nil {
 		t.Skipf("%s not installed (Debian package docker-registry; .ci/run installs it): %v", registryBinary, err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// A free port: the registry binds it right after (it takes no listener).
+	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	l.Close()
+	_ = l.Close()
 	dir := t.TempDir()
 	config := filepath.Join(dir, "config.yml")
 	err = os.WriteFile(config, fmt.Appendf(nil, "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n",
