@@ -34,19 +34,26 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
+	os.Exit(run(flag.Args(), *insecure))
+}
+
+// run pushes each TARBALL=REFERENCE argument in turn and returns the exit
+// code: 2 for a malformed argument, 1 for a failed push.
+func run(pairs []string, insecure bool) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	for _, arg := range flag.Args() {
+	for _, arg := range pairs {
 		tarball, ref, ok := strings.Cut(arg, "=")
 		if !ok || tarball == "" || ref == "" {
 			fmt.Fprintf(os.Stderr, "pushimages: %q: want TARBALL=REFERENCE\n", arg)
-			os.Exit(2)
+			return 2
 		}
-		digest, err := Push(ctx, tarball, ref, *insecure)
+		digest, err := Push(ctx, tarball, ref, insecure)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "pushimages:", err)
-			os.Exit(1)
+			return 1
 		}
 		fmt.Printf("pushed %s (%s)\n", digest, tarball)
 	}
+	return 0
 }
