@@ -11,6 +11,9 @@ KUBE_VERSION ?= v1.37.2
 ETCD_VERSION ?= v3.6.16
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.1
+# The kustomize kubectl 1.32 embeds, the oldest the overlays must render with
+# (config/overlays_test.go renders them with both).
+KUBECTL_KUSTOMIZE_VERSION ?= v5.5.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 CRD_REF_DOCS_VERSION ?= v0.3.0
 HELM_VERSION ?= v3.22.0
@@ -18,20 +21,27 @@ HELM_VERSION ?= v3.22.0
 LOCALBIN ?= $(shell pwd)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
+KUBECTL_KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUBECTL_KUSTOMIZE_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 CRD_REF_DOCS ?= $(LOCALBIN)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
 HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
 KUBE_BIN ?= $(LOCALBIN)/k8s/$(KUBE_VERSION)
-KUBECTL ?= $(KUBE_BIN)/kubectl
+# install, uninstall, deploy and undeploy need a kubectl only: the one on PATH,
+# else kubectl alone built from source into KUBE_BIN (no API server, no etcd).
+KUBECTL ?= $(or $(shell command -v kubectl 2>/dev/null),$(KUBE_BIN)/kubectl)
 
-# The images the release artefacts (dist/) name. The checked-in dist/ uses these
-# defaults; `make build-installer IMG=... SIDECAR_IMG=...` for a registry.
+# The two images, one scheme everywhere: IMG is the manager, SIDECAR_IMG the
+# injected sidecar. build-images names its tarballs with them, push-images pushes
+# them there, deploy and build-installer render them into the manifests. The
+# checked-in dist/ uses these defaults. A reference may carry a digest
+# (name@sha256:…) everywhere but build-images.
 IMG ?= retry.dev/manager:dev
 SIDECAR_IMG ?= retry.dev/retry-sidecar:dev
-
-# Images are written as tarballs by hack/images (no Docker needed).
-MANAGER_IMAGE ?= retry.dev/manager
-IMAGE_TAG ?= dev
+# push-images: plain HTTP to a registry that is not local (localhost, 127.0.0.0/8,
+# ::1, *.local and private addresses fall back to HTTP anyway).
+INSECURE_REGISTRY ?= false
+# docker-build/docker-push: the container tool, for those with one.
+CONTAINER_TOOL ?= docker
 # config/default uses cert-manager for webhook certificates; config/local has the
 # manager generate its own (clusters without cert-manager: the local one, kind).
 DEPLOY_OVERLAY ?= config/default
@@ -97,6 +107,9 @@ check-generated: ## Fail if `make manifests generate` changes any generated file
 kube-binaries: ## Build kube-apiserver, kubectl and etcd from source into bin/k8s/<version> (reused).
 	KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/kube-binaries.sh
 
+$(KUBE_BIN)/kubectl:
+	KUBE_VERSION=$(KUBE_VERSION) KUBE_BIN_DIR="$(KUBE_BIN)" hack/kube-binaries.sh --kubectl >/dev/null
+
 .PHONY: check-dist
 check-dist: ## Fail if `make build-installer` (default images) changes anything under dist/.
 	@before=$$(find dist -type f -print0 | sort -z | xargs -0 sha256sum); \
@@ -107,17 +120,19 @@ check-dist: ## Fail if `make build-installer` (default images) changes anything 
 		diff <(echo "$$before") <(echo "$$after") || true; exit 1; fi; \
 	echo "dist/ is up to date"
 
+CHART_MONITORS_ON = --set prometheus.serviceMonitor.enabled=true --set prometheus.podMonitor.enabled=true
+
 .PHONY: lint-chart
 lint-chart: $(HELM) ## helm lint and helm template of dist/chart, in both certificate modes.
-	"$(HELM)" lint --strict dist/chart
-	"$(HELM)" lint --strict dist/chart --set certificates.mode=self-signed --set prometheus.enabled=true
+	"$(HELM)" lint --strict dist/chart --kube-version $(KUBE_VERSION)
+	"$(HELM)" lint --strict dist/chart --kube-version $(KUBE_VERSION) --set certificates.mode=self-signed $(CHART_MONITORS_ON)
 	"$(HELM)" template retry-operator dist/chart --kube-version $(KUBE_VERSION) --namespace retry-operator-system >/dev/null
-	"$(HELM)" template retry-operator dist/chart --kube-version $(KUBE_VERSION) --namespace retry-operator-system --set certificates.mode=self-signed --set prometheus.enabled=true >/dev/null
+	"$(HELM)" template retry-operator dist/chart --kube-version $(KUBE_VERSION) --namespace retry-operator-system --set certificates.mode=self-signed $(CHART_MONITORS_ON) >/dev/null
 
 .PHONY: test
-test: lint check-generated check-dist lint-chart kube-binaries ## Every test that needs no cluster of pods: unit, envtest, sidecar; dist/ fresh, chart linted.
-	KUBEBUILDER_ASSETS="$$(KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh 2>/dev/null | tail -1)" \
-		go test -count=1 $(GO_PACKAGES)
+test: lint check-generated check-dist lint-chart kube-binaries $(KUBECTL_KUSTOMIZE) ## Every test that needs no cluster of pods: unit, envtest, sidecar; dist/ fresh, chart linted and compared with dist/install*.yaml, overlays rendered by old and new kustomize.
+	KUBEBUILDER_ASSETS="$$(KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh 2>/dev/null | tail -1)" HELM="$(HELM)" \
+		KUSTOMIZE_BINARIES="$(KUSTOMIZE) $(KUBECTL_KUSTOMIZE)" go test -count=1 $(GO_PACKAGES)
 	$(MAKE) --no-print-directory test-race
 	$(MAKE) --no-print-directory test-bench
 
@@ -164,8 +179,23 @@ run: manifests generate ## Run the manager against the cluster in KUBECONFIG, wi
 	ENABLE_WEBHOOKS=false go run ./cmd/manager
 
 .PHONY: build-images
-build-images: ## Write image tarballs (no Docker) into bin/images.
-	hack/build-images.sh
+build-images: ## Write image tarballs (no Docker) into bin/images: the manager as IMG, the sidecar as SIDECAR_IMG, and the e2e test images.
+	IMG="$(IMG)" SIDECAR_IMG="$(SIDECAR_IMG)" hack/build-images.sh
+
+.PHONY: push-images
+push-images: ## Push bin/images/manager.tar to IMG and retry-sidecar.tar to SIDECAR_IMG, in any OCI registry, without Docker (INSECURE_REGISTRY=true: plain HTTP).
+	go run ./hack/pushimages $(if $(filter true,$(INSECURE_REGISTRY)),-insecure) \
+		bin/images/manager.tar="$(IMG)" bin/images/retry-sidecar.tar="$(SIDECAR_IMG)"
+
+.PHONY: docker-build
+docker-build: ## Build IMG and SIDECAR_IMG with Docker (CONTAINER_TOOL) from the Dockerfile.
+	$(CONTAINER_TOOL) build --target manager -t "$(IMG)" .
+	$(CONTAINER_TOOL) build --target retry-sidecar -t "$(SIDECAR_IMG)" .
+
+.PHONY: docker-push
+docker-push: ## Push IMG and SIDECAR_IMG with Docker (CONTAINER_TOOL).
+	$(CONTAINER_TOOL) push "$(IMG)"
+	$(CONTAINER_TOOL) push "$(SIDECAR_IMG)"
 
 .PHONY: build-installer
 build-installer: manifests $(KUSTOMIZE) ## Write dist/install.yaml (cert-manager), dist/install-selfsigned.yaml and dist/chart's generated parts, with IMG and SIDECAR_IMG.
@@ -174,23 +204,21 @@ build-installer: manifests $(KUSTOMIZE) ## Write dist/install.yaml (cert-manager
 ##@ Deployment
 
 .PHONY: install
-install: manifests kube-binaries ## Install the CRD into the cluster in KUBECONFIG.
+install: manifests $(KUBECTL) ## Install the CRD into the cluster in KUBECONFIG.
 	"$(KUBECTL)" apply --server-side -f config/crd/bases
 
 .PHONY: uninstall
-uninstall: kube-binaries ## Remove the CRD from the cluster in KUBECONFIG.
+uninstall: $(KUBECTL) ## Remove the CRD from the cluster in KUBECONFIG.
 	"$(KUBECTL)" delete --ignore-not-found -f config/crd/bases
 
 .PHONY: deploy
-deploy: manifests $(KUSTOMIZE) kube-binaries ## Deploy the operator (DEPLOY_OVERLAY, default config/default) with MANAGER_IMAGE:IMAGE_TAG.
-	@mkdir -p bin; tmp=$$(mktemp -d bin/deploy.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
-	printf 'resources:\n- %s\nimages:\n- name: controller\n  newName: %s\n  newTag: %s\n- name: retry.dev/manager\n  newName: %s\n  newTag: %s\n' \
-		"../../$(DEPLOY_OVERLAY)" "$(MANAGER_IMAGE)" "$(IMAGE_TAG)" "$(MANAGER_IMAGE)" "$(IMAGE_TAG)" >"$$tmp/kustomization.yaml"; \
-	"$(KUSTOMIZE)" build "$$tmp" | "$(KUBECTL)" apply --server-side -f -
+deploy: manifests $(KUSTOMIZE) $(KUBECTL) ## Deploy the operator (DEPLOY_OVERLAY, default config/default) with IMG and SIDECAR_IMG.
+	KUSTOMIZE="$(KUSTOMIZE)" IMG="$(IMG)" SIDECAR_IMG="$(SIDECAR_IMG)" hack/render.sh $(DEPLOY_OVERLAY) | \
+		"$(KUBECTL)" apply --server-side -f -
 
 .PHONY: undeploy
-undeploy: $(KUSTOMIZE) kube-binaries ## Remove the operator (DEPLOY_OVERLAY) from the cluster in KUBECONFIG.
-	"$(KUSTOMIZE)" build $(DEPLOY_OVERLAY) | "$(KUBECTL)" delete --ignore-not-found -f -
+undeploy: $(KUSTOMIZE) $(KUBECTL) ## Remove the operator (DEPLOY_OVERLAY) from the cluster in KUBECONFIG.
+	KUSTOMIZE="$(KUSTOMIZE)" hack/render.sh $(DEPLOY_OVERLAY) | "$(KUBECTL)" delete --ignore-not-found -f -
 
 E2E_CLUSTER ?= local
 
@@ -226,9 +254,9 @@ $(HELM):
 	GOBIN="$(LOCALBIN)" go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 	mv "$(LOCALBIN)/helm" "$@"
 
-$(KUSTOMIZE):
+$(LOCALBIN)/kustomize-%:
 	@mkdir -p "$(LOCALBIN)"
-	GOBIN="$(LOCALBIN)" go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+	GOBIN="$(LOCALBIN)" go install sigs.k8s.io/kustomize/kustomize/v5@$*
 	mv "$(LOCALBIN)/kustomize" "$@"
 
 $(GOLANGCI_LINT):

@@ -6,7 +6,13 @@
 #
 #   hack/build-images.sh                    # every image whose program exists
 #   IMAGES="pause retry-sidecar" hack/build-images.sh
-#   IMAGE_REGISTRY=example.com/retry IMAGE_TAG=v0.1.0 hack/build-images.sh
+#   IMG=registry.example/retry/manager:v0.1.0 \
+#     SIDECAR_IMG=registry.example/retry/retry-sidecar:v0.1.0 hack/build-images.sh
+#
+# IMG and SIDECAR_IMG name the manager and sidecar images (the Makefile's
+# variables; hack/pushimages pushes the tarballs under any name). The test
+# images (flaky-upstream, demo-app, pause) keep their retry.dev/… names: only
+# the e2e suite runs them.
 #
 # A program directory that does not exist yet is skipped with a message; one that
 # exists but does not compile fails the script.
@@ -14,18 +20,18 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${IMAGES_DIR:-$ROOT/bin/images}"
-IMAGE_REGISTRY="${IMAGE_REGISTRY:-retry.dev}"
-IMAGE_TAG="${IMAGE_TAG:-dev}"
+IMG="${IMG:-retry.dev/manager:dev}"
+SIDECAR_IMG="${SIDECAR_IMG:-retry.dev/retry-sidecar:dev}"
 PAUSE_IMAGE="${PAUSE_IMAGE:-retry.dev/pause:3.10}"
 GOARCH="${GOARCH:-$(go env GOARCH)}"
 export GOARCH
 
 # name | package | image reference
 TABLE=(
-  "manager|./cmd/manager|$IMAGE_REGISTRY/manager:$IMAGE_TAG"
-  "retry-sidecar|./cmd/retry-sidecar|$IMAGE_REGISTRY/retry-sidecar:$IMAGE_TAG"
-  "flaky-upstream|./test/e2e/flaky-upstream|$IMAGE_REGISTRY/flaky-upstream:$IMAGE_TAG"
-  "demo-app|./test/e2e/demo-app|$IMAGE_REGISTRY/demo-app:$IMAGE_TAG"
+  "manager|./cmd/manager|$IMG"
+  "retry-sidecar|./cmd/retry-sidecar|$SIDECAR_IMG"
+  "flaky-upstream|./test/e2e/flaky-upstream|retry.dev/flaky-upstream:dev"
+  "demo-app|./test/e2e/demo-app|retry.dev/demo-app:dev"
   "pause|./hack/pause|$PAUSE_IMAGE"
 )
 

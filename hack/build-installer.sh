@@ -4,13 +4,13 @@
 #
 #   dist/install.yaml             config/default: webhook certificates from cert-manager
 #   dist/install-selfsigned.yaml  config/selfsigned: no cert-manager, one rotated Secret
-#   dist/chart/crds/, files/      the generated parts of the Helm chart (CRD, manager
-#                                 ClusterRole rules, webhook entries)
+#   dist/chart/crds/, files/      the generated parts of the Helm chart: the CRD, the
+#                                 webhook entries and every RBAC object of the two
+#                                 renderings (hack/chartfiles), so chart and
+#                                 manifests grant the same rights
 #
-# IMG and SIDECAR_IMG are the manager and sidecar images; kustomize's images list
-# sets the manager container and the SIDECAR_IMAGE its --sidecar-image reads
-# (config/manager/kustomizeconfig.yaml). Environment: KUSTOMIZE (required), IMG,
-# SIDECAR_IMG.
+# IMG and SIDECAR_IMG are the manager and sidecar images (hack/render.sh sets
+# them). Environment: KUSTOMIZE (required), IMG, SIDECAR_IMG.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,20 +18,11 @@ IMG="${IMG:-retry.dev/manager:dev}"
 SIDECAR_IMG="${SIDECAR_IMG:-retry.dev/retry-sidecar:dev}"
 : "${KUSTOMIZE:?KUSTOMIZE must name the kustomize binary}"
 
-tmp="$(mktemp -d "$ROOT/bin/installer.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
-
 render() { # overlay output
-  mkdir -p "$tmp/$1"
-  cat >"$tmp/$1/kustomization.yaml" <<YAML
-resources:
-- ../../../config/$1
-YAML
-  (cd "$tmp/$1" && "$KUSTOMIZE" edit set image "controller=$IMG" "retry.dev/retry-sidecar=$SIDECAR_IMG")
   {
     echo "# retry-operator, rendered from config/$1 by \`make build-installer\`; do not edit."
     echo "# Manager image: $IMG; sidecar image: $SIDECAR_IMG. docs/operations.md explains the install."
-    "$KUSTOMIZE" build "$tmp/$1"
+    IMG="$IMG" SIDECAR_IMG="$SIDECAR_IMG" KUSTOMIZE="$KUSTOMIZE" "$ROOT/hack/render.sh" "config/$1"
   } >"$ROOT/$2"
   echo "wrote $2"
 }
@@ -44,8 +35,8 @@ render selfsigned dist/install-selfsigned.yaml
 chart="$ROOT/dist/chart"
 mkdir -p "$chart/crds" "$chart/files"
 cp "$ROOT"/config/crd/bases/*.yaml "$chart/crds/"
-{ echo "# Generated from config/rbac/role.yaml by \`make build-installer\`; do not edit."
-  sed -n '/^rules:/,$p' "$ROOT/config/rbac/role.yaml"; } >"$chart/files/manager-role-rules.yaml"
+(cd "$ROOT" && go run ./hack/chartfiles -cert-manager dist/install.yaml \
+  -self-signed dist/install-selfsigned.yaml -output dist/chart/files/rbac.yaml)
 { echo "# Generated from config/webhook/manifests.yaml by \`make build-installer\`; do not edit."
   cat "$ROOT/config/webhook/manifests.yaml"; } >"$chart/files/webhooks.yaml"
 echo "wrote dist/chart/crds and dist/chart/files"

@@ -4,6 +4,7 @@
 #
 #   hack/kube-binaries.sh            # kube-apiserver, kubectl, etcd  (envtest)
 #   hack/kube-binaries.sh --node     # + kubelet, kube-controller-manager, kube-scheduler, kube-proxy
+#   hack/kube-binaries.sh --kubectl  # kubectl alone (make install/deploy without one on PATH)
 #
 # Output: bin/k8s/<version>/ (git-ignored), reused when present. Prints the directory
 # on the last line of stdout so callers can do: ASSETS=$(hack/kube-binaries.sh | tail -1).
@@ -14,12 +15,15 @@ KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${KUBE_BIN_DIR:-$ROOT/bin/k8s/$KUBE_VERSION}"
-NODE=false
-[[ "${1:-}" == "--node" ]] && NODE=true
+NODE=false KUBECTL_ONLY=false
+case "${1:-}" in
+  --node) NODE=true ;;
+  --kubectl) KUBECTL_ONLY=true ;;
+esac
 
 log() { echo "kube-binaries: $*" >&2; }
 
-if [[ -n "${KUBEBUILDER_ASSETS:-}" && "$NODE" == false ]] &&
+if [[ -n "${KUBEBUILDER_ASSETS:-}" && "$NODE" == false && "$KUBECTL_ONLY" == false ]] &&
    [[ -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" && -x "$KUBEBUILDER_ASSETS/kubectl" ]]; then
   log "using KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
   echo "$KUBEBUILDER_ASSETS"
@@ -38,6 +42,7 @@ STAGING=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-g
 
 wanted=(kube-apiserver kubectl)
 $NODE && wanted+=(kubelet kube-controller-manager kube-scheduler kube-proxy)
+$KUBECTL_ONLY && wanted=(kubectl)
 missing=()
 for b in "${wanted[@]}"; do [[ -x "$OUT/$b" ]] || missing+=("$b"); done
 
@@ -96,7 +101,7 @@ if ((${#missing[@]})); then
   done
 fi
 
-if [[ ! -x "$OUT/etcd" ]]; then
+if [[ "$KUBECTL_ONLY" == false && ! -x "$OUT/etcd" ]]; then
   EWORK="$ROOT/bin/k8s/.build-etcd-$ETCD_VERSION"
   mkdir -p "$EWORK"
   log "building etcd $ETCD_VERSION from source (~1-2 min cold)"

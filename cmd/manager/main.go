@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,6 +61,7 @@ type options struct {
 	operatorNamespace       string
 	sidecarImage            string
 	sidecarPullPolicy       string
+	sidecarPullSecrets      string
 	sidecarNoProxy          string
 	sidecarTokenAudience    string
 	sidecarCPURequest       string
@@ -140,6 +142,9 @@ func (o *options) bindInjectFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.sidecarImage, "sidecar-image", podinject.DefaultImage, "Image of the injected retry-sidecar container.")
 	fs.StringVar(&o.sidecarPullPolicy, "sidecar-image-pull-policy", "",
 		"imagePullPolicy of the retry-sidecar: Always, IfNotPresent or Never; empty: the API server's default.")
+	fs.StringVar(&o.sidecarPullSecrets, "sidecar-image-pull-secrets", "",
+		"Comma-separated Secret names added to every injected pod's imagePullSecrets, for a --sidecar-image in a registry that needs "+
+			"credentials; each Secret must exist in the pod's namespace.")
 	fs.StringVar(&o.sidecarTokenAudience, "sidecar-token-audience", "",
 		"Audience of the sidecar's projected service-account token; empty: the API server's own (docs/fleet.md).")
 	fs.StringVar(&o.sidecarNoProxy, "sidecar-no-proxy", podinject.DefaultNoProxy,
@@ -220,7 +225,7 @@ func (o options) managerOptions(certDir string) ctrl.Options {
 		WebhookServer:          webhookServer,
 		HealthProbeBindAddress: o.probeAddr,
 		LeaderElection:         o.leaderElect,
-		LeaderElectionID:       "retry-operator.retry.dev",
+		LeaderElectionID:       manager.LeaderElectionID,
 		// main returns as soon as the manager stops, so stepping down at once is safe
 		// and lets a new leader start without waiting out the lease.
 		LeaderElectionReleaseOnCancel: true,
@@ -381,6 +386,15 @@ func (o options) injectConfig() (podinject.Config, error) {
 	}
 	if o.sidecarImage == "" {
 		return cfg, fmt.Errorf("--sidecar-image: must not be empty")
+	}
+	for name := range strings.SplitSeq(o.sidecarPullSecrets, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			return cfg, fmt.Errorf("--sidecar-image-pull-secrets: %q is not a Secret name: %s", name, strings.Join(errs, "; "))
+		}
+		cfg.ImagePullSecrets = append(cfg.ImagePullSecrets, name)
 	}
 	for _, q := range []struct {
 		flag, value string

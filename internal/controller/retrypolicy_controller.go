@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -78,10 +79,14 @@ type RetryPolicyReconciler struct {
 	revisions  revisionTracker
 }
 
+// The manager writes one ConfigMap per namespace, by name: it applies
+// (patch) and deletes retry-policies only; creating cannot be limited by name.
+// It reads every ConfigMap because tls.caCertificateRefs may name any
+// (CacheOptions). docs/operations.md, "RBAC", lists every right.
 // +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups="",resources=configmaps,resourceNames=retry-policies,verbs=update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,resourceNames=retry-policies,verbs=patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -391,17 +396,23 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // CacheOptions narrows the manager's cache to what the controller reads: only
-// injected pods, not every pod of the cluster; managed fields are dropped from
-// every cached object. ConfigMaps are cached in every namespace because
-// tls.caCertificateRefs may name any of them, but slimmed (slimConfigMap): of
-// one the controller does not render only its name and the key ca.crt are kept.
+// injected pods, not every pod of the cluster; only the RoleBindings named
+// retry-sidecar, by a field selector, so the manager's role may list and
+// watch RoleBindings by name only (config/rbac/role.yaml); managed fields are
+// dropped from every cached object. ConfigMaps are cached in every namespace
+// because tls.caCertificateRefs may name any of them (no selector can name
+// them all), but slimmed (slimConfigMap): of one the controller does not
+// render only its name and the key ca.crt are kept.
 func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}:   {Transform: slimConfigMap},
-			&corev1.Pod{}:         {Label: labels.SelectorFromSet(labels.Set{v1alpha1.LabelSidecar: v1alpha1.LabelSidecarInjected})},
-			&rbacv1.RoleBinding{}: {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})},
+			&corev1.ConfigMap{}: {Transform: slimConfigMap},
+			&corev1.Pod{}:       {Label: labels.SelectorFromSet(labels.Set{v1alpha1.LabelSidecar: v1alpha1.LabelSidecarInjected})},
+			&rbacv1.RoleBinding{}: {
+				Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue}),
+				Field: fields.OneTermEqualSelector("metadata.name", SidecarRoleBindingName),
+			},
 		},
 	}
 }

@@ -32,7 +32,12 @@ const (
 	SidecarRoleBindingName = "retry-sidecar"
 )
 
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;patch;delete
+// The manager reads, applies and deletes RoleBindings by name only: its cache
+// lists and watches them with the field selector metadata.name=retry-sidecar
+// (CacheOptions), which RBAC authorizes against resourceNames. Creating
+// cannot be limited by name (the object has no name yet for RBAC to match).
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=create
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;patch;delete,resourceNames=retry-sidecar
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=retry-operator-sidecar
 
 // ServiceAccountsGroup is the group every service account of namespace ns

@@ -73,15 +73,24 @@ func startManager(t *testing.T) *harness {
 	cfg := testenv.Start(t, env)
 	wio := &env.WebhookInstallOptions
 
+	// The manager runs with the rights the install gives it and no more
+	// (config/rbac), leader election included: every scenario below also
+	// proves those rights suffice.
+	admin, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	must(t, err)
+	must(t, admin.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}))
 	opts := Options(ctrl.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
+		LeaderElection:          true,
+		LeaderElectionID:        LeaderElectionID,
+		LeaderElectionNamespace: operatorNamespace,
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
 		}),
 	})
 	scheme := opts.Scheme
-	mgr, err := ctrl.NewManager(cfg, opts)
+	mgr, err := ctrl.NewManager(testenv.ManagerConfig(t, cfg, operatorNamespace), opts)
 	must(t, err)
 	sidecars := newFakeSidecars(t)
 	calls := &callCounter{n: map[string]int{}}

@@ -42,6 +42,11 @@ type SetupOptions struct {
 	WrapInject func(admission.Handler) admission.Handler
 }
 
+// LeaderElectionID is the name of the Lease the manager's replicas elect a
+// leader with; config/rbac/leader_election_role.yaml lets the manager renew
+// this Lease only.
+const LeaderElectionID = "retry-operator.retry.dev"
+
 // Scheme is the manager's scheme: the built-in types and RetryPolicy.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()

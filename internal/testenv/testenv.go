@@ -117,3 +117,59 @@ func ServiceAccountToken(t testing.TB, cfg *rest.Config, ns, name string) string
 func TokenConfig(cfg *rest.Config, token string) *rest.Config {
 	return &rest.Config{Host: cfg.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: cfg.CAData}}
 }
+
+// ManagerConfig is cfg as the manager's service account ns/controller-manager
+// with exactly the rights config/rbac grants it: the ClusterRole of
+// config/rbac/role.yaml (generated from the +kubebuilder:rbac markers) and
+// the leader-election Role of config/rbac/leader_election_role.yaml in ns,
+// both bound as config/rbac binds them. A manager built on it fails where the
+// installed one would be forbidden.
+func ManagerConfig(t testing.TB, cfg *rest.Config, ns string) *rest.Config {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const sa = "controller-manager"
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}}
+	var role rbacv1.ClusterRole
+	readRBAC(t, "role.yaml", &role)
+	role.Name = "retry-operator-manager-role"
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   subject,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var election rbacv1.Role
+	readRBAC(t, "leader_election_role.yaml", &election)
+	election.Name, election.Namespace = "retry-operator-leader-election-role", ns
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, &election, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: election.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: election.Name},
+		Subjects:   subject,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return TokenConfig(cfg, ServiceAccountToken(t, cfg, ns, sa))
+}
+
+// readRBAC decodes config/rbac/<file> into obj.
+func readRBAC(t testing.TB, file string, obj any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(ModuleRoot(), "config", "rbac", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, obj); err != nil {
+		t.Fatalf("config/rbac/%s: %v", file, err)
+	}
+}

@@ -17,7 +17,24 @@ control-plane: controller-manager
 app.kubernetes.io/name: retry-operator
 {{- end -}}
 
-{{- define "retry-operator.serviceAccount" -}}retry-operator-controller-manager{{- end -}}
+{{- define "retry-operator.serviceAccountName" -}}
+{{- default "retry-operator-controller-manager" .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/*
+An image reference from image.manager or image.sidecar: repository@digest
+when a digest is set, else repository:tag, the tag defaulting to appVersion.
+Call with (list $ .Values.image.manager).
+*/}}
+{{- define "retry-operator.image" -}}
+{{- $root := index . 0 -}}
+{{- $img := index . 1 -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $img.repository (default $root.Chart.AppVersion $img.tag) -}}
+{{- end -}}
+{{- end -}}
 
 {{- define "retry-operator.webhookService" -}}retry-operator-webhook-service{{- end -}}
 

@@ -88,6 +88,11 @@ type Config struct {
 	Image string
 	// ImagePullPolicy of the retry-sidecar container; empty lets the API server default it.
 	ImagePullPolicy corev1.PullPolicy
+	// ImagePullSecrets are added to the pod's imagePullSecrets (each once) so
+	// the kubelet can pull Image from a registry that needs credentials. Pull
+	// secrets are read from the pod's own namespace: each must exist there
+	// (docs/operations.md, "Images").
+	ImagePullSecrets []string
 	// NoProxy is the NO_PROXY value given to app containers: destinations the
 	// sidecar must not see. In-cluster services are NOT in it: policies name them.
 	NoProxy string
@@ -165,6 +170,7 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 //     exists) and the pod's labels (downward API) mounted read-only;
 //   - the sidecar's own API credentials (APIVolume), in the sidecar only, so
 //     it watches retry-policies through the API server (docs/fleet.md);
+//   - ImagePullSecrets, for the sidecar's image;
 //   - ModeEnvironment: the proxy environment of every runtime (setProxyEnv)
 //     on every app container that has not chosen its own proxy;
 //   - ModeTransparent: instead of that environment, the retry-redirect init
@@ -184,6 +190,7 @@ func (c Config) InjectMode(pod *corev1.Pod, ic Interception) *corev1.Pod {
 	}
 	out.Spec.InitContainers = append(first, out.Spec.InitContainers...)
 	nameServiceAccount(&out.Spec)
+	c.addImagePullSecrets(&out.Spec)
 	c.addSidecarVolumes(&out.Spec)
 	if ic.Mode != ModeTransparent {
 		for i := range out.Spec.Containers {
@@ -263,6 +270,16 @@ func nameServiceAccount(spec *corev1.PodSpec) {
 		spec.ServiceAccountName = spec.DeprecatedServiceAccount
 		if spec.ServiceAccountName == "" {
 			spec.ServiceAccountName = "default"
+		}
+	}
+}
+
+// addImagePullSecrets appends each of c.ImagePullSecrets the pod does not
+// list yet, after the pod's own.
+func (c Config) addImagePullSecrets(spec *corev1.PodSpec) {
+	for _, name := range c.ImagePullSecrets {
+		if !slices.ContainsFunc(spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == name }) {
+			spec.ImagePullSecrets = append(spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
 		}
 	}
 }

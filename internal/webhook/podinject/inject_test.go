@@ -23,6 +23,7 @@ var update = flag.Bool("update", false, "rewrite testdata/inject/*.yaml.injected
 func testConfig() Config {
 	return Config{
 		Image:              DefaultImage,
+		ImagePullSecrets:   []string{"retry-registry"},
 		NoProxy:            DefaultNoProxy,
 		Resources:          DefaultResources(),
 		ExcludedNamespaces: []string{"kube-system", "retry-operator-system"},
