@@ -195,7 +195,7 @@ var otherTools = map[string]string{
 	"--server-side": "kubectl apply", "--from-file": "kubectl create", "--field-selector": "kubectl get",
 	"--ignore-not-found": "kubectl delete", "--kubeconfig": "kubectl", "--context": "kubectl",
 	"--all": "kubectl delete", "--namespace": "kubectl, helm", "--set": "helm", "--reuse-values": "helm upgrade",
-	"--create-namespace": "helm install", "--node": "hack/kube-binaries.sh",
+	"--create-namespace": "helm install", "--node": "hack/kube-binaries.sh", "--kubectl": "hack/kube-binaries.sh",
 }
 
 func TestFlagsExist(t *testing.T) {
@@ -305,7 +305,7 @@ var fieldRE = regexp.MustCompile("`([a-z][A-Za-z0-9]*(?:\\[[0-9]*\\])?(?:\\.[a-z
 // otherKinds are the paths the docs name of other objects whose first segment
 // happens to be a RetryPolicy field name.
 var otherKinds = map[string]string{
-	"metadata.labels": "a Pod's", "spec.containers": "a Pod's",
+	"metadata.labels": "a Pod's", "spec.containers": "a Pod's", "metadata.name": "a field selector's",
 	"tls.crt": "a Secret's key", "tls.key": "a Secret's key",
 }
 
