@@ -9,7 +9,7 @@
 #   hack/local-cluster.sh status      # components, PIDs, logs, node condition; exit 1 unless all run
 #   hack/local-cluster.sh kubeconfig  # print the kubeconfig path: export KUBECONFIG=$(... kubeconfig)
 #   hack/local-cluster.sh down        # stop exactly what `up` started, remove its traces; no-op if none
-#   hack/local-cluster.sh restart-apiserver          # SIGTERM kube-apiserver, start it again, wait until ready
+#   hack/local-cluster.sh restart-apiserver          # SIGKILL kube-apiserver, start it again, wait until ready
 #   hack/local-cluster.sh stop-apiserver | start-apiserver   # the same in two steps
 #   hack/local-cluster.sh kill-container NS POD NAME # SIGKILL a pod's container through containerd (a crash)
 #
@@ -157,13 +157,14 @@ wait_until() {
   done
 }
 
-# stop NAME: SIGTERM the recorded process, SIGKILL after 20 s.
+# stop NAME [KILL]: SIGTERM the recorded process, SIGKILL after 20 s; with
+# KILL, SIGKILL at once (a crash).
 stop() {
-  local name="$1" pid i
+  local name="$1" sig="${2:-TERM}" pid i
   [[ -f "$PIDS/$name.pid" ]] || return 0
   if alive "$name"; then
     pid="$(recorded_pid "$name")"
-    kill -TERM "$pid" 2>/dev/null || true
+    kill "-$sig" "$pid" 2>/dev/null || true
     for ((i = 0; i < 100; i++)); do alive "$name" || break; sleep 0.2; done
     if alive "$name"; then
       log "  $name (pid $pid) ignored SIGTERM for 20s; sending SIGKILL"
@@ -722,8 +723,8 @@ down_cmd() {
   log "local cluster removed (last logs kept in $(rel "$LOGS_KEPT")/)"
 }
 
-# stop-apiserver / start-apiserver / restart-apiserver: what a control-plane
-# upgrade or a crashing API server does to every client: watches cut,
+# stop-apiserver / start-apiserver / restart-apiserver: what a crashing API
+# server does to every client: watches cut,
 # connections refused until the new one is ready. etcd keeps the data; the PKI
 # and flags are the same.
 stop-apiserver_cmd() {
@@ -731,8 +732,10 @@ stop-apiserver_cmd() {
   alive kube-apiserver || die "kube-apiserver of the local cluster is not running"
   local t0
   t0="$(date +%s%N)"
-  stop kube-apiserver
-  log "kube-apiserver stopped in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+  # SIGKILL: with SIGTERM kube-apiserver refuses connections at once but takes
+  # 20 s or more to exit, too long an outage to start again on the same port.
+  stop kube-apiserver KILL
+  log "kube-apiserver killed in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 }
 
 start-apiserver_cmd() {

@@ -112,7 +112,7 @@ func TestEndToEnd(t *testing.T) {
 	s.run(t, "editing maxAttempts 4 to 2 reaches the running sidecar without a pod restart within 5 s, over 5 edits", s.policyEditPropagates)
 	s.run(t, "the RetryPolicy status reaches 1/1 pods run the edited generation", s.statusCountsProgrammedPods)
 	s.run(t, "invalid edits are rejected by the API server and the running behaviour is unchanged", s.invalidEditRejected)
-	s.run(t, "with the API server restarted, the sidecar keeps its configuration, its watch resumes and an edit arrives within 5 s", s.apiServerRestarted)
+	s.run(t, "with the API server restarted, the sidecar keeps its configuration, its watch resumes and a rendered edit arrives within 5 s", s.apiServerRestarted)
 	s.run(t, "with the sidecar container killed, requests in flight fail, none reaches the upstream twice, and the restarted sidecar serves again", s.sidecarKilled)
 	s.run(t, "with the API access removed the sidecar follows the mounted file", s.fileFallback)
 	if n, _ := strconv.Atoi(os.Getenv("E2E_FLEET_PODS")); n > 0 {
