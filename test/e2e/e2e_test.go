@@ -781,9 +781,11 @@ func (s *suite) fileFallback(t *testing.T) {
 		if err := s.c.List(ctx, &pods, client.InNamespace(s.ns), client.MatchingLabels{"app": "demo-app"}); err != nil {
 			return false, err.Error()
 		}
+		// The Deployment's ready count may still be the old pod's: the new
+		// pod itself must be Ready, with its IP (the pod proxy dials it).
 		var live []string
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && p.UID != old.UID {
+			if p.DeletionTimestamp == nil && p.UID != old.UID && p.Status.PodIP != "" && podReady(&p) {
 				live = append(live, p.Name)
 			}
 		}
@@ -1286,6 +1288,15 @@ func testPod(ns, name string, labels map[string]string) *corev1.Pod {
 			}},
 		},
 	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func sidecarCount(p *corev1.Pod) int {
