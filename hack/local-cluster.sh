@@ -9,6 +9,11 @@
 #   hack/local-cluster.sh status      # components, PIDs, logs, node condition; exit 1 unless all run
 #   hack/local-cluster.sh kubeconfig  # print the kubeconfig path: export KUBECONFIG=$(... kubeconfig)
 #   hack/local-cluster.sh down        # stop exactly what `up` started, remove its traces; no-op if none
+#   hack/local-cluster.sh restart-apiserver          # SIGKILL kube-apiserver, start it again, wait until ready
+#   hack/local-cluster.sh stop-apiserver | start-apiserver   # the same in two steps
+#   hack/local-cluster.sh kill-container NS POD NAME # SIGKILL a pod's container through containerd (a crash)
+#
+# The last three are faults for the e2e suite (docs/operations.md, "What survives a fault").
 #
 # State (PKI, etcd data, containerd root, kubelet root, PIDs, logs) lives in the
 # git-ignored .local-cluster/ (override: LOCAL_CLUSTER_DIR). `down` keeps the last
@@ -106,7 +111,8 @@ launch() {
   local name="$1" bin="$2" pid exe i
   shift 2
   bin="$(readlink -f "$bin")"
-  : >"$LOGS/$name.log"
+  # Appended to: a restarted component (restart-apiserver) keeps its earlier log.
+  echo "----- $(date -u +%FT%TZ) local-cluster.sh starts $name" >>"$LOGS/$name.log"
   # fd 9 is this script's lock: the component must not inherit (and hold) it.
   setsid "$bin" "$@" >>"$LOGS/$name.log" 2>&1 </dev/null 9<&- &
   pid=$!
@@ -151,13 +157,14 @@ wait_until() {
   done
 }
 
-# stop NAME: SIGTERM the recorded process, SIGKILL after 20 s.
+# stop NAME [KILL]: SIGTERM the recorded process, SIGKILL after 20 s; with
+# KILL, SIGKILL at once (a crash).
 stop() {
-  local name="$1" pid i
+  local name="$1" sig="${2:-TERM}" pid i
   [[ -f "$PIDS/$name.pid" ]] || return 0
   if alive "$name"; then
     pid="$(recorded_pid "$name")"
-    kill -TERM "$pid" 2>/dev/null || true
+    kill "-$sig" "$pid" 2>/dev/null || true
     for ((i = 0; i < 100; i++)); do alive "$name" || break; sleep 0.2; done
     if alive "$name"; then
       log "  $name (pid $pid) ignored SIGTERM for 20s; sending SIGKILL"
@@ -415,6 +422,24 @@ imageGCLowThresholdPercent: 99
 EOF
 }
 
+# launch_apiserver NODE_IP: start kube-apiserver on the cluster's PKI and etcd;
+# `up` and `start-apiserver` share it, so a restarted one is the same server.
+launch_apiserver() {
+  local node_ip="$1"
+  launch kube-apiserver "$K8S_BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --secure-port "$API_PORT" --advertise-address "$node_ip" \
+    --anonymous-auth=false --allow-privileged=true --authorization-mode Node,RBAC \
+    --enable-admission-plugins NodeRestriction \
+    --client-ca-file "$PKI/ca.crt" --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+    --cert-dir "$PKI/apiserver-generated" --profiling=false
+}
+
 # ---------------------------------------------------------------------------
 # Host cleanup (recipe §5). Everything here is scoped to this cluster: its state
 # dir, its bridge, its CNI network, the KUBE-*/CNI-* chains, the /kubepods cgroups.
@@ -622,18 +647,7 @@ up_cmd() {
   launch containerd "$(command -v containerd)" --config "$STATE/config/containerd.toml"
   wait_until etcd "etcd healthy" 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 
-  launch kube-apiserver "$K8S_BIN/kube-apiserver" \
-    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --secure-port "$API_PORT" --advertise-address "$node_ip" \
-    --anonymous-auth=false --allow-privileged=true --authorization-mode Node,RBAC \
-    --enable-admission-plugins NodeRestriction \
-    --client-ca-file "$PKI/ca.crt" --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
-    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
-    --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
-    --service-cluster-ip-range "$SERVICE_CIDR" \
-    --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
-    --cert-dir "$PKI/apiserver-generated" --profiling=false
+  launch_apiserver "$node_ip"
 
   # Images go in while the API server boots; the sandbox image must be there
   # before kubelet asks for the first pod.
@@ -709,6 +723,51 @@ down_cmd() {
   log "local cluster removed (last logs kept in $(rel "$LOGS_KEPT")/)"
 }
 
+# stop-apiserver / start-apiserver / restart-apiserver: what a crashing API
+# server does to every client: watches cut,
+# connections refused until the new one is ready. etcd keeps the data; the PKI
+# and flags are the same.
+stop-apiserver_cmd() {
+  [[ $EUID -eq 0 ]] || die "must run as root"
+  alive kube-apiserver || die "kube-apiserver of the local cluster is not running"
+  local t0
+  t0="$(date +%s%N)"
+  # SIGKILL: with SIGTERM kube-apiserver refuses connections at once but takes
+  # 20 s or more to exit, too long an outage to start again on the same port.
+  stop kube-apiserver KILL
+  log "kube-apiserver killed in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+}
+
+start-apiserver_cmd() {
+  [[ $EUID -eq 0 ]] || die "must run as root"
+  alive etcd || die "etcd of the local cluster is not running; run: hack/local-cluster.sh up"
+  alive kube-apiserver && { log "kube-apiserver is already running"; return 0; }
+  local t0
+  t0="$(date +%s%N)"
+  launch_apiserver "$(detect_node_ip)"
+  wait_until kube-apiserver "kube-apiserver ready" 90 kubectl_ get --raw /readyz
+  log "kube-apiserver ready $(( ($(date +%s%N) - t0) / 1000000 )) ms after its start"
+}
+
+restart-apiserver_cmd() {
+  stop-apiserver_cmd
+  start-apiserver_cmd
+}
+
+# kill-container NS POD NAME: SIGKILL the container's task; the kubelet sees it
+# exit and restarts it as the pod's restartPolicy (or the sidecar's) says.
+kill-container_cmd() {
+  [[ $EUID -eq 0 ]] || die "must run as root"
+  (($# == 3)) || die "usage: hack/local-cluster.sh kill-container NAMESPACE POD CONTAINER"
+  local ns="$1" pod="$2" name="$3" id
+  id="$(kubectl_ -n "$ns" get pod "$pod" -o "jsonpath={.status.initContainerStatuses[?(@.name==\"$name\")].containerID}{.status.containerStatuses[?(@.name==\"$name\")].containerID}")" ||
+    die "cannot read pod $ns/$pod"
+  id="${id#containerd://}"
+  [[ -n "$id" ]] || die "pod $ns/$pod has no running container $name"
+  ctr_ tasks kill -s SIGKILL "$id" || die "containerd could not kill container $name ($id) of $ns/$pod"
+  log "killed container $name of $ns/$pod (containerd id ${id:0:12})"
+}
+
 status_cmd() {
   if ! cluster_exists; then
     echo "local cluster: not running (no $(rel "$STATE"))"
@@ -734,7 +793,7 @@ status_cmd() {
 main() {
   local cmd="${1:-}"
   case "$cmd" in
-    up | down | images)
+    up | down | images | restart-apiserver | stop-apiserver | start-apiserver)
       # One invocation at a time (the lock is this script file itself).
       exec 9<"$SELF"
       if ! flock -n 9; then
@@ -744,6 +803,7 @@ main() {
       "${cmd}_cmd"
       ;;
     status) status_cmd ;;
+    kill-container) shift; kill-container_cmd "$@" ;;
     kubeconfig)
       [[ -f "$KUBECONFIG_OUT" ]] || log "WARNING: no local cluster is running; $KUBECONFIG_OUT does not exist yet"
       echo "$KUBECONFIG_OUT"

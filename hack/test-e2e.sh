@@ -14,6 +14,7 @@
 #
 # Environment: E2E_TIMEOUT (go test -timeout, default 20m), E2E_RUN (go test -run),
 # E2E_KEEP_NAMESPACE=1 (keep the test namespace), KUBECTL (kubectl to use).
+# E2E_LOCAL_CLUSTER (set for `local`): hack/local-cluster.sh, for the fault cases.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +29,9 @@ case "$cluster" in
     log "ensuring the local cluster (hack/local-cluster.sh up; the first run builds Kubernetes from source, ~15 min)"
     "$ROOT/hack/local-cluster.sh" up
     KUBECONFIG="$("$ROOT/hack/local-cluster.sh" kubeconfig 2>/dev/null)"
+    # The fault cases (API server restart, sidecar container killed) drive the
+    # node's processes through it; on other clusters they are skipped.
+    export E2E_LOCAL_CLUSTER="$ROOT/hack/local-cluster.sh"
     ;;
   kind)
     log "ensuring the kind cluster (hack/kind.sh up)"

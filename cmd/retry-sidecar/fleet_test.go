@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -260,6 +263,32 @@ func TestAPIWatch(t *testing.T) {
 		}
 	})
 
+	t.Run("after an API server restart the watch resumes within 5 s and delivers the edit", func(t *testing.T) {
+		a.namespace(t, "restarted", true)
+		a.putConfigMap(t, "restarted", renderedDoc(t, up.host(), 2, r1))
+		api, err := url.Parse(a.cfg.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		front := newRestartableFront(t, api.Host)
+		s, _ := startMounted(t, "restarted", "https://"+front.addr)
+		s.waitMetric("retry_sidecar_config_api_up", 1)
+		s.waitConfig(r1, "api", 5*time.Second)
+
+		down := time.Now()
+		front.stop()
+		s.waitMetric("retry_sidecar_config_api_up", 0)
+		assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "2") // the configuration in force stays
+		a.putConfigMap(t, "restarted", renderedDoc(t, up.host(), 3, r2))
+		// An outage long enough for a doubling backoff to pass 5 s.
+		time.Sleep(time.Until(down.Add(9 * time.Second)))
+		front.start(t)
+		back := time.Now()
+		s.waitConfig(r2, "api", 5*time.Second)
+		t.Logf("API server away %s; the edit arrived %s after its return", back.Sub(down).Round(100*time.Millisecond), time.Since(back).Round(time.Millisecond))
+		assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "3")
+	})
+
 	t.Run("an unreachable API server is a fallback too", func(t *testing.T) {
 		s, _ := startMounted(t, "unbound", "https://"+freePort(t))
 		s.waitMetric(`retry_sidecar_config_api_fallbacks_total{reason="unreachable"}`, 1)
@@ -269,3 +298,85 @@ func TestAPIWatch(t *testing.T) {
 		}
 	})
 }
+
+// restartableFront forwards TCP to the API server at backend and can be taken
+// away and brought back on the same address: a restart as its clients see it
+// (connections cut, then refused, then accepted again).
+type restartableFront struct {
+	addr, backend string
+	mu            sync.Mutex
+	ln            net.Listener
+	conns         map[net.Conn]bool
+}
+
+func newRestartableFront(t *testing.T, backend string) *restartableFront {
+	t.Helper()
+	f := &restartableFront{backend: backend, conns: map[net.Conn]bool{}}
+	f.listen(t, "127.0.0.1:0")
+	t.Cleanup(f.stop)
+	return f
+}
+
+func (f *restartableFront) listen(t *testing.T, addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.ln, f.addr = ln, ln.Addr().String()
+	f.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go f.forward(c)
+		}
+	}()
+}
+
+func (f *restartableFront) forward(c net.Conn) {
+	b, err := net.Dial("tcp", f.backend)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if !f.track(c, b) {
+		return
+	}
+	go func() { _, _ = io.Copy(b, c); b.Close() }()
+	_, _ = io.Copy(c, b)
+	c.Close()
+}
+
+// track records both ends, or closes them when the front went away meanwhile.
+func (f *restartableFront) track(c, b net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ln == nil {
+		c.Close()
+		b.Close()
+		return false
+	}
+	f.conns[c], f.conns[b] = true, true
+	return true
+}
+
+// stop closes the listener and every connection through it.
+func (f *restartableFront) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ln != nil {
+		f.ln.Close()
+		f.ln = nil
+	}
+	for c := range f.conns {
+		c.Close()
+		delete(f.conns, c)
+	}
+}
+
+// start listens again on the address it had.
+func (f *restartableFront) start(t *testing.T) { f.listen(t, f.addr) }

@@ -43,8 +43,10 @@ type APIWatch struct {
 	// WatchTimeout bounds one watch request; the API server ends it then and the
 	// object is listed again. Jittered by up to a quarter.
 	WatchTimeout time.Duration
-	// MinBackoff and MaxBackoff bound the wait before retrying a failed list.
-	MinBackoff, MaxBackoff time.Duration
+	// MinBackoff and MaxBackoff bound the wait before retrying a failed list
+	// (nextBackoff); UnreachableMaxBackoff replaces MaxBackoff while the API
+	// server does not answer at all.
+	MinBackoff, MaxBackoff, UnreachableMaxBackoff time.Duration
 
 	state apiWatchState
 }
@@ -142,19 +144,45 @@ func (w *APIWatch) Run(ctx context.Context) {
 	if w.MaxBackoff <= 0 {
 		w.MaxBackoff = 30 * time.Second
 	}
-	backoff := w.MinBackoff
+	if w.UnreachableMaxBackoff <= 0 {
+		w.UnreachableMaxBackoff = 2 * time.Second
+	}
+	var backoff time.Duration
 	for ctx.Err() == nil {
 		if err := w.listAndWatch(ctx); err != nil && ctx.Err() == nil {
 			w.down(err)
+			backoff = w.nextBackoff(backoff, err)
+			// Drawn from [backoff/2, backoff]: a fleet that lost the API server
+			// together does not come back in step.
+			wait := backoff/2 + rand.N(backoff/2+1)
 			select {
 			case <-ctx.Done():
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			}
-			backoff = min(2*backoff, w.MaxBackoff)
 			continue
 		}
-		backoff = w.MinBackoff
+		backoff = 0
 	}
+}
+
+// nextBackoff is the wait before listing again after err, when the previous
+// wait was prev (0: the first failure): twice prev, at least MinBackoff, at
+// most a cap. An API server that answered with an error (refused the token,
+// throttled, failed) is asked again at most every MaxBackoff: sooner would
+// only add to its load. One that did not answer at all (restarting, or out of
+// reach) costs nothing to try, so the cap is UnreachableMaxBackoff: the watch
+// resumes within that of its return, and an edit made then reaches the
+// sidecar in seconds (docs/fleet.md).
+//
+// With the defaults (0.5 s, 30 s, 2 s): unreachable 0.5, 1, 2, 2, 2 s…;
+// forbidden 0.5, 1, 2, 4, 8, 16, 30 s….
+func (w *APIWatch) nextBackoff(prev time.Duration, err error) time.Duration {
+	limit := w.MaxBackoff
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		limit = w.UnreachableMaxBackoff
+	}
+	return min(max(2*prev, w.MinBackoff), limit)
 }
 
 // listAndWatch lists retry-policies, hands it on, then follows the watch until

@@ -100,7 +100,7 @@ func TestEndToEnd(t *testing.T) {
 	s.run(t, "a pod that opts out (retry.dev/inject=false) gets no sidecar", s.optedOutPod)
 	s.run(t, "a pod in kube-system gets no sidecar even when it asks for one", s.kubeSystemPod)
 	s.run(t, "the sidecar serves /metrics and /config on the pod IP, port retry-stats", s.statsPortOnPodIP)
-	s.run(t, "with the leader killed, the other replica takes the lease: policies are still reconciled and pods still injected", s.leaderKilled)
+	s.run(t, "with the leader killed in a burst of policy changes, the other replica takes the lease and every change is reconciled; pods are still injected", s.leaderKilled)
 	s.run(t, "the policy is Accepted and Programmed and the ConfigMap holds it", s.configMapHoldsPolicy)
 	s.run(t, "429 with Retry-After: 2 is retried no earlier than 2 s later, measured at the upstream, and succeeds", s.retryAfterHonoured)
 	s.run(t, "503 then 200 is retried after a local backoff and succeeds", s.flakyRetried)
@@ -112,6 +112,8 @@ func TestEndToEnd(t *testing.T) {
 	s.run(t, "editing maxAttempts 4 to 2 reaches the running sidecar without a pod restart within 5 s, over 5 edits", s.policyEditPropagates)
 	s.run(t, "the RetryPolicy status reaches 1/1 pods run the edited generation", s.statusCountsProgrammedPods)
 	s.run(t, "invalid edits are rejected by the API server and the running behaviour is unchanged", s.invalidEditRejected)
+	s.run(t, "with the API server restarted, the sidecar keeps its configuration, its watch resumes and a rendered edit arrives within 5 s", s.apiServerRestarted)
+	s.run(t, "with the sidecar container killed, requests in flight fail, none reaches the upstream twice, and the restarted sidecar serves again", s.sidecarKilled)
 	s.run(t, "with the API access removed the sidecar follows the mounted file", s.fileFallback)
 	if n, _ := strconv.Atoi(os.Getenv("E2E_FLEET_PODS")); n > 0 {
 		s.run(t, fmt.Sprintf("a policy edit reaches %d injected pods (propagation p50/p99)", n), func(t *testing.T) { s.fleetPropagation(t, n) })
@@ -779,9 +781,11 @@ func (s *suite) fileFallback(t *testing.T) {
 		if err := s.c.List(ctx, &pods, client.InNamespace(s.ns), client.MatchingLabels{"app": "demo-app"}); err != nil {
 			return false, err.Error()
 		}
+		// The Deployment's ready count may still be the old pod's: the new
+		// pod itself must be Ready, with its IP (the pod proxy dials it).
 		var live []string
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && p.UID != old.UID {
+			if p.DeletionTimestamp == nil && p.UID != old.UID && p.Status.PodIP != "" && podReady(&p) {
 				live = append(live, p.Name)
 			}
 		}
@@ -1045,8 +1049,12 @@ func (s *suite) statsPortOnPodIP(t *testing.T) {
 }
 
 // leaderKilled force-deletes the replica that holds the lease (no graceful
-// release), then checks that the other one takes over: a new policy is
-// reconciled and a new pod injected.
+// release) in the middle of a burst of policy changes — policies created
+// before the kill, while the leader reconciles them, and more created and
+// every one edited after it, while no one holds the lease — then checks that
+// the other replica takes over and nothing is lost: every change ends up
+// Ready with observedGeneration at its generation and rendered into the
+// ConfigMap as last written, and a new pod is injected.
 func (s *suite) leaderKilled(t *testing.T) {
 	ctx := context.Background()
 	holder := func() string {
@@ -1070,12 +1078,58 @@ func (s *suite) leaderKilled(t *testing.T) {
 		}
 		return leader != "" && ready == 2, fmt.Sprintf("leader %q, %d ready replicas", leader, ready)
 	})
+
+	const burst = 8 // policies; half created before the kill
+	policies := make([]*v1alpha1.RetryPolicy, burst)
+	final := make([]int32, burst) // maxAttempts each policy must end up rendered with
+	for i := range policies {
+		policies[i] = &v1alpha1.RetryPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: fmt.Sprintf("burst-%d", i)},
+			Spec: v1alpha1.RetryPolicySpec{
+				PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"e2e-burst": "none"}},
+				Upstreams: []v1alpha1.Upstream{{Name: "burst", Hosts: []string{fmt.Sprintf("burst-%d.%s.svc", i, s.ns)},
+					MaxAttempts: ptr.To[int32](2)}},
+			},
+		}
+		final[i] = 3 + int32(i%4)
+	}
+	t.Cleanup(func() {
+		for _, rp := range policies {
+			_ = s.c.Delete(ctx, rp)
+		}
+	})
+	// admit retries a write the validating webhook (failurePolicy Fail) refused
+	// while the killed replica was still behind its Service.
+	admit := func(what string, write func() error) {
+		s.eventually(t, time.Minute, "the policy webhook to admit "+what, func() (bool, string) {
+			if err := write(); err != nil && !apierrors.IsAlreadyExists(err) {
+				return false, err.Error()
+			}
+			return true, ""
+		})
+	}
+	create := func(rp *v1alpha1.RetryPolicy) {
+		admit("policy "+rp.Name, func() error { return s.c.Create(ctx, rp.DeepCopy()) })
+	}
+	for _, rp := range policies[:burst/2] {
+		create(rp)
+	}
 	start := time.Now()
 	if err := s.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: leader}},
 		client.GracePeriodSeconds(0)); err != nil {
 		t.Fatalf("killing the leader %s: %v", leader, err)
 	}
-	t.Logf("killed the leader %s", leader)
+	t.Logf("killed the leader %s after creating %d policies", leader, burst/2)
+	for _, rp := range policies[burst/2:] {
+		create(rp)
+	}
+	for i, rp := range policies {
+		patch := fmt.Sprintf(`[{"op":"replace","path":"/spec/upstreams/0/maxAttempts","value":%d}]`, final[i])
+		admit("an edit of "+rp.Name, func() error {
+			return s.c.Patch(ctx, &v1alpha1.RetryPolicy{ObjectMeta: rp.ObjectMeta}, client.RawPatch(types.JSONPatchType, []byte(patch)))
+		})
+	}
+	written := time.Since(start)
 
 	// Admission does not wait for the lease: the surviving replica serves it
 	// once the killed one has left the Service (three dry runs in a row).
@@ -1098,36 +1152,47 @@ func (s *suite) leaderKilled(t *testing.T) {
 		t.Errorf("pod created after the leader was killed has %d sidecars, want 1", sidecarCount(p))
 	}
 
-	rp := &v1alpha1.RetryPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "after-leader-killed"},
-		Spec:       v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{{Name: "failover", Hosts: []string{"failover." + s.ns + ".svc"}}}},
+	s.eventually(t, 2*time.Minute, "every change of the burst to be reconciled by a new leader", func() (bool, string) {
+		for _, rp := range policies {
+			var got v1alpha1.RetryPolicy
+			if err := s.c.Get(ctx, client.ObjectKeyFromObject(rp), &got); err != nil {
+				return false, err.Error()
+			}
+			if msg := reconciledAt(&got); msg != "" {
+				return false, fmt.Sprintf("%s: %s (lease held by %q)", got.Name, msg, holder())
+			}
+		}
+		return true, ""
+	})
+	reconciled := time.Since(start)
+	doc := s.renderedPolicies(t)
+	for i, rp := range policies {
+		if got := ptr.Deref(findUpstream(t, doc, s.ns, rp.Name).MaxAttempts, 0); got != final[i] {
+			t.Errorf("policy %s rendered with maxAttempts %d, want %d (its last edit)", rp.Name, got, final[i])
+		}
 	}
-	s.eventually(t, time.Minute, "the policy webhook to admit a policy", func() (bool, string) {
-		if err := s.c.Create(ctx, rp); err != nil && !apierrors.IsAlreadyExists(err) {
-			return false, err.Error()
-		}
-		return true, ""
-	})
-	s.eventually(t, 2*time.Minute, "the new policy to be reconciled by a new leader", func() (bool, string) {
-		var got v1alpha1.RetryPolicy
-		if err := s.c.Get(ctx, client.ObjectKeyFromObject(rp), &got); err != nil {
-			return false, err.Error()
-		}
-		ready := meta.FindStatusCondition(got.Status.Conditions, "Ready")
-		if ready == nil || ready.Status != metav1.ConditionTrue {
-			return false, fmt.Sprintf("Ready = %+v (lease held by %q)", ready, holder())
-		}
-		return true, ""
-	})
 	newLeader := holder()
-	t.Logf("injection back after %s; policy reconciled after %s by the new leader %s", injected.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond), newLeader)
+	t.Logf("burst of %d creates and %d edits written %s after the kill; injection back after %s; every change Ready and rendered after %s, by the new leader %s",
+		burst, burst, written.Round(100*time.Millisecond), injected.Round(100*time.Millisecond), reconciled.Round(100*time.Millisecond), newLeader)
 	if newLeader == leader || newLeader == "" {
 		t.Errorf("lease holder after the kill = %q, want the other replica (killed %s)", newLeader, leader)
 	}
-	if err := s.c.Delete(ctx, rp); err != nil {
-		t.Errorf("deleting policy %s: %v", rp.Name, err)
-	}
 	s.waitManagerReady(t, 3*time.Minute) // the Deployment replaces the killed replica
+}
+
+// reconciledAt says why rp's newest generation is not yet Accepted,
+// Programmed and Ready; "" when it is.
+func reconciledAt(rp *v1alpha1.RetryPolicy) string {
+	if rp.Status.ObservedGeneration != rp.Generation {
+		return fmt.Sprintf("observedGeneration %d, generation %d", rp.Status.ObservedGeneration, rp.Generation)
+	}
+	for _, typ := range []string{"Accepted", "Programmed", "Ready"} {
+		c := meta.FindStatusCondition(rp.Status.Conditions, typ)
+		if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != rp.Generation {
+			return fmt.Sprintf("%s = %+v at generation %d", typ, c, rp.Generation)
+		}
+	}
+	return ""
 }
 
 // ---------------------------------------------------------------------------
@@ -1175,17 +1240,27 @@ func (s *suite) callHost(t *testing.T, host, method, path, key string) report {
 	if key != "" {
 		params["key"] = key
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	body, err := s.cs.CoreV1().Services(s.ns).ProxyGet("http", "demo-app", "8080", "call", params).DoRaw(ctx)
+	r, err := s.tryCall(params)
 	if err != nil {
-		t.Fatalf("calling %s %s through the demo app: %v (%s)", method, path, err, body)
-	}
-	var r report
-	if err := json.Unmarshal(body, &r); err != nil {
-		t.Fatalf("demo app answer %q: %v", body, err)
+		t.Fatalf("calling %s %s through the demo app: %v", method, path, err)
 	}
 	return r
+}
+
+// tryCall is the demo app's /call with params (url, method, key, id), through
+// the API server's service proxy; safe to use from any goroutine.
+func (s *suite) tryCall(params map[string]string) (report, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var r report
+	body, err := s.cs.CoreV1().Services(s.ns).ProxyGet("http", "demo-app", "8080", "call", params).DoRaw(ctx)
+	if err != nil {
+		return r, fmt.Errorf("%w (%s)", err, body)
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return r, fmt.Errorf("demo app answer %q: %w", body, err)
+	}
+	return r, nil
 }
 
 // ---------------------------------------------------------------------------
@@ -1213,6 +1288,15 @@ func testPod(ns, name string, labels map[string]string) *corev1.Pod {
 			}},
 		},
 	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func sidecarCount(p *corev1.Pod) int {

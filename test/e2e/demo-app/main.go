@@ -3,9 +3,9 @@
 // retry-sidecar — and reports what it saw, so a test (or a person) can compare the
 // caller's view with the upstream's recorded arrivals.
 //
-//	GET /call?url=http://flaky-upstream.demo.svc/retry-after/2[&method=POST][&key=K]
+//	GET /call?url=http://flaky-upstream.demo.svc/retry-after/2[&method=POST][&key=K][&id=I]
 //
-// answers JSON: the request id it sent, status, the X-Retry-* headers, the elapsed
+// answers JSON: the request id it sent (id, or a random one), status, the X-Retry-* headers, the elapsed
 // time, and the upstream's arrivals for that request id (fetched without the proxy).
 package main
 
@@ -48,7 +48,11 @@ func main() {
 		if method == "" {
 			method = http.MethodGet
 		}
-		rep := wire.Report{RequestID: newID(), Method: method, URL: target.String(), Headers: map[string]string{}, StartedAt: time.Now().UTC()}
+		id := q.Get("id")
+		if id == "" {
+			id = newID()
+		}
+		rep := wire.Report{RequestID: id, Method: method, URL: target.String(), Headers: map[string]string{}, StartedAt: time.Now().UTC()}
 		var body io.Reader
 		if method == http.MethodPost || method == http.MethodPut {
 			body = strings.NewReader(`{"order":42}`)

@@ -10,6 +10,8 @@
 //	                        e.g. /sequence/429:2,503,200
 //	GET  /always-503        503 every time (an outage)
 //	ANY  /echo              200, echoes method and Idempotency-Key
+//	ANY  /slow/{ms}         200 after ms milliseconds; the arrival is recorded at once,
+//	                        so a test sees the request in flight
 //	POST /write             503 every time (a write that must not be replayed without a key)
 //	GET  /arrivals?id=X     the recorded arrivals of request id X, as JSON
 //	GET  /healthz           200
@@ -111,6 +113,7 @@ func respond(w http.ResponseWriter, r *http.Request, rec *recorder, id string, a
 		}
 	}
 	first := seen == 0
+	var hold time.Duration // how long the answer waits after the arrival is recorded
 	switch {
 	case strings.HasPrefix(path, "/retry-after/") && r.Method == http.MethodGet:
 		secs := strings.TrimPrefix(path, "/retry-after/")
@@ -137,11 +140,22 @@ func respond(w http.ResponseWriter, r *http.Request, rec *recorder, id string, a
 	case path == "/always-503", path == "/write":
 		status = http.StatusServiceUnavailable
 	case path == "/echo":
+	case strings.HasPrefix(path, "/slow/"):
+		ms, err := strconv.Atoi(strings.TrimPrefix(path, "/slow/"))
+		if err != nil || ms < 0 || ms > 60000 {
+			status = http.StatusBadRequest
+			break
+		}
+		hold = time.Duration(ms) * time.Millisecond
 	default:
 		status = http.StatusNotFound
 	}
 	a.Status, a.RetryAfter = status, w.Header().Get("Retry-After")
 	n := rec.add(id, a)
+	select {
+	case <-time.After(hold):
+	case <-r.Context().Done(): // the caller is gone: nobody reads the answer
+	}
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(status)
 	fmt.Fprintf(w, "%s %s arrival %d: %d\n", r.Method, path, n, status)
