@@ -368,6 +368,11 @@ func resolve(s apiextensionsv1.JSONSchemaProps, segs []string) string {
 }
 
 func crdSchema(t *testing.T) apiextensionsv1.JSONSchemaProps {
+	return *retryPolicyVersion(t).Schema.OpenAPIV3Schema
+}
+
+// retryPolicyVersion is the served version of the generated RetryPolicy CRD.
+func retryPolicyVersion(t *testing.T) apiextensionsv1.CustomResourceDefinitionVersion {
 	t.Helper()
 	b, err := os.ReadFile("../config/crd/bases/policy.retry.dev_retrypolicies.yaml")
 	if err != nil {
@@ -377,7 +382,7 @@ func crdSchema(t *testing.T) apiextensionsv1.JSONSchemaProps {
 	if err := yaml.Unmarshal(b, &crd); err != nil {
 		t.Fatal(err)
 	}
-	return *crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+	return crd.Spec.Versions[0]
 }
 
 // TestGoSamplesAreExcerptsOfExamples: a ```go block is a contiguous run of
@@ -460,16 +465,8 @@ func TestFilesExist(t *testing.T) {
 // TestPrinterColumnsAsShown: a `kubectl get rp` shown with its output shows
 // the CRD's printer columns (priority 0; all of them with -o wide).
 func TestPrinterColumnsAsShown(t *testing.T) {
-	b, err := os.ReadFile("../config/crd/bases/policy.retry.dev_retrypolicies.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.Unmarshal(b, &crd); err != nil {
-		t.Fatal(err)
-	}
 	var narrow, wide []string
-	for _, c := range crd.Spec.Versions[0].AdditionalPrinterColumns {
+	for _, c := range retryPolicyVersion(t).AdditionalPrinterColumns {
 		if c.Priority == 0 {
 			narrow = append(narrow, strings.ToUpper(c.Name))
 		}

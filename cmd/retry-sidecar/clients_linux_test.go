@@ -351,7 +351,13 @@ spec:
     maxAttempts: 3
     backoff: {base: 10ms, max: 50ms, jitter: None}
 `, apiHost, apiHost)), 0o644))
-	ready := filepath.Join(run, "sidecar.ready")
+	n.startSidecar(policy, filepath.Join(run, "sidecar.ready"))
+}
+
+// startSidecar runs the sidecar in the namespace as the injector does (its own
+// UID, the injected ports, transparent listener included) on a policy file,
+// and waits for its ready file.
+func (n *netns) startSidecar(policy, ready string) {
 	sc := n.commandAs(context.Background(), sidecarUID, n.bin,
 		fmt.Sprintf("--listen=127.0.0.1:%d", v1alpha1.ProxyPort),
 		fmt.Sprintf("--admin-listen=127.0.0.1:%d", v1alpha1.AdminPort),

@@ -14,7 +14,6 @@ package main_test
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -470,13 +469,7 @@ func newTransparentMatrixRig(t *testing.T, cells []matrixCell, ca *testCA, cert 
 	}
 	policy := filepath.Join(n.dir, "policies.yaml")
 	must(t, os.WriteFile(policy, []byte(strings.Join(docs, "---\n")), 0o644))
-	ready := filepath.Join(n.dir, "run", "matrix.ready")
-	sc := n.commandAs(context.Background(), sidecarUID, n.bin,
-		fmt.Sprintf("--listen=127.0.0.1:%d", v1alpha1.ProxyPort),
-		fmt.Sprintf("--admin-listen=127.0.0.1:%d", v1alpha1.AdminPort),
-		fmt.Sprintf("--transparent-listen=127.0.0.1:%d", v1alpha1.TransparentPort),
-		"--policy-file="+policy, "--ready-file="+ready, "--drain-timeout=1s")
-	n.background(sc, ready)
+	n.startSidecar(policy, filepath.Join(n.dir, "run", "matrix.ready"))
 	n.must(n.bin, "redirect", "--ports", "80", "--to", strconv.Itoa(v1alpha1.TransparentPort), "--exclude-uid", strconv.Itoa(sidecarUID))
 	return r
 }
