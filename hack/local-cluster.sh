@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # A single-node Kubernetes cluster on this machine, from binaries built from source
 # (hack/kube-binaries.sh --node) plus Debian's containerd, runc and CNI plugins.
-# No Docker, no registry, no downloads: images come from bin/images/*.tar
-# (hack/build-images.sh). Why each setting is as it is: docs/development.md.
+# No Docker, no downloads: images come from bin/images/*.tar (hack/build-images.sh),
+# imported into containerd, and from a local registry (Debian's docker-registry,
+# i.e. CNCF Distribution, on 127.0.0.1:LOCAL_CLUSTER_REGISTRY_PORT) that containerd
+# pulls from over plain HTTP, as a user's cluster pulls from theirs.
+# Why each setting is as it is: docs/development.md.
 #
 #   hack/local-cluster.sh up          # start (or confirm running), import images, wait for Ready
 #   hack/local-cluster.sh images      # (re)import bin/images/*.tar into the running cluster
 #   hack/local-cluster.sh status      # components, PIDs, logs, node condition; exit 1 unless all run
 #   hack/local-cluster.sh kubeconfig  # print the kubeconfig path: export KUBECONFIG=$(... kubeconfig)
+#   hack/local-cluster.sh registry    # print the registry's address (127.0.0.1:5001): push IMG=$(...)/…
+#   hack/local-cluster.sh ctr ARGS... # ctr on the cluster's containerd, namespace k8s.io (images ls, ...)
 #   hack/local-cluster.sh down        # stop exactly what `up` started, remove its traces; no-op if none
 #   hack/local-cluster.sh restart-apiserver          # SIGKILL kube-apiserver, start it again, wait until ready
 #   hack/local-cluster.sh stop-apiserver | start-apiserver   # the same in two steps
@@ -22,6 +27,8 @@
 # Tunables (environment): LOCAL_CLUSTER_NODE_IP (default: the host's primary IPv4),
 # LOCAL_CLUSTER_NODE_NAME (retry-local), LOCAL_CLUSTER_POD_CIDR (10.88.0.0/16),
 # LOCAL_CLUSTER_SERVICE_CIDR (10.96.0.0/16), LOCAL_CLUSTER_API_PORT (6443),
+# LOCAL_CLUSTER_REGISTRY_PORT (5001), LOCAL_CLUSTER_NO_IMPORT (tarball names without .tar that
+# up/images leave out, e.g. "manager retry-sidecar" when those come from the registry),
 # LOCAL_CLUSTER_READY_TIMEOUT (seconds, 180), KUBE_VERSION (v1.37.2).
 set -euo pipefail
 
@@ -37,6 +44,7 @@ NODE_NAME="${LOCAL_CLUSTER_NODE_NAME:-retry-local}"
 POD_CIDR="${LOCAL_CLUSTER_POD_CIDR:-10.88.0.0/16}"
 SERVICE_CIDR="${LOCAL_CLUSTER_SERVICE_CIDR:-10.96.0.0/16}"
 API_PORT="${LOCAL_CLUSTER_API_PORT:-6443}"
+REGISTRY="127.0.0.1:${LOCAL_CLUSTER_REGISTRY_PORT:-5001}"
 READY_TIMEOUT="${LOCAL_CLUSTER_READY_TIMEOUT:-180}"
 PAUSE_IMAGE="retry.dev/pause:3.10"
 BRIDGE="retrybr0"            # this cluster's pod bridge; deleted by `down`
@@ -51,9 +59,9 @@ CONTAINERD_SOCK="$STATE/run/containerd.sock"
 KUBECONFIG_OUT="$STATE/kubeconfig"
 
 # Start order; `down` stops in reverse.
-COMPONENTS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+COMPONENTS=(etcd registry containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 # Ports the cluster listens on; `up` refuses to start when one is taken.
-PORTS=("$API_PORT" "$ETCD_PORT" "$ETCD_PEER_PORT" 10248 10249 10250 10256 10257 10259)
+PORTS=("$API_PORT" "${REGISTRY##*:}" "$ETCD_PORT" "$ETCD_PEER_PORT" 10248 10249 10250 10256 10257 10259)
 # Host sysctls kubelet, kube-proxy or the CNI bridge may change; `down` restores them.
 SYSCTLS=(net/ipv4/ip_forward net/ipv4/conf/all/route_localnet net/bridge/bridge-nf-call-iptables
   vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
@@ -61,7 +69,7 @@ SYSCTLS=(net/ipv4/ip_forward net/ipv4/conf/all/route_localnet net/bridge/bridge-
   net/netfilter/nf_conntrack_max net/netfilter/nf_conntrack_tcp_timeout_established
   net/netfilter/nf_conntrack_tcp_timeout_close_wait)
 # What `up` creates inside the state dir; `down` removes exactly these.
-OWNED=(pki logs pids run config etcd containerd kubelet pod-logs cni kubeconfig sysctl.saved hostdirs.preexisting)
+OWNED=(pki logs pids run config etcd registry containerd kubelet pod-logs cni kubeconfig sysctl.saved hostdirs.preexisting)
 # Host paths that kubelet/containerd/CNI create outside the state dir; `down`
 # removes them only if they did not exist before `up`.
 HOST_DIRS=(/run/containerd /var/lib/cni /var/log/containers /var/log/pods /var/lib/kubelet)
@@ -202,7 +210,7 @@ first_service_ip() {
 ensure_packages() {
   local need=() cmd pkg pair
   for pair in containerd:containerd runc:runc iptables:iptables conntrack:conntrack socat:socat \
-    ethtool:ethtool ip:iproute2 openssl:openssl curl:curl; do
+    ethtool:ethtool ip:iproute2 openssl:openssl curl:curl docker-registry:docker-registry; do
     cmd="${pair%%:*}" pkg="${pair##*:}"
     command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
   done
@@ -362,7 +370,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$STATE/cni/net.d"
+  # hosts.toml per registry: the local one answers plain HTTP (write_registry_config).
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$STATE/config/certs.d"
 EOF
+  write_registry_config
   cat >"$STATE/cni/net.d/10-$CNI_NETWORK.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -574,6 +586,29 @@ restore_host() {
   done
 }
 
+# write_registry_config: the local registry (CNCF Distribution) with its blobs
+# under the state dir, and containerd's hosts.toml that lets it pull from there
+# over plain HTTP (docs/development.md, "The local registry").
+write_registry_config() {
+  mkdir -p "$STATE/registry" "$STATE/config/certs.d/$REGISTRY"
+  cat >"$STATE/config/registry.yml" <<EOF
+version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: $STATE/registry
+http:
+  addr: $REGISTRY
+EOF
+  cat >"$STATE/config/certs.d/$REGISTRY/hosts.toml" <<EOF
+server = "http://$REGISTRY"
+
+[host."http://$REGISTRY"]
+  capabilities = ["pull", "resolve"]
+EOF
+}
+
 # ---------------------------------------------------------------------------
 # Commands
 
@@ -582,6 +617,10 @@ images_cmd() {
   local tar out n=0
   shopt -s nullglob
   for tar in "$IMAGES_DIR"/*.tar; do
+    if [[ " ${LOCAL_CLUSTER_NO_IMPORT:-} " == *" $(basename "$tar" .tar) "* ]]; then
+      log "not importing $(rel "$tar") (LOCAL_CLUSTER_NO_IMPORT: pulled from the registry)"
+      continue
+    fi
     out="$(ctr_ images import "$tar" 2>&1)" || die "importing $(rel "$tar") failed: $out"
     echo "$out" >>"$LOGS/images.log"
     log "imported $(rel "$tar") ($(tar -xOf "$tar" manifest.json | grep -o '"RepoTags":\["[^"]*' | cut -d'"' -f4))"
@@ -644,8 +683,10 @@ up_cmd() {
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "$NODE_NAME=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
+  launch registry "$(command -v docker-registry)" serve "$STATE/config/registry.yml"
   launch containerd "$(command -v containerd)" --config "$STATE/config/containerd.toml"
   wait_until etcd "etcd healthy" 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+  wait_until registry "registry serving on $REGISTRY" 30 curl -fsS "http://$REGISTRY/v2/"
 
   launch_apiserver "$node_ip"
 
@@ -803,6 +844,8 @@ main() {
       "${cmd}_cmd"
       ;;
     status) status_cmd ;;
+    registry) echo "$REGISTRY" ;;
+    ctr) shift; alive containerd || die "containerd of the local cluster is not running"; ctr_ "$@" ;;
     kill-container) shift; kill-container_cmd "$@" ;;
     kubeconfig)
       [[ -f "$KUBECONFIG_OUT" ]] || log "WARNING: no local cluster is running; $KUBECONFIG_OUT does not exist yet"

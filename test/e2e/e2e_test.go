@@ -10,14 +10,16 @@
 //
 // The pods use the images of hack/build-images.sh (retry.dev/*:dev, the
 // images dist/ names), so they must be on the node already (hack/local-cluster.sh
-// and hack/kind.sh load them). The test reaches the demo app through the API
+// and hack/kind.sh load them); on the local cluster the manager and the sidecar
+// are pulled from its registry instead (registry_test.go). The test reaches the demo app through the API
 // server's service proxy and measures retries at the upstream, which records the
 // arrival time of every attempt. The README ("End to end") lists the cases.
 //
 // Environment: KUBECONFIG (required), KUBECTL (default: bin/k8s/<version>/kubectl,
 // else kubectl on PATH), E2E_KEEP_NAMESPACE=1 keeps the test namespace for a
 // look after the run, E2E_HELM=<helm binary> installs from dist/chart instead
-// (`make test-e2e-chart`).
+// (`make test-e2e-chart`), E2E_IMG/E2E_SIDECAR_IMG/E2E_REGISTRY the pushed images
+// to install (hack/test-e2e.sh local sets them).
 package e2e
 
 import (
@@ -97,6 +99,7 @@ func TestEndToEnd(t *testing.T) {
 	s.deployWorkloads(t)
 
 	s.run(t, "the app pod has exactly one retry-sidecar, a native sidecar with the restricted security context", s.sidecarInjected)
+	s.run(t, "the manager and the injected sidecar run the images pulled from the local registry", s.imagesPulledFromRegistry)
 	s.run(t, "a pod that opts out (retry.dev/inject=false) gets no sidecar", s.optedOutPod)
 	s.run(t, "a pod in kube-system gets no sidecar even when it asks for one", s.kubeSystemPod)
 	s.run(t, "the sidecar serves /metrics and /config on the pod IP, port retry-stats", s.statsPortOnPodIP)
@@ -199,19 +202,33 @@ func (s *suite) deployOperator(t *testing.T) {
 	if helm := os.Getenv("E2E_HELM"); helm != "" {
 		// The chart instead, self-signed like the file, CRD included.
 		from = "dist/chart (helm template, certificates.mode=self-signed)"
-		manifests, err := exec.Command(helm, "template", "retry-operator", filepath.Join(s.root, "dist", "chart"),
+		args := append([]string{"template", "retry-operator", filepath.Join(s.root, "dist", "chart"),
 			"--namespace", operatorNamespace, "--include-crds", "--kube-version", kubeVersion,
-			"--set", "certificates.mode=self-signed").Output()
+			"--set", "certificates.mode=self-signed"}, helmImageValues()...)
+		manifests, err := exec.Command(helm, args...).Output()
 		if err != nil {
 			t.Fatalf("helm template: %v", err)
 		}
 		ns := fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n---\n", operatorNamespace)
 		s.kubectlOut(t, append([]byte(ns), manifests...), "apply", "--server-side", "--force-conflicts", "--field-manager=retry-e2e", "-f", "-")
 	} else {
-		s.kubectlOut(t, nil, "apply", "--server-side", "--force-conflicts", "--field-manager=retry-e2e", "-f", filepath.Join(s.root, installFile))
+		manifests, err := os.ReadFile(filepath.Join(s.root, installFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.kubectlOut(t, withPushedImages(t, manifests), "apply", "--server-side", "--force-conflicts", "--field-manager=retry-e2e", "-f", "-")
+	}
+	if manager, sidecar, ok := pushedImages(); ok {
+		from += fmt.Sprintf(" with the images pulled from the registry (%s, %s)", manager, sidecar)
 	}
 
-	if want := tarballConfigDigest(filepath.Join(s.root, "bin", "images", "manager.tar")); want != "" {
+	// A pushed image is installed by digest: a new build is a new reference and
+	// rolls the Deployment itself; a side-loaded one keeps its tag.
+	want := ""
+	if _, _, pushed := pushedImages(); !pushed {
+		want = tarballConfigDigest(filepath.Join(s.root, "bin", "images", "manager.tar"))
+	}
+	if want != "" {
 	stale:
 		for _, p := range s.managerPods(t) {
 			for _, st := range p.Status.ContainerStatuses {
