@@ -8,8 +8,10 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/retrydev/retry-operator/internal/manifests"
 )
 
 // TestGeneratedManifestsUseTheWellKnownNames holds what the markers and
@@ -17,36 +19,29 @@ import (
 // binary uses: the webhooks and their configurations, the namespaces the pod
 // webhooks never see, and the operator's namespace in the release artefacts.
 func TestGeneratedManifestsUseTheWellKnownNames(t *testing.T) {
-	type object struct {
-		metav1.TypeMeta `json:",inline"`
-		Metadata        metav1.ObjectMeta                         `json:"metadata"`
-		Webhooks        []admissionregistrationv1.MutatingWebhook `json:"webhooks"`
-	}
-	read := func(path string) []object {
+	read := func(path string) []*unstructured.Unstructured {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out []object
-		for _, doc := range bytes.Split(b, []byte("\n---")) {
-			var o object
-			if err := yaml.Unmarshal(doc, &o); err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			if o.Kind != "" {
-				out = append(out, o)
-			}
+		objs, err := manifests.Parse(b)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
 		}
-		return out
+		return objs
 	}
 	for _, path := range []string{"../../dist/install.yaml", "../../dist/install-selfsigned.yaml"} {
 		names := map[string][]string{}
 		for _, o := range read(path) {
-			names[o.Kind] = append(names[o.Kind], o.Metadata.Name)
-			if o.Kind != "MutatingWebhookConfiguration" {
+			names[o.GetKind()] = append(names[o.GetKind()], o.GetName())
+			if o.GetKind() != "MutatingWebhookConfiguration" {
 				continue
 			}
-			for _, w := range o.Webhooks {
+			var mwc admissionregistrationv1.MutatingWebhookConfiguration
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &mwc); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			for _, w := range mwc.Webhooks {
 				if w.NamespaceSelector == nil {
 					t.Errorf("%s: webhook %s has no namespaceSelector", path, w.Name)
 					continue
