@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"math"
 	"net"
@@ -279,12 +280,11 @@ func newServers(o Options, log *slog.Logger, ls *listeners, reloader *Reloader, 
 	admin := &Admin{Reloader: reloader, Metrics: metrics, Pprof: o.EnablePprof}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	s := &servers{forward: proxy, adminAPI: admin, upstream: stack,
-		proxy: appServer(o.FastPath, &http.Server{Handler: proxy, ReadHeaderTimeout: appReadHeaderTimeout, IdleTimeout: appIdleTimeout, ErrorLog: errLog}, log),
+		proxy: appServer(o.FastPath, proxy, nil, errLog, log),
 		admin: localServer(admin.Handler(), adminWriteTimeout, errLog)}
 	if ls.transparent != nil {
 		handler := &Transparent{Proxy: stack.proxy(byHost), Self: listenAddrPorts(ls.proxy, ls.admin, ls.transparent)}
-		s.transparent = appServer(false, &http.Server{Handler: handler, ConnContext: ConnContext, ReadHeaderTimeout: appReadHeaderTimeout,
-			IdleTimeout: appIdleTimeout, ErrorLog: errLog}, log)
+		s.transparent = appServer(false, handler, ConnContext, errLog, log)
 	}
 	if ls.stats != nil {
 		// The pod-IP port: its connections capped, refusals counted.
@@ -373,9 +373,12 @@ const (
 // connections, so each is watched for a hang-up from the start and closed
 // at once by a drain when no request is in flight on it
 // (docs/performance.md#the-app-side-server).
-func appServer(fastPath bool, std *http.Server, log *slog.Logger) server {
-	return &h1server.Server{Handler: std.Handler, Fallback: std, HandOffAll: !fastPath,
-		ReadHeaderTimeout: std.ReadHeaderTimeout, IdleTimeout: std.IdleTimeout, Log: log}
+// connContext, if set, is net/http.Server's ConnContext.
+func appServer(fastPath bool, h http.Handler, connContext func(context.Context, net.Conn) context.Context, errLog *stdlog.Logger, log *slog.Logger) server {
+	std := &http.Server{Handler: h, ConnContext: connContext, ReadHeaderTimeout: appReadHeaderTimeout,
+		IdleTimeout: appIdleTimeout, ErrorLog: errLog}
+	return &h1server.Server{Handler: h, Fallback: std, HandOffAll: !fastPath,
+		ReadHeaderTimeout: appReadHeaderTimeout, IdleTimeout: appIdleTimeout, Log: log}
 }
 
 // server is what Run needs of an app-side server.
