@@ -28,20 +28,22 @@ func localHeld(t *testing.T, r result) time.Time {
 }
 
 // An upstream that announces remaining 0 / reset 3s receives no request during
-// the next 3s. With a 1s deadline (0.9s to wait, the reserve kept), requests
-// more than 0.9s before the reset are answered locally at once with 429 and
-// Not-Before; a request closer to it waits and goes out at the reset. The hold
+// the next 3s. With a 2s deadline and a 1s perTryTimeout (1s to wait, the
+// reserve of one attempt kept), requests more than 1s before the reset are
+// answered locally at once with 429 and Not-Before; a request closer to it
+// waits and goes out at the reset, with a whole second left for the upstream
+// to answer even on a loaded machine. The hold
 // is logged when it starts and ends and shows in the metrics.
 func TestPacingRateLimitHeadersHoldTheUpstream(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, sequence(status(200, "RateLimit", `"default";r=0;t=3`, "RateLimit-Policy", `"default";q=10;w=60`), status(200)))
-	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields("deadline: 1s", "pacing: {rateLimitHeaders: true}")...))
+	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields("deadline: 2s", "perTryTimeout: 1s", "pacing: {rateLimitHeaders: true}")...))
 	assertOutcome(t, s.get(up.url("/first")), 200, "success", "1")
 	t0 := up.got()[0].at
 
 	answered := 0
 	var notBefore time.Time
-	for time.Since(t0) < time.Second {
+	for time.Since(t0) < 900*time.Millisecond {
 		r := s.get(up.url(fmt.Sprintf("/held-%d", answered)))
 		nb := localHeld(t, r)
 		if r.elapsed > 500*time.Millisecond {
