@@ -45,6 +45,19 @@ func (c ErrorClass) String() string {
 	return "none"
 }
 
+// Condition is a set of failures without a response that a policy retries
+// (Config.RetryOn): one bit per boolean of the API's retryOn, so a new class of
+// failure is a new constant here and a row in the API's conversion, not a new
+// field through every layer (docs/retry-semantics.md#r4).
+type Condition uint8
+
+// The conditions.
+const (
+	// RetryConnectFailure (retryOn.connectFailure): retry a ConnectFailure, for
+	// every method, if the body can be produced again.
+	RetryConnectFailure Condition = 1 << iota
+)
+
 // Attempt is everything Decide needs to know about the attempt that just ended.
 type Attempt struct {
 	// Number is the 1-based number of the transmission whose result this is; the
@@ -158,7 +171,7 @@ func (p *Policy) DecideAt(now time.Time, a Attempt) Decision {
 			return Decision{Action: Stop, Outcome: OutcomeNotReplayable}
 		}
 	case ConnectFailure:
-		if !c.RetryOnConnectFailure {
+		if !p.Retries(RetryConnectFailure) {
 			return Decision{Action: Stop, Outcome: OutcomeUpstreamError}
 		}
 		if !a.Rewindable && !a.Replayable {

@@ -432,7 +432,7 @@ func (c *call) prepareBody() error {
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(buf), req.Body), req.Body}}
 		c.body.tracked.read.Store(true)
-	case p.RetriesConnectFailure() && !c.nested && p.MaxAttempts() > 1:
+	case p.Retries(retrypolicy.RetryConnectFailure) && !c.nested && p.MaxAttempts() > 1:
 		c.body = bodySource{kind: bodyTracked, tracked: &trackedBody{rc: req.Body}}
 	default:
 		c.body.kind = bodyStream
