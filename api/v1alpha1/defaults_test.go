@@ -5,28 +5,40 @@ import (
 	"testing"
 )
 
-// The named defaults are what SetDefaults (the CRD's markers) applies.
+// The named defaults are what SetDefaults (the CRD's markers) applies. A
+// marker without a named constant is fine: only a constant can disagree.
 func TestDefaultConstantsAreTheMarkers(t *testing.T) {
 	p := RetryPolicy{Spec: RetryPolicySpec{Upstreams: []Upstream{{
 		Name: "api", Hosts: []string{"api.example"},
 		RateLimit: &RateLimit{RequestsPerMinute: 60}, Concurrency: &Concurrency{MaxInFlight: 1}, Pacing: &Pacing{},
 	}}}}
 	SetDefaults(&p)
-	want := Upstream{
-		Name: "api", Hosts: []string{"api.example"},
-		MaxAttempts: ptr(DefaultMaxAttempts), Deadline: ptr(DefaultDeadline),
-		Backoff: &Backoff{Base: ptr(DefaultBackoffBase), Max: ptr(DefaultBackoffMax), Jitter: ptr(DefaultJitter)},
-		RetryOn:            &RetryOn{StatusCodes: DefaultStatusCodes, ConnectFailure: ptr(DefaultConnectFailure)},
-		ReplayableMethods:  DefaultReplayableMethods,
-		MaxReplayBodyBytes: ptr(DefaultMaxReplayBodyBytes),
-		RetryAfter:         &RetryAfter{MaxWait: ptr(DefaultRetryAfterMaxWait), Spread: ptr(DefaultRetryAfterSpread)},
-		Budget:             &Budget{RetryPercent: ptr(DefaultRetryPercent), MinRetriesPerSecond: ptr(DefaultMinRetriesPerSecond)},
-		RateLimit:          &RateLimit{RequestsPerMinute: 60, Burst: ptr(DefaultBurst)},
-		Concurrency:        &Concurrency{MaxInFlight: 1, MaxQueued: ptr(DefaultMaxQueued), QueueTimeout: ptr(DefaultQueueTimeout)},
-		Pacing:             &Pacing{RateLimitHeaders: ptr(DefaultRateLimitHeaders), HoldOnDeferral: ptr(DefaultHoldOnDeferral)},
+	u := p.Spec.Upstreams[0]
+	pairs := map[string][2]any{
+		"maxAttempts":                     {*u.MaxAttempts, DefaultMaxAttempts},
+		"deadline":                        {*u.Deadline, DefaultDeadline},
+		"backoff.base":                    {*u.Backoff.Base, DefaultBackoffBase},
+		"backoff.max":                     {*u.Backoff.Max, DefaultBackoffMax},
+		"backoff.jitter":                  {*u.Backoff.Jitter, DefaultJitter},
+		"retryOn.statusCodes":             {u.RetryOn.StatusCodes, DefaultStatusCodes},
+		"retryOn.connectFailure":          {*u.RetryOn.ConnectFailure, DefaultConnectFailure},
+		"replayableMethods":               {u.ReplayableMethods, DefaultReplayableMethods},
+		"maxReplayBodyBytes":              {*u.MaxReplayBodyBytes, DefaultMaxReplayBodyBytes},
+		"retryAfter.maxWait":              {*u.RetryAfter.MaxWait, DefaultRetryAfterMaxWait},
+		"retryAfter.spread":               {*u.RetryAfter.Spread, DefaultRetryAfterSpread},
+		"budget.retryPercent":             {*u.Budget.RetryPercent, DefaultRetryPercent},
+		"budget.minRetriesPerSecond":      {*u.Budget.MinRetriesPerSecond, DefaultMinRetriesPerSecond},
+		"rateLimit.burst":                 {*u.RateLimit.Burst, DefaultBurst},
+		"concurrency.maxQueued":           {*u.Concurrency.MaxQueued, DefaultMaxQueued},
+		"concurrency.queueTimeout":        {*u.Concurrency.QueueTimeout, DefaultQueueTimeout},
+		"pacing.rateLimitHeaders":         {*u.Pacing.RateLimitHeaders, DefaultRateLimitHeaders},
+		"pacing.holdOnDeferral":           {*u.Pacing.HoldOnDeferral, DefaultHoldOnDeferral},
+		"rateLimit.requestsPerMinute set": {u.RateLimit.RequestsPerMinute, int32(60)},
 	}
-	if got := p.Spec.Upstreams[0]; !reflect.DeepEqual(got, want) {
-		t.Fatalf("SetDefaults gave\n%+v\nthe named defaults are\n%+v", got, want)
+	for field, p := range pairs {
+		if !reflect.DeepEqual(p[0], p[1]) {
+			t.Errorf("%s: SetDefaults gives %v, the named default is %v", field, p[0], p[1])
+		}
 	}
 }
 
