@@ -268,6 +268,13 @@ type RetryOn struct {
 	// +optional
 	// +kubebuilder:default=true
 	ConnectFailure *bool `json:"connectFailure,omitempty"`
+
+	// resetBeforeHeaders retries an attempt whose connection was reset or closed
+	// after the request may have been written and before the response headers
+	// (Envoy's reset-before-request), for replayable requests only.
+	// +optional
+	// +kubebuilder:default=true
+	ResetBeforeHeaders *bool `json:"resetBeforeHeaders,omitempty"`
 }
 
 // IdempotencyKey names the header whose presence makes a request replayable.

@@ -93,6 +93,9 @@ const upstreamDefaults = `{
         "connectFailure": {
           "default": true
         },
+        "resetBeforeHeaders": {
+          "default": true
+        },
         "statusCodes": {
           "default": [
             429,

@@ -304,6 +304,7 @@ var retryOnBools = []struct {
 	cond  retrypolicy.Condition
 }{
 	{func(r *v1alpha1.RetryOn) *bool { return r.ConnectFailure }, retrypolicy.RetryConnectFailure},
+	{func(r *v1alpha1.RetryOn) *bool { return r.ResetBeforeHeaders }, retrypolicy.RetryResetBeforeHeaders},
 }
 
 // retryOnConditions is the set of conditions a (defaulted) retryOn turns on.

@@ -66,7 +66,7 @@ func TestFromPolicyYAMLConvertsEveryField(t *testing.T) {
 		PerTryTimeout:        5 * time.Second,
 		Backoff:              retrypolicy.Backoff{Base: time.Second, Max: 8 * time.Second, Jitter: retrypolicy.JitterEqual},
 		RetryOnStatus:        []int{429, 503},
-		RetryOn:              retrypolicy.RetryConnectFailure,
+		RetryOn:              retrypolicy.RetryConnectFailure | retrypolicy.RetryResetBeforeHeaders,
 		ReplayableMethods:    []string{"GET", "HEAD", "OPTIONS"},
 		IdempotencyKeyHeader: "Idempotency-Key",
 		MaxReplayBodyBytes:   65536,

@@ -142,6 +142,22 @@ func TestDecideRules(t *testing.T) {
 			cfg: func(c *Config) { c.RetryOn &^= RetryConnectFailure }, a: with(get, func(a *Attempt) { a.Err = ConnectFailure }),
 			want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
 		},
+		"a reset before the headers of a replayable request is retried with retryOn.resetBeforeHeaders": {
+			cfg: func(c *Config) { c.RetryOn |= RetryResetBeforeHeaders }, a: with(get, func(a *Attempt) { a.Err = Ambiguous; a.Reset = true }),
+			want: Decision{Action: Retry, Delay: time.Second},
+		},
+		"a reset before the headers of a non-replayable request is not replayed, even with retryOn.resetBeforeHeaders": {
+			cfg:  func(c *Config) { c.RetryOn |= RetryResetBeforeHeaders },
+			a:    with(get, func(a *Attempt) { a.Err = Ambiguous; a.Reset = true; a.Replayable = false }),
+			want: Decision{Action: Stop, Outcome: OutcomeNotReplayable},
+		},
+		"a reset before the headers with retryOn.resetBeforeHeaders off is an upstream error": {
+			a: with(get, func(a *Attempt) { a.Err = Ambiguous; a.Reset = true }), want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
+		},
+		"a timeout (ambiguous, not a reset) with retryOn.resetBeforeHeaders off is still retried": {
+			cfg: func(c *Config) { c.RetryOn = 0 }, a: with(get, func(a *Attempt) { a.Err = Ambiguous }),
+			want: Decision{Action: Retry, Delay: time.Second},
+		},
 		"an ambiguous failure of a replayable request is retried": {
 			a: with(get, func(a *Attempt) { a.Err = Ambiguous }), want: Decision{Action: Retry, Delay: time.Second},
 		},

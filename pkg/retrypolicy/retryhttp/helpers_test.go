@@ -18,7 +18,7 @@ func baseConfig() retrypolicy.Config {
 		Deadline:             30 * time.Second,
 		Backoff:              retrypolicy.Backoff{Base: time.Second, Max: 8 * time.Second, Jitter: retrypolicy.JitterEqual},
 		RetryOnStatus:        []int{429, 503},
-		RetryOn:              retrypolicy.RetryConnectFailure,
+		RetryOn:              retrypolicy.RetryConnectFailure | retrypolicy.RetryResetBeforeHeaders,
 		ReplayableMethods:    []string{"GET", "HEAD", "OPTIONS"},
 		IdempotencyKeyHeader: "Idempotency-Key",
 		MaxReplayBodyBytes:   64 << 10,

@@ -374,6 +374,7 @@ func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error
 	if err != nil {
 		a.Err = c.classify(ctx, err)
 		ev.Phase = timeoutPhase(err, c.firedWhy != firedNone)
+		a.Reset = a.Err == retrypolicy.Ambiguous && ev.Phase == ""
 		return a, ev
 	}
 	a.Status = resp.StatusCode
