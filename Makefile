@@ -47,7 +47,7 @@ CONTAINER_TOOL ?= docker
 DEPLOY_OVERLAY ?= config/default
 
 # Files that `make manifests generate` writes; `make test` fails if they are stale.
-GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml docs/api.md
+GENERATED = api/v1alpha1/zz_generated.deepcopy.go api/v1alpha1/zz_generated.defaults.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml docs/api.md
 
 GO_PACKAGES = $$(go list ./... | grep -v /test/e2e)
 GO_FILES = $$(find . -name '*.go' -not -path './bin/*' -not -path './.git/*' -not -path './.local-cluster/*')
@@ -66,6 +66,7 @@ help: ## Show this help.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD, RBAC and webhook configuration from markers.
 	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	go run ./hack/gendefaults config/crd/bases/policy.retry.dev_retrypolicies.yaml api/v1alpha1/zz_generated.defaults.go
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
