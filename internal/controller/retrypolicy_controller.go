@@ -60,6 +60,9 @@ const (
 // retry-policies ConfigMap and their statuses.
 type RetryPolicyReconciler struct {
 	client.Client
+	// Reader reads what the cache does not hold (the sidecars' ClusterRole);
+	// nil is Client.
+	Reader client.Reader
 	// Recorder emits events with the condition reasons (reasons.go).
 	Recorder recorder.EventRecorder
 	// MaxConcurrentReconciles bounds how many namespaces are reconciled at once.
