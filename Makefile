@@ -232,8 +232,8 @@ cluster-down: ## Stop the local cluster and remove everything it created.
 	hack/local-cluster.sh down
 
 .PHONY: test-e2e
-test-e2e: build-images ## End-to-end suite on E2E_CLUSTER=local (default, started if needed) or kind, or on KUBECONFIG with E2E_CLUSTER=existing.
-	hack/test-e2e.sh $(E2E_CLUSTER)
+test-e2e: build-images $(HELM) ## End-to-end suite on E2E_CLUSTER=local (default, started if needed; installed as README.md's "On your cluster" says) or kind, or on KUBECONFIG with E2E_CLUSTER=existing.
+	HELM="$(HELM)" hack/test-e2e.sh $(E2E_CLUSTER)
 
 .PHONY: test-e2e-chart
 test-e2e-chart: build-images $(HELM) ## The end-to-end suite with the operator installed from dist/chart instead of dist/install-selfsigned.yaml.
