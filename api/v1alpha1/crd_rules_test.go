@@ -51,8 +51,8 @@ func TestCRDMarkersEqualRules(t *testing.T) {
 		"tls.caCertificateRefs[].name pattern":   rules.DNSNamePattern,
 		"tls.wellKnownCACertificates enum":       fmt.Sprint([]v1alpha1.WellKnownCACertificates{v1alpha1.WellKnownCACertificatesSystem}),
 		"quotaRef.name minLength":                "1",
-		"quotaRef.name maxLength":                itoa(retrypolicy.MaxDNSNameLength),
-		"quotaRef.name pattern":                  retrypolicy.DNSNamePattern,
+		"quotaRef.name maxLength":                itoa(rules.MaxDNSNameLength),
+		"quotaRef.name pattern":                  rules.DNSNamePattern,
 	}
 	for _, r := range rules.Ranges() {
 		want[r.Path+" minimum"] = strconv.FormatInt(r.Min, 10)
@@ -99,8 +99,8 @@ func TestSharedQuotaCRDMarkersEqualRules(t *testing.T) {
 		"store.redis.address minLength":                   "3",
 		"store.redis.address maxLength":                   itoa(v1alpha1.MaxRedisAddressLength),
 		"store.redis.credentialsSecretRef.name minLength": "1",
-		"store.redis.credentialsSecretRef.name maxLength": itoa(retrypolicy.MaxDNSNameLength),
-		"store.redis.credentialsSecretRef.name pattern":   retrypolicy.DNSNamePattern,
+		"store.redis.credentialsSecretRef.name maxLength": itoa(rules.MaxDNSNameLength),
+		"store.redis.credentialsSecretRef.name pattern":   rules.DNSNamePattern,
 		"onStoreLoss enum":                                fmt.Sprint(v1alpha1.StoreLossPolicies()),
 	}
 	for _, r := range v1alpha1.QuotaRanges() {

@@ -139,3 +139,9 @@ func deepCopyJSON(v any) any {
 	}
 	return v
 }
+
+func setIfNil[T any](p **T, v T) {
+	if *p == nil {
+		*p = &v
+	}
+}
