@@ -36,8 +36,8 @@ type waiter struct {
 	gone    bool
 }
 
-// NewGate returns an idle gate.
-func NewGate(cfg ConcurrencyConfig) *Gate { return &Gate{cfg: cfg} }
+// newGate returns an idle gate.
+func newGate(cfg ConcurrencyConfig) *Gate { return &Gate{cfg: cfg} }
 
 // SetConfig changes the limits in place; attempts in flight and waiters are kept
 // (config reload). A raised MaxInFlight lets queued waiters in at once.
@@ -233,7 +233,7 @@ func (l *Limits) reconfigure(now time.Time, c Config) {
 	if c.Budget != nil {
 		next.budget = cur.budget
 		if next.budget == nil {
-			next.budget = NewBudget(*c.Budget)
+			next.budget = newBudget(*c.Budget)
 		} else {
 			next.budget.SetConfig(*c.Budget)
 		}
@@ -250,7 +250,7 @@ func (l *Limits) reconfigure(now time.Time, c Config) {
 	if c.Concurrency != nil {
 		next.gate = cur.gate
 		if next.gate == nil {
-			next.gate = NewGate(*c.Concurrency)
+			next.gate = newGate(*c.Concurrency)
 		} else {
 			next.gate.SetConfig(*c.Concurrency)
 		}
@@ -258,7 +258,7 @@ func (l *Limits) reconfigure(now time.Time, c Config) {
 	if c.Pacing.Enabled() {
 		next.pacer = cur.pacer // a hold in force outlives the reload
 		if next.pacer == nil {
-			next.pacer = NewPacer()
+			next.pacer = newPacer()
 		}
 	}
 	l.parts.Store(&next)

@@ -39,8 +39,8 @@ type Budget struct {
 	nRetry  int64
 }
 
-// NewBudget returns an empty budget.
-func NewBudget(cfg BudgetConfig) *Budget { return &Budget{cfg: cfg} }
+// newBudget returns an empty budget.
+func newBudget(cfg BudgetConfig) *Budget { return &Budget{cfg: cfg} }
 
 // SetConfig changes the limits and keeps the counts (config reload).
 func (b *Budget) SetConfig(cfg BudgetConfig) {
@@ -48,9 +48,6 @@ func (b *Budget) SetConfig(cfg BudgetConfig) {
 	b.cfg = cfg
 	b.mu.Unlock()
 }
-
-// RecordFirst counts a first attempt now.
-func (b *Budget) RecordFirst() { b.RecordFirstAt(time.Now()) }
 
 // RecordFirstAt counts a first attempt at now.
 func (b *Budget) RecordFirstAt(now time.Time) {
@@ -63,9 +60,6 @@ func (b *Budget) RecordFirstAt(now time.Time) {
 	b.nFirst++
 	b.mu.Unlock()
 }
-
-// TryRetry is TryRetryAt(time.Now()).
-func (b *Budget) TryRetry() bool { return b.TryRetryAt(time.Now()) }
 
 // TryRetryAt spends one retry at now if the budget allows it and reports whether
 // it did.

@@ -49,7 +49,7 @@ func TestBudgetSteps(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			b := NewBudget(tc.cfg)
+			b := newBudget(tc.cfg)
 			for i, s := range tc.steps {
 				for range s.firsts {
 					b.RecordFirstAt(now.Add(s.at))
@@ -73,7 +73,7 @@ func TestBudgetNilAllowsEverything(t *testing.T) {
 
 // TestBudgetConcurrentUse: under contention the budget never grants more than it may.
 func TestBudgetConcurrentUse(t *testing.T) {
-	b := NewBudget(BudgetConfig{RetryPercent: 20})
+	b := newBudget(BudgetConfig{RetryPercent: 20})
 	for range 1000 {
 		b.RecordFirstAt(now)
 	}
@@ -102,7 +102,7 @@ func TestBudgetConcurrentUse(t *testing.T) {
 // TestGateQueue covers R7's in-flight bound and its bounded FIFO queue.
 func TestGateQueue(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	g := NewGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second})
+	g := newGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second})
 	ctx := context.Background()
 	if _, err := g.Acquire(ctx, clk, time.Minute); err != nil {
 		t.Fatalf("first Acquire: %v", err)
@@ -237,7 +237,7 @@ func TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			g := NewGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 5, QueueTimeout: time.Second})
+			g := newGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 5, QueueTimeout: time.Second})
 			if tc.history > 0 {
 				g.Acquire(ctx, clk, time.Minute)
 				g.Release(tc.history)

@@ -93,8 +93,8 @@ const (
 	refused
 )
 
-// NewPacer returns a pacer with no hold.
-func NewPacer() *Pacer { return &Pacer{} }
+// newPacer returns a pacer with no hold.
+func newPacer() *Pacer { return &Pacer{} }
 
 // Hold returns the end and reason of the hold in force (zero time and HoldNone
 // if none; a hold whose end has passed is reported until its timer has run).

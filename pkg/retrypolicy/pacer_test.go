@@ -19,7 +19,7 @@ type holdEnd struct {
 // injected clock, is extended but never shortened, and reports its end once.
 func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	p := NewPacer()
+	p := newPacer()
 	ends := make(chan holdEnd, 4)
 	starts := 0
 	onEnd := func(start bool, u time.Time, r HoldReason) {
@@ -87,7 +87,7 @@ func TestPacerWaitsOrAnswersByDeadline(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			clk := clocktest.NewClock(now)
-			p := NewPacer()
+			p := newPacer()
 			p.HoldAt(now, clk, now.Add(3*time.Second), HoldRateLimit, nil)
 			type result struct {
 				until  time.Time
@@ -123,7 +123,7 @@ func TestPacerWaitsOrAnswersByDeadline(t *testing.T) {
 // order they came, each woken by the one before it.
 func TestPacerReleasesInArrivalOrder(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	p := NewPacer()
+	p := newPacer()
 	p.HoldAt(now, clk, now.Add(time.Second), HoldRateLimit, nil)
 	var mu sync.Mutex
 	var order []int
@@ -159,7 +159,7 @@ func TestPacerReleasesInArrivalOrder(t *testing.T) {
 // the line without blocking the others.
 func TestPacerExtensionRefusesWaitersItMakesLate(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	p := NewPacer()
+	p := newPacer()
 	p.HoldAt(now, clk, now.Add(time.Second), HoldRateLimit, nil)
 	results := make([]chan error, 3)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -216,7 +216,7 @@ func TestRegistryKeepsTheHoldAcrossReload(t *testing.T) {
 
 func TestPacerWaitWithoutHoldDoesNotAllocate(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	p := NewPacer()
+	p := newPacer()
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(100, func() { p.Wait(ctx, clk, time.Second) }); n != 0 {
 		t.Fatalf("Wait with no hold allocates %v times, want 0", n)

@@ -223,7 +223,7 @@ func resetWait(n uint64, received time.Time, h http.Header) time.Duration {
 	at := time.Unix(int64(n), 0)
 	wait := max(satSub(at, received), 0)
 	if date := h["Date"]; len(date) > 0 {
-		if d, _, err := ParseHTTPDate(date[0], received); err == nil {
+		if d, _, err := parseHTTPDate(date[0], received); err == nil {
 			wait = max(wait, satSub(at, d))
 		}
 	}
