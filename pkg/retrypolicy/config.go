@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/internal/rules"
 )
 
@@ -84,26 +85,29 @@ type Config struct {
 	Pacing PacingConfig
 }
 
-// BudgetConfig is the outage budget (R6): over a sliding 10 s window, retries may
-// be at most RetryPercent % of first attempts plus MinRetriesPerSecond·10.
-type BudgetConfig struct {
-	RetryPercent        int
-	MinRetriesPerSecond int
-}
+// The limits of an upstream (R6, R7, docs/pacing.md). Their runtime state is
+// internal: a retrying executor reaches it through Policy.Limits.
+type (
+	// BudgetConfig is the outage budget (R6): over a sliding 10 s window,
+	// retries may be at most RetryPercent % of first attempts plus
+	// MinRetriesPerSecond·10.
+	BudgetConfig = admission.BudgetConfig
+	// RateLimitConfig bounds attempt starts, retries included, per pod.
+	RateLimitConfig = admission.RateLimitConfig
+	// ConcurrencyConfig bounds attempts in flight, with a bounded FIFO queue.
+	ConcurrencyConfig = admission.ConcurrencyConfig
+	// PacingConfig is quota-aware pacing; the zero value is off.
+	PacingConfig = admission.PacingConfig
+	// HoldReason says why an upstream is held; its String is the log and metric value.
+	HoldReason = admission.HoldReason
+)
 
-// RateLimitConfig bounds attempt starts, retries included. It is already divided
-// per pod by the controller.
-type RateLimitConfig struct {
-	RequestsPerSecond float64
-	Burst             int
-}
-
-// ConcurrencyConfig bounds attempts in flight, with a bounded FIFO queue whose
-// waiters each wait at most QueueTimeout.
-type ConcurrencyConfig struct {
-	MaxInFlight, MaxQueued int
-	QueueTimeout           time.Duration
-}
+// The reasons for a hold (Event.HoldReason of package retryhttp).
+const (
+	HoldNone      = admission.HoldNone
+	HoldRateLimit = admission.HoldRateLimit
+	HoldDeferral  = admission.HoldDeferral
+)
 
 // FieldError is one validation failure: the field path (API JSON names) and what
 // is allowed, e.g. "backoff.max: must be >= backoff.base (2s)".
@@ -134,7 +138,7 @@ type Policy struct {
 	idemKey    string   // canonical header key, "" = none
 	reserve    time.Duration
 	connect    time.Duration // effective connect timeout
-	limits     atomic.Pointer[Limits]
+	limits     atomic.Pointer[admission.Limits]
 }
 
 // Compile validates c and returns the compiled policy, or an error that joins one
@@ -172,7 +176,7 @@ func Compile(c Config) (*Policy, error) {
 	if p.connect == 0 {
 		p.connect = min(DefaultConnectTimeout, c.Deadline)
 	}
-	p.limits.Store(newLimits(p.cfg))
+	p.limits.Store(admission.New(p.cfg.limitSettings()))
 	return p, nil
 }
 
@@ -345,8 +349,13 @@ func (p *Policy) Config() Config {
 }
 
 // Limits is the runtime state the policy currently uses (its own, or the one a
-// Registry bound to it).
-func (p *Policy) Limits() *Limits { return p.limits.Load() }
+// Registry bound to it), for a retrying executor.
+func (p *Policy) Limits() *admission.Limits { return p.limits.Load() }
+
+// limitSettings are the parts of c that the runtime state applies.
+func (c *Config) limitSettings() admission.Settings {
+	return admission.Settings{Budget: c.Budget, RateLimit: c.RateLimit, Concurrency: c.Concurrency, Pacing: c.Pacing}
+}
 
 // RetriesStatus reports whether the policy retries responses with this status.
 func (p *Policy) RetriesStatus(code int) bool { return p.statusMask&statusBit(code) != 0 }

@@ -3,6 +3,7 @@ package retrypolicy
 import (
 	"context"
 	"errors"
+	"github.com/retrydev/retry-operator/internal/admission"
 	"sync"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func TestBudgetSteps(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			b := newBudget(tc.cfg)
+			b := admission.NewBudget(tc.cfg)
 			for i, s := range tc.steps {
 				for range s.firsts {
 					b.RecordFirstAt(now.Add(s.at))
@@ -64,7 +65,7 @@ func TestBudgetSteps(t *testing.T) {
 }
 
 func TestBudgetNilAllowsEverything(t *testing.T) {
-	var b *Budget
+	var b *admission.Budget
 	b.RecordFirstAt(now)
 	if !b.TryRetryAt(now) {
 		t.Fatal("a nil budget refused a retry")
@@ -73,7 +74,7 @@ func TestBudgetNilAllowsEverything(t *testing.T) {
 
 // TestBudgetConcurrentUse: under contention the budget never grants more than it may.
 func TestBudgetConcurrentUse(t *testing.T) {
-	b := newBudget(BudgetConfig{RetryPercent: 20})
+	b := admission.NewBudget(BudgetConfig{RetryPercent: 20})
 	for range 1000 {
 		b.RecordFirstAt(now)
 	}
@@ -102,7 +103,7 @@ func TestBudgetConcurrentUse(t *testing.T) {
 // TestGateQueue covers R7's in-flight bound and its bounded FIFO queue.
 func TestGateQueue(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	g := newGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second})
+	g := admission.NewGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second})
 	ctx := context.Background()
 	if _, err := g.Acquire(ctx, clk, time.Minute); err != nil {
 		t.Fatalf("first Acquire: %v", err)
@@ -112,8 +113,8 @@ func TestGateQueue(t *testing.T) {
 	clocktest.WaitFor(t, "a queued waiter", func() bool { return g.Queued() == 1 })
 
 	ra, err := g.Acquire(ctx, clk, time.Minute)
-	if !errors.Is(err, ErrShed) || ra != 2*time.Second {
-		t.Fatalf("Acquire with a full queue = %v, %v; want ErrShed at once, capacity back in 2s (1 in flight + 1 queued, 1s each by default)", ra, err)
+	if !errors.Is(err, admission.ErrShed) || ra != 2*time.Second {
+		t.Fatalf("Acquire with a full queue = %v, %v; want admission.ErrShed at once, capacity back in 2s (1 in flight + 1 queued, 1s each by default)", ra, err)
 	}
 	g.Release(3 * time.Second) // the slot goes straight to the waiter
 	if err := <-got; err != nil {
@@ -126,8 +127,8 @@ func TestGateQueue(t *testing.T) {
 	go func() { _, err := g.Acquire(ctx, clk, time.Minute); got <- err }()
 	clocktest.WaitFor(t, "a timer for the queue timeout", clk.TimerSet)
 	clk.Advance(time.Second)
-	if err := <-got; !errors.Is(err, ErrShed) {
-		t.Fatalf("Acquire past the queue timeout = %v, want ErrShed", err)
+	if err := <-got; !errors.Is(err, admission.ErrShed) {
+		t.Fatalf("Acquire past the queue timeout = %v, want admission.ErrShed", err)
 	}
 
 	cctx, cancel := context.WithCancel(ctx)
@@ -141,8 +142,8 @@ func TestGateQueue(t *testing.T) {
 		t.Fatalf("a caller that left still counts: %d queued, %d in flight", g.Queued(), g.InFlight())
 	}
 
-	if _, err := g.Acquire(ctx, clk, 0); !errors.Is(err, ErrShed) {
-		t.Fatalf("Acquire that cannot wait at all = %v, want ErrShed", err)
+	if _, err := g.Acquire(ctx, clk, 0); !errors.Is(err, admission.ErrShed) {
+		t.Fatalf("Acquire that cannot wait at all = %v, want admission.ErrShed", err)
 	}
 	g.Release(time.Second)
 	if g.InFlight() != 0 {
@@ -154,7 +155,7 @@ func TestGateQueue(t *testing.T) {
 // is shed at once with the exact time the next token comes (R7).
 func TestAdmitRateLimit(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	l := newLimits(Config{RateLimit: &RateLimitConfig{RequestsPerSecond: 0.5, Burst: 1}})
+	l := admission.New(admission.Settings{RateLimit: &RateLimitConfig{RequestsPerSecond: 0.5, Burst: 1}})
 	var slept []time.Duration
 	sleep := func(_ context.Context, d time.Duration) error { slept = append(slept, d); clk.Advance(d); return nil }
 	ctx := context.Background()
@@ -165,8 +166,8 @@ func TestAdmitRateLimit(t *testing.T) {
 		t.Fatalf("second start: %v, slept %v; want to wait 2s for the token", err, slept)
 	}
 	_, ra, err := l.Admit(ctx, clk, sleep, time.Second)
-	if !errors.Is(err, ErrShed) || ra != 2*time.Second || len(slept) != 1 {
-		t.Fatalf("third start with 1s to spare = %v, %v (slept %v); want ErrShed, capacity in 2s, no wait", ra, err, slept)
+	if !errors.Is(err, admission.ErrShed) || ra != 2*time.Second || len(slept) != 1 {
+		t.Fatalf("third start with 1s to spare = %v, %v (slept %v); want admission.ErrShed, capacity in 2s, no wait", ra, err, slept)
 	}
 	// The shed caller gave its reservation back: the next token is still 2s away.
 	if _, _, err := l.Admit(ctx, clk, sleep, time.Minute); err != nil || slept[1] != 2*time.Second {
@@ -237,7 +238,7 @@ func TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			g := newGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 5, QueueTimeout: time.Second})
+			g := admission.NewGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 5, QueueTimeout: time.Second})
 			if tc.history > 0 {
 				g.Acquire(ctx, clk, time.Minute)
 				g.Release(tc.history)
@@ -248,8 +249,8 @@ func TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testing.T) {
 			got := make(chan error, 1)
 			go func() { _, err := g.Acquire(ctx, clk, tc.maxWait); got <- err }()
 			if tc.shed {
-				if err := <-got; !errors.Is(err, ErrShed) {
-					t.Fatalf("Acquire = %v, want ErrShed at once", err)
+				if err := <-got; !errors.Is(err, admission.ErrShed) {
+					t.Fatalf("Acquire = %v, want admission.ErrShed at once", err)
 				}
 				if g.Queued() != 0 {
 					t.Fatalf("a shed caller is queued")
@@ -279,8 +280,8 @@ func TestAdmitGivesTheStartTokenBackWhenTheGateSheds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first Admit: %v", err)
 	}
-	if _, _, err := l.Admit(context.Background(), clk, sleep, time.Minute); !errors.Is(err, ErrShed) {
-		t.Fatalf("second Admit with the gate full = %v, want ErrShed", err)
+	if _, _, err := l.Admit(context.Background(), clk, sleep, time.Minute); !errors.Is(err, admission.ErrShed) {
+		t.Fatalf("second Admit with the gate full = %v, want admission.ErrShed", err)
 	}
 	if got := l.Limiter().TokensAt(clk.Now()); got != 1 {
 		t.Fatalf("tokens left after the shed = %v, want 1 (the shed attempt's token given back)", got)
@@ -295,7 +296,7 @@ func TestLimitsOccupancy(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("an upstream without limits counts its attempts in flight", func(t *testing.T) {
-		l := newLimits(Config{})
+		l := admission.New(admission.Settings{})
 		a, _, _ := l.Admit(ctx, clocktest.NewClock(now), nil, time.Second)
 		b, _, _ := l.Admit(ctx, clocktest.NewClock(now), nil, time.Second)
 		if l.InFlight() != 2 || l.Queued() != 0 {
@@ -303,7 +304,7 @@ func TestLimitsOccupancy(t *testing.T) {
 		}
 		a.Release(now)
 		b.Release(now)
-		Ticket{}.Release(now) // a refused attempt's zero ticket holds nothing
+		admission.Ticket{}.Release(now) // a refused attempt's zero ticket holds nothing
 		if l.InFlight() != 0 {
 			t.Fatalf("after release: %d in flight, want 0", l.InFlight())
 		}
@@ -311,7 +312,7 @@ func TestLimitsOccupancy(t *testing.T) {
 
 	t.Run("a caller pacing for a start token is queued, then in flight", func(t *testing.T) {
 		clk := clocktest.NewClock(now)
-		l := newLimits(Config{RateLimit: &RateLimitConfig{RequestsPerSecond: 1, Burst: 1}})
+		l := admission.New(admission.Settings{RateLimit: &RateLimitConfig{RequestsPerSecond: 1, Burst: 1}})
 		var queuedWhileSleeping int
 		sleep := func(_ context.Context, d time.Duration) error {
 			queuedWhileSleeping = l.Queued()
@@ -329,13 +330,13 @@ func TestLimitsOccupancy(t *testing.T) {
 
 	t.Run("a caller in the gate's queue is queued; a shed caller is neither", func(t *testing.T) {
 		clk := clocktest.NewClock(now)
-		l := newLimits(Config{Concurrency: &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second}})
+		l := admission.New(admission.Settings{Concurrency: &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second}})
 		held, _, _ := l.Admit(ctx, clk, nil, time.Minute)
-		done := make(chan Ticket)
+		done := make(chan admission.Ticket)
 		go func() { tk, _, _ := l.Admit(ctx, clk, nil, time.Minute); done <- tk }()
 		clocktest.WaitFor(t, "a queued caller", func() bool { return l.Queued() == 1 })
-		if _, _, err := l.Admit(ctx, clk, nil, time.Minute); !errors.Is(err, ErrShed) {
-			t.Fatalf("third caller: %v, want ErrShed (queue full)", err)
+		if _, _, err := l.Admit(ctx, clk, nil, time.Minute); !errors.Is(err, admission.ErrShed) {
+			t.Fatalf("third caller: %v, want admission.ErrShed (queue full)", err)
 		}
 		if l.InFlight() != 1 || l.Queued() != 1 {
 			t.Fatalf("one held, one queued, one shed: %d in flight, %d queued; want 1, 1", l.InFlight(), l.Queued())

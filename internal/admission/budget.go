@@ -1,4 +1,4 @@
-package retrypolicy
+package admission
 
 import (
 	"sync"
@@ -39,8 +39,8 @@ type Budget struct {
 	nRetry  int64
 }
 
-// newBudget returns an empty budget.
-func newBudget(cfg BudgetConfig) *Budget { return &Budget{cfg: cfg} }
+// NewBudget returns an empty budget.
+func NewBudget(cfg BudgetConfig) *Budget { return &Budget{cfg: cfg} }
 
 // SetConfig changes the limits and keeps the counts (config reload).
 func (b *Budget) SetConfig(cfg BudgetConfig) {

@@ -1,4 +1,4 @@
-package retrypolicy
+package admission
 
 import (
 	"context"
@@ -93,8 +93,8 @@ const (
 	refused
 )
 
-// newPacer returns a pacer with no hold.
-func newPacer() *Pacer { return &Pacer{} }
+// NewPacer returns a pacer with no hold.
+func NewPacer() *Pacer { return &Pacer{} }
 
 // Hold returns the end and reason of the hold in force (zero time and HoldNone
 // if none; a hold whose end has passed is reported until its timer has run).
