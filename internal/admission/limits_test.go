@@ -1,15 +1,16 @@
-package retrypolicy
+package admission
 
 import (
 	"context"
 	"errors"
-	"github.com/retrydev/retry-operator/internal/admission"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
+
+var now = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 // TestBudgetSteps is a step table (R6): retryPercent 20 and no floor, so 10 first
 // attempts buy exactly 2 retries, and the window forgets them after 10 s.
@@ -50,7 +51,7 @@ func TestBudgetSteps(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			b := admission.NewBudget(tc.cfg)
+			b := NewBudget(tc.cfg)
 			for i, s := range tc.steps {
 				for range s.firsts {
 					b.RecordFirstAt(now.Add(s.at))
@@ -65,7 +66,7 @@ func TestBudgetSteps(t *testing.T) {
 }
 
 func TestBudgetNilAllowsEverything(t *testing.T) {
-	var b *admission.Budget
+	var b *Budget
 	b.RecordFirstAt(now)
 	if !b.TryRetryAt(now) {
 		t.Fatal("a nil budget refused a retry")
@@ -74,7 +75,7 @@ func TestBudgetNilAllowsEverything(t *testing.T) {
 
 // TestBudgetConcurrentUse: under contention the budget never grants more than it may.
 func TestBudgetConcurrentUse(t *testing.T) {
-	b := admission.NewBudget(BudgetConfig{RetryPercent: 20})
+	b := NewBudget(BudgetConfig{RetryPercent: 20})
 	for range 1000 {
 		b.RecordFirstAt(now)
 	}
@@ -103,7 +104,7 @@ func TestBudgetConcurrentUse(t *testing.T) {
 // TestGateQueue covers R7's in-flight bound and its bounded FIFO queue.
 func TestGateQueue(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	g := admission.NewGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second})
+	g := NewGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second})
 	ctx := context.Background()
 	if _, err := g.Acquire(ctx, clk, time.Minute); err != nil {
 		t.Fatalf("first Acquire: %v", err)
@@ -113,8 +114,8 @@ func TestGateQueue(t *testing.T) {
 	clocktest.WaitFor(t, "a queued waiter", func() bool { return g.Queued() == 1 })
 
 	ra, err := g.Acquire(ctx, clk, time.Minute)
-	if !errors.Is(err, admission.ErrShed) || ra != 2*time.Second {
-		t.Fatalf("Acquire with a full queue = %v, %v; want admission.ErrShed at once, capacity back in 2s (1 in flight + 1 queued, 1s each by default)", ra, err)
+	if !errors.Is(err, ErrShed) || ra != 2*time.Second {
+		t.Fatalf("Acquire with a full queue = %v, %v; want ErrShed at once, capacity back in 2s (1 in flight + 1 queued, 1s each by default)", ra, err)
 	}
 	g.Release(3 * time.Second) // the slot goes straight to the waiter
 	if err := <-got; err != nil {
@@ -127,8 +128,8 @@ func TestGateQueue(t *testing.T) {
 	go func() { _, err := g.Acquire(ctx, clk, time.Minute); got <- err }()
 	clocktest.WaitFor(t, "a timer for the queue timeout", clk.TimerSet)
 	clk.Advance(time.Second)
-	if err := <-got; !errors.Is(err, admission.ErrShed) {
-		t.Fatalf("Acquire past the queue timeout = %v, want admission.ErrShed", err)
+	if err := <-got; !errors.Is(err, ErrShed) {
+		t.Fatalf("Acquire past the queue timeout = %v, want ErrShed", err)
 	}
 
 	cctx, cancel := context.WithCancel(ctx)
@@ -142,8 +143,8 @@ func TestGateQueue(t *testing.T) {
 		t.Fatalf("a caller that left still counts: %d queued, %d in flight", g.Queued(), g.InFlight())
 	}
 
-	if _, err := g.Acquire(ctx, clk, 0); !errors.Is(err, admission.ErrShed) {
-		t.Fatalf("Acquire that cannot wait at all = %v, want admission.ErrShed", err)
+	if _, err := g.Acquire(ctx, clk, 0); !errors.Is(err, ErrShed) {
+		t.Fatalf("Acquire that cannot wait at all = %v, want ErrShed", err)
 	}
 	g.Release(time.Second)
 	if g.InFlight() != 0 {
@@ -155,7 +156,7 @@ func TestGateQueue(t *testing.T) {
 // is shed at once with the exact time the next token comes (R7).
 func TestAdmitRateLimit(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	l := admission.New(admission.Settings{RateLimit: &RateLimitConfig{RequestsPerSecond: 0.5, Burst: 1}})
+	l := New(Settings{RateLimit: &RateLimitConfig{RequestsPerSecond: 0.5, Burst: 1}})
 	var slept []time.Duration
 	sleep := func(_ context.Context, d time.Duration) error { slept = append(slept, d); clk.Advance(d); return nil }
 	ctx := context.Background()
@@ -166,57 +167,12 @@ func TestAdmitRateLimit(t *testing.T) {
 		t.Fatalf("second start: %v, slept %v; want to wait 2s for the token", err, slept)
 	}
 	_, ra, err := l.Admit(ctx, clk, sleep, time.Second)
-	if !errors.Is(err, admission.ErrShed) || ra != 2*time.Second || len(slept) != 1 {
-		t.Fatalf("third start with 1s to spare = %v, %v (slept %v); want admission.ErrShed, capacity in 2s, no wait", ra, err, slept)
+	if !errors.Is(err, ErrShed) || ra != 2*time.Second || len(slept) != 1 {
+		t.Fatalf("third start with 1s to spare = %v, %v (slept %v); want ErrShed, capacity in 2s, no wait", ra, err, slept)
 	}
 	// The shed caller gave its reservation back: the next token is still 2s away.
 	if _, _, err := l.Admit(ctx, clk, sleep, time.Minute); err != nil || slept[1] != 2*time.Second {
 		t.Fatalf("after a shed: %v, slept %v; want a 2s wait", err, slept)
-	}
-}
-
-// TestRegistryKeepsStateAcrossReload: a reload compiles new policies; adopting
-// them keeps the budget counts and in-flight slots of each upstream.
-func TestRegistryKeepsStateAcrossReload(t *testing.T) {
-	reg := NewRegistry()
-	cfg := func(c *Config) {
-		c.Budget = &BudgetConfig{RetryPercent: 20}
-		c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1}
-	}
-	old := compile(t, cfg)
-	s1, _ := NewSet(old)
-	reg.AdoptAt(now, s1)
-	for range 10 {
-		old.Limits().Budget().RecordFirstAt(now)
-	}
-	if !old.Limits().Gate().TryAcquire() {
-		t.Fatal("could not take the only slot")
-	}
-
-	fresh := compile(t, func(c *Config) { cfg(c); c.Concurrency.MaxInFlight = 2 })
-	s2, _ := NewSet(fresh)
-	reg.AdoptAt(now, s2)
-	if fresh.Limits() != old.Limits() {
-		t.Fatal("the reloaded policy did not adopt the upstream's state")
-	}
-	if f, _ := fresh.Limits().Budget().CountsAt(now); f != 10 {
-		t.Fatalf("budget after reload counts %d first attempts, want 10", f)
-	}
-	if g := fresh.Limits().Gate(); g.InFlight() != 1 || !g.TryAcquire() || g.TryAcquire() {
-		t.Fatal("gate after reload: want the held slot kept and the new limit of 2 applied")
-	}
-
-	other := compile(t, func(c *Config) { c.Name = "other"; c.Hosts = []string{"other.example"} })
-	s3, _ := NewSet(other)
-	reg.AdoptAt(now, s3)
-	if reg.Get("payments-api") != nil || reg.Get("other") == nil {
-		t.Fatal("the registry did not forget the removed upstream or learn the new one")
-	}
-	noLimits := compile(t, nil)
-	s4, _ := NewSet(noLimits)
-	reg.AdoptAt(now, s4)
-	if noLimits.Limits().Budget() != nil || noLimits.Limits().Gate() != nil {
-		t.Fatal("a policy without budget and concurrency got them")
 	}
 }
 
@@ -238,7 +194,7 @@ func TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			g := admission.NewGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 5, QueueTimeout: time.Second})
+			g := NewGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 5, QueueTimeout: time.Second})
 			if tc.history > 0 {
 				g.Acquire(ctx, clk, time.Minute)
 				g.Release(tc.history)
@@ -249,8 +205,8 @@ func TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testing.T) {
 			got := make(chan error, 1)
 			go func() { _, err := g.Acquire(ctx, clk, tc.maxWait); got <- err }()
 			if tc.shed {
-				if err := <-got; !errors.Is(err, admission.ErrShed) {
-					t.Fatalf("Acquire = %v, want admission.ErrShed at once", err)
+				if err := <-got; !errors.Is(err, ErrShed) {
+					t.Fatalf("Acquire = %v, want ErrShed at once", err)
 				}
 				if g.Queued() != 0 {
 					t.Fatalf("a shed caller is queued")
@@ -266,29 +222,6 @@ func TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testing.T) {
 	}
 }
 
-// TestAdmitGivesTheStartTokenBackWhenTheGateSheds: an attempt shed by the
-// concurrency gate never started, so it does not spend a rate-limit token.
-func TestAdmitGivesTheStartTokenBackWhenTheGateSheds(t *testing.T) {
-	clk := clocktest.NewClock(now)
-	p := compile(t, func(c *Config) {
-		c.RateLimit = &RateLimitConfig{RequestsPerSecond: 1, Burst: 2}
-		c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 0, QueueTimeout: time.Second}
-	})
-	l := p.limits.Load()
-	sleep := func(context.Context, time.Duration) error { t.Fatal("no wait expected"); return nil }
-	held, _, err := l.Admit(context.Background(), clk, sleep, time.Minute)
-	if err != nil {
-		t.Fatalf("first Admit: %v", err)
-	}
-	if _, _, err := l.Admit(context.Background(), clk, sleep, time.Minute); !errors.Is(err, admission.ErrShed) {
-		t.Fatalf("second Admit with the gate full = %v, want admission.ErrShed", err)
-	}
-	if got := l.Limiter().TokensAt(clk.Now()); got != 1 {
-		t.Fatalf("tokens left after the shed = %v, want 1 (the shed attempt's token given back)", got)
-	}
-	held.Release(clk.Now())
-}
-
 // TestLimitsOccupancy: InFlight counts every admitted attempt until it is
 // released, limited upstream or not; Queued counts callers pacing for a start
 // token and callers in the gate's queue (the sidecar's gauges).
@@ -296,7 +229,7 @@ func TestLimitsOccupancy(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("an upstream without limits counts its attempts in flight", func(t *testing.T) {
-		l := admission.New(admission.Settings{})
+		l := New(Settings{})
 		a, _, _ := l.Admit(ctx, clocktest.NewClock(now), nil, time.Second)
 		b, _, _ := l.Admit(ctx, clocktest.NewClock(now), nil, time.Second)
 		if l.InFlight() != 2 || l.Queued() != 0 {
@@ -304,7 +237,7 @@ func TestLimitsOccupancy(t *testing.T) {
 		}
 		a.Release(now)
 		b.Release(now)
-		admission.Ticket{}.Release(now) // a refused attempt's zero ticket holds nothing
+		Ticket{}.Release(now) // a refused attempt's zero ticket holds nothing
 		if l.InFlight() != 0 {
 			t.Fatalf("after release: %d in flight, want 0", l.InFlight())
 		}
@@ -312,7 +245,7 @@ func TestLimitsOccupancy(t *testing.T) {
 
 	t.Run("a caller pacing for a start token is queued, then in flight", func(t *testing.T) {
 		clk := clocktest.NewClock(now)
-		l := admission.New(admission.Settings{RateLimit: &RateLimitConfig{RequestsPerSecond: 1, Burst: 1}})
+		l := New(Settings{RateLimit: &RateLimitConfig{RequestsPerSecond: 1, Burst: 1}})
 		var queuedWhileSleeping int
 		sleep := func(_ context.Context, d time.Duration) error {
 			queuedWhileSleeping = l.Queued()
@@ -330,13 +263,13 @@ func TestLimitsOccupancy(t *testing.T) {
 
 	t.Run("a caller in the gate's queue is queued; a shed caller is neither", func(t *testing.T) {
 		clk := clocktest.NewClock(now)
-		l := admission.New(admission.Settings{Concurrency: &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second}})
+		l := New(Settings{Concurrency: &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second}})
 		held, _, _ := l.Admit(ctx, clk, nil, time.Minute)
-		done := make(chan admission.Ticket)
+		done := make(chan Ticket)
 		go func() { tk, _, _ := l.Admit(ctx, clk, nil, time.Minute); done <- tk }()
 		clocktest.WaitFor(t, "a queued caller", func() bool { return l.Queued() == 1 })
-		if _, _, err := l.Admit(ctx, clk, nil, time.Minute); !errors.Is(err, admission.ErrShed) {
-			t.Fatalf("third caller: %v, want admission.ErrShed (queue full)", err)
+		if _, _, err := l.Admit(ctx, clk, nil, time.Minute); !errors.Is(err, ErrShed) {
+			t.Fatalf("third caller: %v, want ErrShed (queue full)", err)
 		}
 		if l.InFlight() != 1 || l.Queued() != 1 {
 			t.Fatalf("one held, one queued, one shed: %d in flight, %d queued; want 1, 1", l.InFlight(), l.Queued())

@@ -1,9 +1,8 @@
-package retrypolicy
+package admission
 
 import (
 	"context"
 	"errors"
-	"github.com/retrydev/retry-operator/internal/admission"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +19,7 @@ type holdEnd struct {
 // injected clock, is extended but never shortened, and reports its end once.
 func TestPacerHoldStartsAndEndsOnTheClock(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	p := admission.NewPacer()
+	p := NewPacer()
 	ends := make(chan holdEnd, 4)
 	starts := 0
 	onEnd := func(start bool, u time.Time, r HoldReason) {
@@ -82,13 +81,13 @@ func TestPacerWaitsOrAnswersByDeadline(t *testing.T) {
 	}{
 		"a caller with 5s to spare waits for a 3s hold":         {5 * time.Second, nil, true},
 		"a caller with exactly 3s to spare waits":               {3 * time.Second, nil, true},
-		"a caller with 2.9s to spare is answered at once":       {2900 * time.Millisecond, admission.ErrHeld, false},
-		"a caller with no time left at all is answered at once": {0, admission.ErrHeld, false},
+		"a caller with 2.9s to spare is answered at once":       {2900 * time.Millisecond, ErrHeld, false},
+		"a caller with no time left at all is answered at once": {0, ErrHeld, false},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			clk := clocktest.NewClock(now)
-			p := admission.NewPacer()
+			p := NewPacer()
 			p.HoldAt(now, clk, now.Add(3*time.Second), HoldRateLimit, nil)
 			type result struct {
 				until  time.Time
@@ -124,7 +123,7 @@ func TestPacerWaitsOrAnswersByDeadline(t *testing.T) {
 // order they came, each woken by the one before it.
 func TestPacerReleasesInArrivalOrder(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	p := admission.NewPacer()
+	p := NewPacer()
 	p.HoldAt(now, clk, now.Add(time.Second), HoldRateLimit, nil)
 	var mu sync.Mutex
 	var order []int
@@ -160,7 +159,7 @@ func TestPacerReleasesInArrivalOrder(t *testing.T) {
 // the line without blocking the others.
 func TestPacerExtensionRefusesWaitersItMakesLate(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	p := admission.NewPacer()
+	p := NewPacer()
 	p.HoldAt(now, clk, now.Add(time.Second), HoldRateLimit, nil)
 	results := make([]chan error, 3)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -174,8 +173,8 @@ func TestPacerExtensionRefusesWaitersItMakesLate(t *testing.T) {
 		clocktest.WaitFor(t, "the next waiter in line", func() bool { return p.Queued() == i+1 })
 	}
 	p.HoldAt(now, clk, now.Add(10*time.Second), HoldDeferral, nil)
-	if err := <-results[0]; !errors.Is(err, admission.ErrHeld) {
-		t.Fatalf("waiter with 2s after an extension to 10s: %v, want admission.ErrHeld", err)
+	if err := <-results[0]; !errors.Is(err, ErrHeld) {
+		t.Fatalf("waiter with 2s after an extension to 10s: %v, want ErrHeld", err)
 	}
 	cancel()
 	if err := <-results[1]; !errors.Is(err, context.Canceled) {
@@ -187,37 +186,9 @@ func TestPacerExtensionRefusesWaitersItMakesLate(t *testing.T) {
 	}
 }
 
-// TestRegistryKeepsTheHoldAcrossReload: the pacer is part of the upstream's
-// admission.Limits, so a reloaded policy is still held.
-func TestRegistryKeepsTheHoldAcrossReload(t *testing.T) {
-	clk := clocktest.NewClock(now)
-	reg := NewRegistry()
-	paced := func(c *Config) { c.Pacing = PacingConfig{RateLimitHeaders: true} }
-	old := compile(t, paced)
-	s1, _ := NewSet(old)
-	reg.AdoptAt(now, s1)
-	old.Limits().Pacer().HoldAt(now, clk, now.Add(time.Minute), HoldRateLimit, nil)
-
-	fresh := compile(t, func(c *Config) { paced(c); c.MaxAttempts = 2 })
-	s2, _ := NewSet(fresh)
-	reg.AdoptAt(now, s2)
-	if u, r := fresh.Limits().Pacer().Hold(); !u.Equal(now.Add(time.Minute)) || r != HoldRateLimit {
-		t.Fatalf("hold after reload = %v, %v; want now+1m, rate-limit", u, r)
-	}
-	if _, _, err := fresh.Limits().Pacer().Wait(context.Background(), clk, time.Second); !errors.Is(err, admission.ErrHeld) {
-		t.Fatalf("Wait on the reloaded policy = %v, want admission.ErrHeld", err)
-	}
-	off := compile(t, nil)
-	s3, _ := NewSet(off)
-	reg.AdoptAt(now, s3)
-	if off.Limits().Pacer() != nil {
-		t.Fatal("a policy without pacing kept a pacer")
-	}
-}
-
 func TestPacerWaitWithoutHoldDoesNotAllocate(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	p := admission.NewPacer()
+	p := NewPacer()
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(100, func() { p.Wait(ctx, clk, time.Second) }); n != 0 {
 		t.Fatalf("Wait with no hold allocates %v times, want 0", n)
