@@ -1,7 +1,7 @@
 package retrypolicy
 
-// Which test fails when a rule of docs/retry-semantics.md is broken (admission.X is internal/admission's).
-// Each was checked by breaking
+// Which test fails when a rule of docs/retry-semantics.md is broken
+// (admission.X is a test of internal/admission). Each was checked by breaking
 // the rule in the code and watching the test fail (see the closing note of
 // issue 3 for the mutations used).
 //
