@@ -139,9 +139,3 @@ func deepCopyJSON(v any) any {
 	}
 	return v
 }
-
-func setIfNil[T any](p **T, v T) {
-	if *p == nil {
-		*p = &v
-	}
-}
