@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
@@ -65,7 +66,7 @@ type Transport struct {
 	Clock clock.Clock
 	// Sleep waits between attempts; nil means a timer on Clock that ends at once
 	// when the request's context ends.
-	Sleep retrypolicy.Sleeper
+	Sleep func(ctx context.Context, d time.Duration) error
 	// Random returns numbers in [0, 1] for jitter; nil means math/rand/v2.
 	Random func() float64
 	// MaxDrainBytes bounds the drain of a retried response; 0 means
@@ -179,7 +180,7 @@ type call struct {
 	vals     [3]string    // backing of X-Retry-Attempt (first attempt), -Outcome, -Attempts
 	fired    atomic.Int32 // a bound: the attempt's timer sets it from another goroutine
 	firedWhy bound        // fired, read once the attempt's headers or error arrived
-	ticket   retrypolicy.Ticket
+	ticket   admission.Ticket
 
 	// the returned response body
 	rc       io.ReadCloser
@@ -316,7 +317,7 @@ func (c *call) begin(ctx context.Context) {
 // admit clears transmission n for sending (R7, R8, pacing): the caller is still
 // there, the upstream is not held, admission gave a slot within the deadline.
 // It returns the admission time, or done with what the request ends with.
-func (c *call) admit(ctx context.Context, limits *retrypolicy.Limits, n int) (admitted time.Time, resp *http.Response, err error, done bool) {
+func (c *call) admit(ctx context.Context, limits *admission.Limits, n int) (admitted time.Time, resp *http.Response, err error, done bool) {
 	// R8: the caller may have gone during the wait: nothing more is sent.
 	if err := ctx.Err(); err != nil {
 		resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
@@ -328,7 +329,7 @@ func (c *call) admit(ctx context.Context, limits *retrypolicy.Limits, n int) (ad
 	now := c.clk.Now()
 	tk, ra, err := limits.Admit(ctx, c.clk, c.sleep, c.deadline.Sub(now)-c.p.Reserve())
 	if err != nil {
-		if errors.Is(err, retrypolicy.ErrShed) {
+		if errors.Is(err, admission.ErrShed) {
 			resp, err = c.shed(n, ra)
 		} else {
 			resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
@@ -619,7 +620,7 @@ func (c *call) endAttempt() {
 		c.cancel = nil
 	}
 	c.ticket.Release(c.clk.Now())
-	c.ticket = retrypolicy.Ticket{}
+	c.ticket = admission.Ticket{}
 }
 
 // classify says what became of an attempt without a response. An attempt
@@ -713,7 +714,7 @@ func (c *call) finish(resp *http.Response, d retrypolicy.Decision, n int) *http.
 	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil {
 		// An upgraded connection is not an attempt in flight any more.
 		c.ticket.Release(c.clk.Now())
-		c.ticket = retrypolicy.Ticket{}
+		c.ticket = admission.Ticket{}
 		return resp
 	}
 	c.rc = resp.Body
