@@ -54,7 +54,7 @@ func TestCluster(t *testing.T) {
 	must(t, err)
 	_, err = manager.Setup(mgr, manager.SetupOptions{Webhooks: true, Inject: podinject.Config{Image: "retry.dev/retry-sidecar:test",
 		NoProxy: podinject.DefaultNoProxy, Resources: podinject.DefaultResources(),
-		ExcludedNamespaces: []string{"kube-system", defaultOperatorNamespace}}})
+		ExcludedNamespaces: v1alpha1.ExcludedNamespaces(defaultOperatorNamespace)}})
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
