@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/retrydev/retry-operator/internal/polltest"
 )
 
 // The tests drive the real binary, built once, as a forward proxy against real
@@ -331,7 +333,7 @@ func policyHost(t *testing.T, upstreamHost string, withPolicy bool) string {
 // 10s, as waitFor).
 func (u *upstream) waitForArrivals(t *testing.T, n int) {
 	t.Helper()
-	waitFor(t, func() bool { return len(u.got()) >= n })
+	polltest.UntilTrue(t, 10*time.Second, func() bool { return len(u.got()) >= n })
 }
 
 func status(code int, header ...string) func(int, http.ResponseWriter, *http.Request) {
