@@ -330,7 +330,7 @@ func policyHost(t *testing.T, upstreamHost string, withPolicy bool) string {
 }
 
 // waitForArrivals waits until the upstream has received n requests (at most
-// 10s, as waitFor).
+// 10s).
 func (u *upstream) waitForArrivals(t *testing.T, n int) {
 	t.Helper()
 	polltest.UntilTrue(t, 10*time.Second, func() bool { return len(u.got()) >= n })
