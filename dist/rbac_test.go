@@ -29,7 +29,7 @@ var grants = map[string]string{
 	"ClusterRole/retry-operator-manager-role: delete,patch /configmaps [retry-policies]":                                          "",
 	"ClusterRole/retry-operator-manager-role: get,list,watch /namespaces,pods":                                                    "",
 	"ClusterRole/retry-operator-manager-role: create,patch events.k8s.io/events":                                                  "the event recorder patches the series count of an event it created; event names are generated",
-	"ClusterRole/retry-operator-manager-role: get,list,watch policy.retry.dev/retrypolicies":                                      "",
+	"ClusterRole/retry-operator-manager-role: get,list,watch policy.retry.dev/retrypolicies,sharedquotas":                         "",
 	"ClusterRole/retry-operator-manager-role: get,patch policy.retry.dev/retrypolicies/status":                                    "the controller reports the status of every RetryPolicy, whatever its name",
 	"ClusterRole/retry-operator-manager-role: bind,get rbac.authorization.k8s.io/clusterroles [retry-operator-sidecar]":           "",
 	"ClusterRole/retry-operator-manager-role: create rbac.authorization.k8s.io/rolebindings":                                      "",

@@ -775,19 +775,20 @@ func (h *harness) testPrinterColumns(t *testing.T) {
 		t.Errorf("rows = %q, want %q", rows, want)
 	}
 
-	// And kubectl itself, through the category: what a user types.
+	// And kubectl itself, by the short name: what a user types (the category
+	// "retry" also lists SharedQuotas, with kind-prefixed names).
 	user, err := h.env.ControlPlane.AddUser(envtest.User{Name: "printer-columns", Groups: []string{"system:masters"}}, nil)
 	must(t, err)
 	kubectl, err := user.Kubectl()
 	must(t, err)
 	kubectl.Path = filepath.Join(testenv.Assets(t), "kubectl")
-	stdout, stderr, err := kubectl.Run("get", "retry", "-n", ns)
+	stdout, stderr, err := kubectl.Run("get", "rp", "-n", ns)
 	if err != nil {
 		errOut, _ := io.ReadAll(stderr)
-		t.Fatalf("kubectl get retry: %v: %s", err, errOut)
+		t.Fatalf("kubectl get rp: %v: %s", err, errOut)
 	}
 	raw, _ := io.ReadAll(stdout)
-	t.Logf("kubectl get retry -n %s:\n%s", ns, raw)
+	t.Logf("kubectl get rp -n %s:\n%s", ns, raw)
 	var lines []string
 	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
 		f := strings.Fields(l)
@@ -798,7 +799,7 @@ func (h *harness) testPrinterColumns(t *testing.T) {
 		"loser False False 1 0 0",
 		"three True True 3 1 0", // no sidecar answers /config in this namespace
 	}; !slices.Equal(lines, want) {
-		t.Errorf("kubectl get retry:\n%s\nwant (AGE aside):\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+		t.Errorf("kubectl get rp:\n%s\nwant (AGE aside):\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 	if all, _, err := kubectl.Run("get", "rp", "-A"); err == nil { // every namespace of this run, for the log
 		raw, _ := io.ReadAll(all)
