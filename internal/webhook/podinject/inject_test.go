@@ -26,7 +26,7 @@ func testConfig() Config {
 		ImagePullSecrets:   []string{"retry-registry"},
 		NoProxy:            DefaultNoProxy,
 		Resources:          DefaultResources(),
-		ExcludedNamespaces: []string{"kube-system", "retry-operator-system"},
+		ExcludedNamespaces: v1alpha1.ExcludedNamespaces(v1alpha1.OperatorNamespace),
 	}
 }
 
