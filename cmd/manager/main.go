@@ -187,6 +187,7 @@ func run(o options) error {
 	setup := manager.SetupOptions{
 		MaxConcurrentReconciles: o.maxConcurrentReconciles,
 		SidecarClusterRole:      o.sidecarClusterRole,
+		OperatorNamespace:       o.operatorNamespace,
 		Inject:                  injectCfg,
 	}
 	if _, err := manager.Setup(mgr, setup); err != nil {
