@@ -28,6 +28,8 @@ var grants = map[string]string{
 	"ClusterRole/retry-operator-manager-role: create,get,list,watch /configmaps":                                                  "",
 	"ClusterRole/retry-operator-manager-role: delete,patch /configmaps [retry-policies]":                                          "",
 	"ClusterRole/retry-operator-manager-role: get,list,watch /namespaces,pods":                                                    "",
+	"ClusterRole/retry-operator-manager-role: create /secrets":                                                                    "",
+	"ClusterRole/retry-operator-manager-role: delete,get,patch /secrets [retry-quota-credentials]":                                "",
 	"ClusterRole/retry-operator-manager-role: create,patch events.k8s.io/events":                                                  "the event recorder patches the series count of an event it created; event names are generated",
 	"ClusterRole/retry-operator-manager-role: get,list,watch policy.retry.dev/retrypolicies,sharedquotas":                         "",
 	"ClusterRole/retry-operator-manager-role: get,patch policy.retry.dev/retrypolicies/status,sharedquotas/status":                "the controllers report the status of every RetryPolicy and SharedQuota, whatever its name",

@@ -3,11 +3,14 @@ package manager
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -61,6 +64,16 @@ func (h *harness) testSharedQuota(t *testing.T) {
 	must(t, h.c.Update(ctx, &nsB))
 	h.waitAcceptedMessage(t, b, "p", metav1.ConditionTrue, v1alpha1.ReasonValid, "1 upstream(s) accepted")
 
+	// Credentials: each consuming namespace has its own ACL user, limited to
+	// the quota's keys; leaving the consumers revokes it.
+	credsA := h.waitQuotaCredentials(t, a)
+	h.checkQuotaUser(t, store, credsA, "partner-payments", true)
+	credsB := h.waitQuotaCredentials(t, b)
+	if credsB.Username != v1alpha1.QuotaUser(b) || credsB.Password == credsA.Password {
+		t.Errorf("namespace %s got user %s with namespace %s's password; want its own user and password", b, credsB.Username, a)
+	}
+	h.checkQuotaUser(t, store, credsB, "partner-payments", true)
+
 	h.waitQuota(t, "partner-payments", func(st v1alpha1.SharedQuotaStatus) error {
 		want := []v1alpha1.QuotaConsumer{{Namespace: a, Policy: "p", Upstream: "partner"}, {Namespace: b, Policy: "p", Upstream: "partner"}}
 		if diff := cmp.Diff(want, st.Consumers); diff != "" || st.ConsumerCount != 2 || st.DrawingPods != 0 {
@@ -68,6 +81,22 @@ func (h *harness) testSharedQuota(t *testing.T) {
 		}
 		return quotaConditions(st, "True/Valid", "True/Reachable", store.Addr+" answered PING with the admin credentials")
 	})
+
+	must(t, h.c.Get(ctx, types.NamespacedName{Name: b}, &nsB))
+	nsB.Labels["team"] = "search"
+	must(t, h.c.Update(ctx, &nsB))
+	h.waitAcceptedMessage(t, b, "p", metav1.ConditionFalse, v1alpha1.ReasonQuotaNotAllowed,
+		"spec.upstreams[0].quotaRef.name: Forbidden: SharedQuota partner-payments does not admit namespace quota-b: its spec.consumers.namespaceSelector does not select the namespace's labels; generation 1, the last accepted, stays in force")
+	eventually(t, 10*time.Second, func() error {
+		var s corev1.Secret
+		err := h.c.Get(ctx, types.NamespacedName{Namespace: b, Name: v1alpha1.QuotaCredentialsSecretName}, &s)
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Secret %s/%s: %v; want it deleted", b, v1alpha1.QuotaCredentialsSecretName, err)
+		}
+		return nil
+	})
+	h.checkQuotaUser(t, store, credsB, "partner-payments", false)
+	h.checkQuotaUser(t, store, credsA, "partner-payments", true)
 
 	store.Stop()
 	h.waitQuota(t, "partner-payments", func(st v1alpha1.SharedQuotaStatus) error {
@@ -121,6 +150,51 @@ func (h *harness) waitAcceptedMessage(t *testing.T, ns, name string, status meta
 		c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		if c == nil || c.Status != status || c.Reason != string(reason) || c.Message != msg || c.ObservedGeneration != p.Generation {
 			return fmt.Errorf("Accepted = %+v, want %s/%s %q", c, status, reason, msg)
+		}
+		return nil
+	})
+}
+
+// waitQuotaCredentials waits for the namespace's credentials Secret and
+// returns what it holds.
+func (h *harness) waitQuotaCredentials(t *testing.T, ns string) policyset.Credentials {
+	t.Helper()
+	var creds policyset.Credentials
+	eventually(t, 10*time.Second, func() error {
+		var s corev1.Secret
+		if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.QuotaCredentialsSecretName}, &s); err != nil {
+			return err
+		}
+		var err error
+		creds, err = policyset.ParseCredentials(s.Data[v1alpha1.QuotaCredentialsSecretKey])
+		if err == nil && creds.Username != v1alpha1.QuotaUser(ns) {
+			err = fmt.Errorf("username %q, want %q", creds.Username, v1alpha1.QuotaUser(ns))
+		}
+		return err
+	})
+	return creds
+}
+
+// checkQuotaUser checks that creds authenticate on store and reach the
+// quota's keys and no other (usable), or that they no longer authenticate.
+func (h *harness) checkQuotaUser(t *testing.T, store *redistest.Server, creds policyset.Credentials, quota string, usable bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	eventually(t, 10*time.Second, func() error {
+		c := redis.NewClient(&redis.Options{Addr: store.Addr, Username: creds.Username, Password: creds.Password, MaxRetries: -1, DisableIdentity: true})
+		defer c.Close()
+		err := c.HSet(ctx, v1alpha1.QuotaKeys(quota)+"tokens", "n", 1).Err()
+		switch {
+		case usable && err != nil:
+			return fmt.Errorf("HSET on the quota's keys as %s: %v", creds.Username, err)
+		case !usable && (err == nil || !strings.HasPrefix(err.Error(), "WRONGPASS")):
+			return fmt.Errorf("HSET as the revoked %s: %v, want WRONGPASS", creds.Username, err)
+		case !usable:
+			return nil
+		}
+		if err := c.HSet(ctx, v1alpha1.QuotaKeys("other")+"tokens", "n", 1).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+			return fmt.Errorf("HSET on another quota's keys as %s: %v, want NOPERM", creds.Username, err)
 		}
 		return nil
 	})

@@ -75,8 +75,10 @@ func Options(o ctrl.Options) ctrl.Options {
 // Setup adds the RetryPolicy reconciler to mgr, and the webhooks when
 // o.Webhooks. It returns the reconciler (tests call it directly).
 func Setup(mgr ctrl.Manager, o SetupOptions) (*controller.RetryPolicyReconciler, error) {
+	admin := quotastore.Admin{Reader: mgr.GetAPIReader(), Namespace: cmp.Or(o.OperatorNamespace, v1alpha1.OperatorNamespace)}
 	rec := &controller.RetryPolicyReconciler{
 		Client:                  mgr.GetClient(),
+		QuotaStore:              admin,
 		Reader:                  mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("retrypolicy-controller"),
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
@@ -88,7 +90,7 @@ func Setup(mgr ctrl.Manager, o SetupOptions) (*controller.RetryPolicyReconciler,
 	}
 	quotas := &controller.SharedQuotaReconciler{
 		Client:       mgr.GetClient(),
-		Store:        quotastore.Admin{Reader: mgr.GetAPIReader(), Namespace: cmp.Or(o.OperatorNamespace, v1alpha1.OperatorNamespace)},
+		Store:        admin,
 		Recorder:     mgr.GetEventRecorder("sharedquota-controller"),
 		StoreRecheck: o.StoreRecheck,
 	}
