@@ -14,9 +14,9 @@ import (
 	"sync"
 
 	"github.com/retrydev/retry-operator/internal/tracing"
+	"github.com/retrydev/retry-operator/pkg/retryotel"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
-	"github.com/retrydev/retry-operator/pkg/retryotel"
 )
 
 // Proxy is the forward proxy handler. It accepts

@@ -37,6 +37,12 @@ const (
 	ProtocolGRPC = "grpc"
 )
 
+// DefaultQueueSize is the export queue's length unless OTEL_BSP_MAX_QUEUE_SIZE
+// sets it: four times the SDK's 2048, so a second of 5,000 sampled requests/s
+// (two spans each) rides out an export that takes 0.8 s
+// (docs/observability.md#cost).
+const DefaultQueueSize = 8192
+
 // Config is what the environment asks for.
 type Config struct {
 	// Enabled: an OTLP endpoint is set, and neither OTEL_SDK_DISABLED=true nor
@@ -82,7 +88,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	c.Sampler = s
-	q := QueueConfig{Size: 2048, BatchSize: 512, ScheduleDelay: 5 * time.Second, ExportTimeout: 30 * time.Second}
+	q := QueueConfig{Size: DefaultQueueSize, BatchSize: 512, ScheduleDelay: 5 * time.Second, ExportTimeout: 30 * time.Second}
 	for _, v := range []struct {
 		name string
 		n    *int

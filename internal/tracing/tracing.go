@@ -37,8 +37,10 @@ func New(ctx context.Context, c Config, counters Counters) (*Tracing, error) {
 	if !c.Enabled {
 		return nil, nil
 	}
-	var exp sdktrace.SpanExporter
-	var err error
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
 	if c.Protocol == ProtocolGRPC {
 		exp, err = otlptracegrpc.New(ctx)
 	} else {
@@ -47,6 +49,11 @@ func New(ctx context.Context, c Config, counters Counters) (*Tracing, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newWithExporter(ctx, c, exp, counters)
+}
+
+// newWithExporter is New over exp.
+func newWithExporter(ctx context.Context, c Config, exp sdktrace.SpanExporter, counters Counters) (*Tracing, error) {
 	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", DefaultServiceName)),
 		resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil {

@@ -35,7 +35,7 @@ const (
 
 	// The event of every wait, on the request span; its timestamp is the start
 	// of the wait.
-	EventWait = "retry.wait"
+	EventWait  = "retry.wait"
 	AttrDelay  = attribute.Key("retry.delay")  // seconds
 	AttrReason = attribute.Key("retry.reason") // one of the Reason values
 
