@@ -59,23 +59,23 @@ func TestFromPolicyYAMLConvertsEveryField(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := retrypolicy.Config{
-		Name:                  "payments-api",
-		Hosts:                 []string{"api.partner.example:8443", "payments.shop.svc"},
-		MaxAttempts:           4,
-		Deadline:              30 * time.Second,
-		PerTryTimeout:         5 * time.Second,
-		Backoff:               retrypolicy.Backoff{Base: time.Second, Max: 8 * time.Second, Jitter: retrypolicy.JitterEqual},
-		RetryOnStatus:         []int{429, 503},
-		RetryOnConnectFailure: true,
-		ReplayableMethods:     []string{"GET", "HEAD", "OPTIONS"},
-		IdempotencyKeyHeader:  "Idempotency-Key",
-		MaxReplayBodyBytes:    65536,
-		RetryAfterMaxWait:     30 * time.Second,
-		RetryAfterSpread:      time.Second,
-		Budget:                &retrypolicy.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10},
-		RateLimit:             &retrypolicy.RateLimitConfig{RequestsPerSecond: 1.5, Burst: 3},
-		Concurrency:           &retrypolicy.ConcurrencyConfig{MaxInFlight: 3, MaxQueued: 10, QueueTimeout: time.Second},
-		Pacing:                retrypolicy.PacingConfig{RateLimitHeaders: true},
+		Name:                 "payments-api",
+		Hosts:                []string{"api.partner.example:8443", "payments.shop.svc"},
+		MaxAttempts:          4,
+		Deadline:             30 * time.Second,
+		PerTryTimeout:        5 * time.Second,
+		Backoff:              retrypolicy.Backoff{Base: time.Second, Max: 8 * time.Second, Jitter: retrypolicy.JitterEqual},
+		RetryOnStatus:        []int{429, 503},
+		RetryOn:              retrypolicy.RetryConnectFailure | retrypolicy.RetryResetBeforeHeaders,
+		ReplayableMethods:    []string{"GET", "HEAD", "OPTIONS"},
+		IdempotencyKeyHeader: "Idempotency-Key",
+		MaxReplayBodyBytes:   65536,
+		RetryAfterMaxWait:    30 * time.Second,
+		RetryAfterSpread:     time.Second,
+		Budget:               &retrypolicy.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10},
+		RateLimit:            &retrypolicy.RateLimitConfig{RequestsPerSecond: 1.5, Burst: 3},
+		Concurrency:          &retrypolicy.ConcurrencyConfig{MaxInFlight: 3, MaxQueued: 10, QueueTimeout: time.Second},
+		Pacing:               retrypolicy.PacingConfig{RateLimitHeaders: true},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ToConfig (-want +got):\n%s", diff)
@@ -101,7 +101,7 @@ func TestFromPolicyYAMLRejectsWhatTheAPIRejects(t *testing.T) {
 		},
 		"another kind is refused": {
 			yaml: "apiVersion: v1\nkind: Secret\nmetadata: {name: p}\n",
-			want: `document 0: apiVersion/kind is "v1"/"Secret"; want policy.retry.dev/v1alpha1/RetryPolicy (or v1/ConfigMap for a CA)`,
+			want: `document 0: apiVersion/kind is "v1"/"Secret"; want policy.retry.dev/v1alpha1/RetryPolicy (or policy.retry.dev/v1alpha1/SharedQuota, or v1/ConfigMap for a CA)`,
 		},
 		"a caCertificateRef without its ConfigMap names the ref and the way out": {
 			yaml: "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], tls: {caCertificateRefs: [{name: partner-ca}]}}\n",
