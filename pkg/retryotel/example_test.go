@@ -10,9 +10,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/retrydev/retry-operator/pkg/retryotel"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
-	"github.com/retrydev/retry-operator/pkg/retryotel"
 )
 
 // An in-process retryhttp.Transport traced through a TracerProvider: one
