@@ -18,12 +18,17 @@ const (
 // queue is a span processor with a bounded queue, like the SDK's batch
 // processor but counting what it drops: a span that ends when the queue is
 // full is dropped at once, so a collector that is down or slow never blocks
-// a request. One goroutine exports batches of BatchSize, or what is there
-// every ScheduleDelay.
+// a request. Ending a span takes a lock and an append; the exporting
+// goroutine is woken only when a batch is full (or every ScheduleDelay), not
+// per span, which would cost each request a wake-up.
 type queue struct {
-	exp      sdktrace.SpanExporter
-	cfg      QueueConfig
-	spans    chan sdktrace.ReadOnlySpan
+	exp sdktrace.SpanExporter
+	cfg QueueConfig
+
+	mu    sync.Mutex
+	spans []sdktrace.ReadOnlySpan // waiting, at most cfg.Size
+
+	full     chan struct{} // a batch is waiting (capacity 1)
 	flush    chan chan struct{}
 	stop     chan struct{}
 	done     chan struct{}
@@ -34,8 +39,8 @@ type queue struct {
 }
 
 func newQueue(exp sdktrace.SpanExporter, cfg QueueConfig, dropped func(string, int), exported func(int)) *queue {
-	q := &queue{exp: exp, cfg: cfg, spans: make(chan sdktrace.ReadOnlySpan, cfg.Size),
-		flush: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+	q := &queue{exp: exp, cfg: cfg, spans: make([]sdktrace.ReadOnlySpan, 0, cfg.Size),
+		full: make(chan struct{}, 1), flush: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 		dropped: dropped, exported: exported}
 	go q.run()
 	return q
@@ -49,56 +54,62 @@ func (q *queue) OnEnd(s sdktrace.ReadOnlySpan) {
 	if !s.SpanContext().IsSampled() {
 		return
 	}
-	select {
-	case q.spans <- s:
-	default:
+	q.mu.Lock()
+	if len(q.spans) >= q.cfg.Size {
+		q.mu.Unlock()
 		q.dropped(DropQueueFull, 1)
+		return
+	}
+	q.spans = append(q.spans, s)
+	n := len(q.spans)
+	q.mu.Unlock()
+	if n%q.cfg.BatchSize == 0 {
+		select {
+		case q.full <- struct{}{}:
+		default: // already signalled
+		}
 	}
 }
 
 func (q *queue) run() {
 	defer close(q.done)
-	batch := make([]sdktrace.ReadOnlySpan, 0, q.cfg.BatchSize)
+	spare := make([]sdktrace.ReadOnlySpan, 0, q.cfg.Size)
 	tick := time.NewTicker(q.cfg.ScheduleDelay)
 	defer tick.Stop()
 	for {
 		select {
-		case s := <-q.spans:
-			if batch = append(batch, s); len(batch) >= q.cfg.BatchSize {
-				batch = q.export(batch)
-			}
+		case <-q.full:
+			spare = q.exportQueued(spare)
 		case <-tick.C:
-			batch = q.export(batch)
+			spare = q.exportQueued(spare)
 		case ack := <-q.flush:
-			batch = q.exportQueued(batch)
+			spare = q.exportQueued(spare)
 			close(ack)
 		case <-q.stop:
-			q.exportQueued(batch)
+			q.exportQueued(spare)
 			return
 		}
 	}
 }
 
-// exportQueued exports batch and every span queued now.
-func (q *queue) exportQueued(batch []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
-	for {
-		select {
-		case s := <-q.spans:
-			if batch = append(batch, s); len(batch) >= q.cfg.BatchSize {
-				batch = q.export(batch)
-			}
-		default:
-			return q.export(batch)
-		}
+// exportQueued takes every waiting span (leaving spare, emptied, in its
+// place) and exports them in batches; it returns the emptied slice for reuse.
+func (q *queue) exportQueued(spare []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
+	q.mu.Lock()
+	taken := q.spans
+	q.spans = spare[:0]
+	q.mu.Unlock()
+	for rest := taken; len(rest) > 0; {
+		n := min(len(rest), q.cfg.BatchSize)
+		q.export(rest[:n])
+		rest = rest[n:]
 	}
+	clear(taken)
+	return taken[:0]
 }
 
-// export sends batch, counting it as exported or dropped, and returns it
-// emptied for reuse.
-func (q *queue) export(batch []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
-	if len(batch) == 0 {
-		return batch
-	}
+// export sends batch, counting it as exported or dropped.
+func (q *queue) export(batch []sdktrace.ReadOnlySpan) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.ExportTimeout)
 	err := q.exp.ExportSpans(ctx, batch)
 	cancel()
@@ -107,8 +118,6 @@ func (q *queue) export(batch []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
 	} else {
 		q.exported(len(batch))
 	}
-	clear(batch)
-	return batch[:0]
 }
 
 // ForceFlush implements sdktrace.SpanProcessor: it exports what is queued.

@@ -162,13 +162,15 @@ func (r *Request) received(resp *http.Response, err error) {
 		return
 	}
 	if resp != nil {
-		span.SetAttributes(AttrStatus.Int(resp.StatusCode))
+		var buf [3]attribute.KeyValue
+		attrs := append(buf[:0], AttrStatus.Int(resp.StatusCode))
 		if v := resp.Header["Server"]; len(v) > 0 {
-			span.SetAttributes(AttrHeaderServer.StringSlice(v))
+			attrs = append(attrs, AttrHeaderServer.StringSlice(v))
 		}
 		if v := resp.Header["Via"]; len(v) > 0 {
-			span.SetAttributes(AttrHeaderVia.StringSlice(v))
+			attrs = append(attrs, AttrHeaderVia.StringSlice(v))
 		}
+		span.SetAttributes(attrs...)
 	}
 	if r.policy {
 		return
@@ -204,7 +206,6 @@ func (t *Tracer) Observe(e retryhttp.Event) {
 	if r == nil {
 		return
 	}
-	now := time.Now()
 	switch e.Kind {
 	case retryhttp.EventAttempt:
 		if r.attempt != nil {
@@ -213,16 +214,16 @@ func (t *Tracer) Observe(e retryhttp.Event) {
 			r.localAnswer(e.Outcome) // refused by admission: shed
 		}
 		if e.Action == retrypolicy.Retry {
-			r.wait(now, e.Delay, retryReason(e.RetryAfter))
+			r.wait(time.Now(), e.Delay, retryReason(e.RetryAfter))
 		}
 	case retryhttp.EventHeld:
 		if e.Outcome == "" {
-			r.wait(now.Add(-e.Delay), e.Delay, ReasonPacing)
+			r.wait(time.Now().Add(-e.Delay), e.Delay, ReasonPacing)
 		} else {
 			r.localAnswer(e.Outcome)
 		}
 	case retryhttp.EventAdmitted:
-		start := now.Add(-e.Delay - e.QueueDelay)
+		start := time.Now().Add(-e.Delay - e.QueueDelay)
 		if e.Delay > 0 {
 			r.wait(start, e.Delay, ReasonRateLimit)
 		}
