@@ -70,6 +70,16 @@ func (r *Reloader) policy(rt routing, req *http.Request) *retrypolicy.Policy {
 	return rt.match(c.Set, req)
 }
 
+// PolicyName is the RetryPolicy (namespace/name) of p in the configuration
+// in force, or "".
+func (r *Reloader) PolicyName(p *retrypolicy.Policy) string {
+	c := r.current.Load()
+	if c == nil {
+		return ""
+	}
+	return c.policies[p.Name()]
+}
+
 // tlsUpstream is the TLS origination of the request's upstream, as rt names
 // it, in the configuration in force, or nil (one load: policy and origination
 // agree).

@@ -33,7 +33,7 @@ func (c *call) awaitHold(ctx context.Context, n int) (*http.Response, error) {
 		return c.fail(retrypolicy.OutcomeCanceled, n-1, err)
 	case queued:
 		if o := c.t.Observer; o != nil {
-			o.Observe(Event{Kind: EventHeld, RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
+			o.Observe(Event{Kind: EventHeld, Context: c.req.Context(), RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
 				Path: c.req.URL.Path, Attempt: n - 1, Delay: c.clk.Now().Sub(start)})
 		}
 	}
@@ -91,7 +91,7 @@ func (c *call) answerHeld(n int, until time.Time) *http.Response {
 		"retry: upstream quota exhausted; request not sent before X-Retry-Not-Before\n", secs,
 		HeaderOutcome, string(retrypolicy.OutcomeDeferred), HeaderNotBefore, retrypolicy.FormatNotBefore(notBefore))
 	if o := c.t.Observer; o != nil {
-		o.Observe(Event{Kind: EventHeld, RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
+		o.Observe(Event{Kind: EventHeld, Context: c.req.Context(), RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
 			Path: c.req.URL.Path, Attempt: n - 1, Outcome: retrypolicy.OutcomeDeferred, NotBefore: notBefore})
 	}
 	c.observeOutcome(retrypolicy.OutcomeDeferred, n-1, resp.StatusCode, notBefore)
