@@ -246,7 +246,7 @@ func (m *Metrics) Observe(e retryhttp.Event) {
 		if e.Action == retrypolicy.Retry {
 			u.delay.Observe(e.Delay.Seconds())
 		}
-		if e.RetryAfter == "malformed" {
+		if e.RetryAfter == retryhttp.RetryAfterMalformed {
 			m.retryAfterFailures.WithLabelValues(e.Upstream, e.RetryAfterReason).Inc()
 		}
 		if e.HasSkew {

@@ -379,7 +379,7 @@ func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error
 		return a, ev
 	}
 	a.Status = resp.StatusCode
-	ev.RetryAfter = "absent"
+	ev.RetryAfter = RetryAfterAbsent
 	date := firstValue(resp.Header["Date"])
 	if date != "" {
 		// R1: the skew is reported whenever the response is dated.
@@ -389,10 +389,10 @@ func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error
 		h, perr := retrypolicy.ParseRetryAfter(v[0], received, date)
 		var pe *retrypolicy.ParseError
 		if errors.As(perr, &pe) {
-			ev.RetryAfter, ev.RetryAfterReason = "malformed", pe.Reason
+			ev.RetryAfter, ev.RetryAfterReason = RetryAfterMalformed, pe.Reason
 		} else {
 			a.Hint, a.HasHint = h, true
-			ev.RetryAfter = h.Form.String()
+			ev.RetryAfter = RetryAfterParse(h.Form.String())
 		}
 	}
 	return a, ev
