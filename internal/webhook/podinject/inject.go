@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,12 +45,18 @@ const (
 	APIVolume       = "retry-sidecar-api"
 	APIDir          = "/var/run/secrets/retry.dev/serviceaccount"
 	apiTokenSeconds = 3600
-	rootCAConfigMap = "kube-root-ca.crt"
-	sidecarUID      = redirect.DefaultExcludeUID
-	DefaultNoProxy  = "localhost,127.0.0.1,::1,kubernetes.default.svc"
-	DefaultImage    = "retry.dev/retry-sidecar:dev"
-	memoryLimitEnv  = "GOMEMLIMIT"
-	maxProcsEnv     = "GOMAXPROCS"
+	// QuotaCredentialsVolume is the Secret v1alpha1.QuotaCredentialsSecretName
+	// (the namespace's Redis ACL user for SharedQuotas, docs/quota.md), mounted
+	// at v1alpha1.QuotaCredentialsDir into the retry-sidecar container only.
+	// Optional: most namespaces use no quota, and the kubelet fills the volume
+	// in once the manager creates the Secret.
+	QuotaCredentialsVolume = "retry-sidecar-quota"
+	rootCAConfigMap        = "kube-root-ca.crt"
+	sidecarUID             = redirect.DefaultExcludeUID
+	DefaultNoProxy         = "localhost,127.0.0.1,::1,kubernetes.default.svc"
+	DefaultImage           = "retry.dev/retry-sidecar:dev"
+	memoryLimitEnv         = "GOMEMLIMIT"
+	maxProcsEnv            = "GOMAXPROCS"
 	// defaultMaxProcs bounds the sidecar's Go scheduler when its container has
 	// no CPU limit (with one, the runtime follows the limit): on a large node
 	// the runtime would otherwise run one scheduler thread per node CPU for a
@@ -105,6 +112,37 @@ type Config struct {
 	// binds it to the API server's own audience (its --api-audiences), the only
 	// one the API server accepts unless configured otherwise.
 	TokenAudience string
+	// Tracing, when its endpoint is set, makes every injected sidecar export
+	// its spans (docs/observability.md#tracing).
+	Tracing Tracing
+}
+
+// Tracing is what the injector gives sidecars of the manager's
+// --tracing-otlp-endpoint and --tracing-sampling-ratio: the standard
+// OpenTelemetry environment variables, which the sidecar alone reads.
+type Tracing struct {
+	// OTLPEndpoint is the collector's OTLP/HTTP base URL
+	// (OTEL_EXPORTER_OTLP_ENDPOINT); empty: tracing off, nothing is set.
+	OTLPEndpoint string
+	// SamplingRatio of the requests that arrive without a sampled parent
+	// (OTEL_TRACES_SAMPLER parentbased_traceidratio): 0 to 1.
+	SamplingRatio float64
+}
+
+// TracingServiceName is the service.name of the sidecars' spans.
+const TracingServiceName = "retry-sidecar"
+
+// env is the sidecar's OpenTelemetry environment (none when tracing is off).
+func (t Tracing) env() []corev1.EnvVar {
+	if t.OTLPEndpoint == "" {
+		return nil
+	}
+	return []corev1.EnvVar{
+		{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: t.OTLPEndpoint},
+		{Name: "OTEL_TRACES_SAMPLER", Value: "parentbased_traceidratio"},
+		{Name: "OTEL_TRACES_SAMPLER_ARG", Value: strconv.FormatFloat(t.SamplingRatio, 'g', -1, 64)},
+		{Name: "OTEL_SERVICE_NAME", Value: TracingServiceName},
+	}
 }
 
 // DefaultResources: sized for the targets of docs/performance.md (≤ 50 MiB at 2,000 req/s)
@@ -170,6 +208,8 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 //     exists) and the pod's labels (downward API) mounted read-only;
 //   - the sidecar's own API credentials (APIVolume), in the sidecar only, so
 //     it watches retry-policies through the API server (docs/fleet.md);
+//   - the namespace's quota store credentials (QuotaCredentialsVolume,
+//     optional), in the sidecar only (docs/quota.md);
 //   - ImagePullSecrets, for the sidecar's image;
 //   - ModeEnvironment: the proxy environment of every runtime (setProxyEnv)
 //     on every app container that has not chosen its own proxy;
@@ -233,7 +273,7 @@ func (c Config) sidecarContainer(res corev1.ResourceRequirements) corev1.Contain
 			"--pod-labels=" + PodLabelsFile,
 			"--api-credentials-dir=" + APIDir,
 		},
-		Env:           sidecarEnv(res),
+		Env:           append(sidecarEnv(res), c.Tracing.env()...),
 		Ports:         []corev1.ContainerPort{{Name: StatsPortName, ContainerPort: v1alpha1.StatsPort, Protocol: corev1.ProtocolTCP}},
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		// The startup probe gates the app containers (a native sidecar counts as
@@ -256,6 +296,7 @@ func (c Config) sidecarContainer(res corev1.ResourceRequirements) corev1.Contain
 			{Name: PoliciesVolume, MountPath: PoliciesDir, ReadOnly: true},
 			{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
 			{Name: APIVolume, MountPath: APIDir, ReadOnly: true},
+			{Name: QuotaCredentialsVolume, MountPath: v1alpha1.QuotaCredentialsDir, ReadOnly: true},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
@@ -286,7 +327,8 @@ func (c Config) addImagePullSecrets(spec *corev1.PodSpec) {
 
 // addSidecarVolumes adds the sidecar's volumes: the retry-policies ConfigMap
 // (optional: the pod starts before any policy exists), the pod's labels
-// (downward API) and the sidecar's own API credentials (APIVolume).
+// (downward API), the sidecar's own API credentials (APIVolume) and the
+// namespace's quota store credentials (QuotaCredentialsVolume).
 func (c Config) addSidecarVolumes(spec *corev1.PodSpec) {
 	addVolume(spec, corev1.Volume{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -309,6 +351,13 @@ func (c Config) addSidecarVolumes(spec *corev1.PodSpec) {
 				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
 					Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
 			},
+		}}})
+	addVolume(spec, corev1.Volume{Name: QuotaCredentialsVolume, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{
+			SecretName:  v1alpha1.QuotaCredentialsSecretName,
+			Items:       []corev1.KeyToPath{{Key: v1alpha1.QuotaCredentialsSecretKey, Path: v1alpha1.QuotaCredentialsSecretKey}},
+			DefaultMode: ptr.To[int32](0o444),
+			Optional:    ptr.To(true),
 		}}})
 }
 

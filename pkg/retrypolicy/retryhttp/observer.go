@@ -24,6 +24,10 @@ const (
 	// EventHeld: a request met a hold: it waited Delay in line (Outcome empty) or
 	// was answered locally at once (Outcome deferred, NotBefore the hold's end).
 	EventHeld
+	// EventAdmitted: transmission Attempt+1 waited for admission (R7) before
+	// it could start: Delay for a start token of the rate limit, QueueDelay in
+	// the concurrency queue. Sent only when it waited.
+	EventAdmitted
 )
 
 func (k EventKind) String() string {
@@ -36,6 +40,8 @@ func (k EventKind) String() string {
 		return "hold-end"
 	case EventHeld:
 		return "held"
+	case EventAdmitted:
+		return "admitted"
 	}
 	return "attempt"
 }
@@ -56,6 +62,10 @@ const (
 // *url.Error repeats the full URL), so an Observer cannot leak them by accident.
 type Event struct {
 	Kind EventKind
+	// Context is the logical request's context (nil on hold start and end
+	// events): an Observer that keeps state per request finds it there
+	// (pkg/retryotel's spans). Nothing of the request is read from it here.
+	Context context.Context
 	// RequestID is the X-Request-Id of the request, else one generated per
 	// logical request.
 	RequestID string
@@ -99,6 +109,8 @@ type Event struct {
 	RateLimitReason    string
 	// HoldReason is why the upstream is held (hold events).
 	HoldReason retrypolicy.HoldReason
+	// QueueDelay is the time spent in the concurrency queue (admitted events).
+	QueueDelay time.Duration
 }
 
 // Observer receives one event per attempt decision and one per outcome. It is
@@ -139,7 +151,7 @@ func NewSlogObserver(l *slog.Logger) *SlogObserver {
 // Observe implements Observer.
 func (o *SlogObserver) Observe(e Event) {
 	switch e.Kind {
-	case EventHeld:
+	case EventHeld, EventAdmitted:
 		return // the request's outcome line says it; metrics count it
 	case EventHoldStart, EventHoldEnd:
 		o.observeHold(e)
