@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/policyset/policysettest"
 	"github.com/retrydev/retry-operator/internal/polltest"
 )
 
@@ -455,15 +456,7 @@ func TestConfigDirFollowsKubeletSwapsAndPodLabels(t *testing.T) {
 			"  podSelector: {matchLabels: {app: a}}\n---\n" +
 			policyYAML("b", "up-b", up.host(), fields("maxAttempts: "+itoa(attemptsB))...) +
 			"  podSelector: {matchLabels: {app: b}}\n"
-		d, err := policyset.FromPolicyYAML([]byte(y))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := policyset.Marshal(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
+		return policysettest.Rendered(t, y, 0)
 	}
 	cmDir, labelsDir := t.TempDir(), t.TempDir()
 	kubeletWrite(t, cmDir, map[string]string{"policies.json": doc(2, 4)})
@@ -615,18 +608,9 @@ func TestStatsPortServesMetricsAndConfigOnEveryInterface(t *testing.T) {
 			<-release
 		}
 	})
-	d, err := policyset.FromPolicyYAML([]byte(policyYAML("p", "up", up.host(),
-		fields("concurrency: {maxInFlight: 1, maxQueued: 1, queueTimeout: 5s}")...)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The manager stamps a revision on the document; /config echoes it.
-	d.Revision = 7
-	rendered, err := policyset.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	withRevision := string(rendered)
+	withRevision := policysettest.Rendered(t, policyYAML("p", "up", up.host(),
+		fields("concurrency: {maxInFlight: 1, maxQueued: 1, queueTimeout: 5s}")...), 7)
 	dir := t.TempDir()
 	kubeletWrite(t, dir, map[string]string{"policies.json": withRevision})
 	s := startSidecar(t, "--config-dir="+dir, "--stats-listen=:0")

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/policyset/policysettest"
 	"github.com/retrydev/retry-operator/internal/polltest"
 	"github.com/retrydev/retry-operator/internal/testenv"
 )
@@ -38,7 +38,7 @@ func TestAPIWatchResumesWithoutListingAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName},
-		Data: map[string]string{v1alpha1.PoliciesConfigMapKey: renderedRevision(t, r1)}}
+		Data: map[string]string{v1alpha1.PoliciesConfigMapKey: policysettest.Rendered(t, policyYAML("a.example", ""), r1)}}
 	cm, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestAPIWatchResumesWithoutListingAgain(t *testing.T) {
 	polltest.UntilTrue(t, 5*time.Second, revision(r1))
 	polltest.UntilTrue(t, 10*time.Second, func() bool { return watches.Load() >= 4 })
 
-	cm.Data[v1alpha1.PoliciesConfigMapKey] = renderedRevision(t, r2)
+	cm.Data[v1alpha1.PoliciesConfigMapKey] = policysettest.Rendered(t, policyYAML("a.example", ""), r2)
 	if _, err := cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -78,21 +78,6 @@ func TestAPIWatchResumesWithoutListingAgain(t *testing.T) {
 	if c := reloader.Current(); c.Source != SourceAPI {
 		t.Errorf("configuration from %q, want %q", c.Source, SourceAPI)
 	}
-}
-
-// renderedRevision is policies.json with one policy, at revision rev.
-func renderedRevision(t *testing.T, rev int64) string {
-	t.Helper()
-	d, err := policyset.FromPolicyYAML([]byte(policyYAML("a.example", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Revision = rev
-	b, err := policyset.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // countingClient is a core/v1 REST client of cfg, as NewAPIWatch builds one,
