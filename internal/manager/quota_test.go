@@ -22,7 +22,8 @@ import (
 	"github.com/retrydev/retry-operator/internal/redistest"
 )
 
-// testSharedQuota: a quotaRef is InvalidRef until the SharedQuota exists,
+// testSharedQuota: the webhook rejects an invalid quota; a quotaRef is
+// InvalidRef until the SharedQuota exists,
 // QuotaNotAllowed in a namespace its selector does not select until the
 // namespace is relabelled; the quota reports Ready, StoreReachable (against a
 // real redis-server, stopped and restarted), and its consumers.
@@ -44,6 +45,13 @@ func (h *harness) testSharedQuota(t *testing.T) {
 		Consumers: &v1alpha1.QuotaConsumers{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "payments"}}},
 		Store:     v1alpha1.QuotaStore{Redis: v1alpha1.RedisStore{Address: store.Addr, CredentialsSecretRef: &v1alpha1.SecretRef{Name: "quota-redis"}}},
 	}}
+	// The webhook applies the rules CEL cannot express, naming the field.
+	bad := q.DeepCopy()
+	bad.Spec.Store.Redis.Address = "redis.svc"
+	if err := h.c.Create(ctx, bad); err == nil || !strings.Contains(err.Error(),
+		`spec.store.redis.address: Invalid value: "redis.svc": must be host:port, such as redis.retry-operator-system.svc:6379, 10.0.0.7:6379 or [fd00::7]:6379`) {
+		t.Fatalf("creating a quota whose address has no port: %v; want the webhook's field error", err)
+	}
 	must(t, h.c.Create(ctx, q))
 	t.Cleanup(func() { _ = h.c.Delete(context.Background(), q) })
 	h.waitAcceptedMessage(t, a, "p", metav1.ConditionTrue, v1alpha1.ReasonValid, "1 upstream(s) accepted")
