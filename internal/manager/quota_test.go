@@ -99,7 +99,7 @@ func (h *harness) testSharedQuota(t *testing.T) {
 		var s corev1.Secret
 		err := h.c.Get(ctx, types.NamespacedName{Namespace: b, Name: v1alpha1.QuotaCredentialsSecretName}, &s)
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("Secret %s/%s: %v; want it deleted", b, v1alpha1.QuotaCredentialsSecretName, err)
+			return fmt.Errorf("Secret %s/%s: %w; want it deleted", b, v1alpha1.QuotaCredentialsSecretName, err)
 		}
 		return nil
 	})
@@ -195,14 +195,14 @@ func (h *harness) checkQuotaUser(t *testing.T, store *redistest.Server, creds po
 		err := c.HSet(ctx, v1alpha1.QuotaKeys(quota)+"tokens", "n", 1).Err()
 		switch {
 		case usable && err != nil:
-			return fmt.Errorf("HSET on the quota's keys as %s: %v", creds.Username, err)
+			return fmt.Errorf("HSET on the quota's keys as %s: %w", creds.Username, err)
 		case !usable && (err == nil || !strings.HasPrefix(err.Error(), "WRONGPASS")):
-			return fmt.Errorf("HSET as the revoked %s: %v, want WRONGPASS", creds.Username, err)
+			return fmt.Errorf("HSET as the revoked %s: %w, want WRONGPASS", creds.Username, err)
 		case !usable:
 			return nil
 		}
 		if err := c.HSet(ctx, v1alpha1.QuotaKeys("other")+"tokens", "n", 1).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
-			return fmt.Errorf("HSET on another quota's keys as %s: %v, want NOPERM", creds.Username, err)
+			return fmt.Errorf("HSET on another quota's keys as %s: %w, want NOPERM", creds.Username, err)
 		}
 		return nil
 	})
