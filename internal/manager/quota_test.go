@@ -18,6 +18,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/polltest"
 	"github.com/retrydev/retry-operator/internal/quotastore"
 	"github.com/retrydev/retry-operator/internal/redistest"
 )
@@ -95,7 +96,7 @@ func (h *harness) testSharedQuota(t *testing.T) {
 	must(t, h.c.Update(ctx, &nsB))
 	h.waitAcceptedMessage(t, b, "p", metav1.ConditionFalse, v1alpha1.ReasonQuotaNotAllowed,
 		"spec.upstreams[0].quotaRef.name: Forbidden: SharedQuota partner-payments does not admit namespace quota-b: its spec.consumers.namespaceSelector does not select the namespace's labels; generation 1, the last accepted, stays in force")
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		var s corev1.Secret
 		err := h.c.Get(ctx, types.NamespacedName{Namespace: b, Name: v1alpha1.QuotaCredentialsSecretName}, &s)
 		if !apierrors.IsNotFound(err) {
@@ -139,7 +140,7 @@ func quotaConditions(st v1alpha1.SharedQuotaStatus, ready, store, storeMsg strin
 
 func (h *harness) waitQuota(t *testing.T, name string, check func(v1alpha1.SharedQuotaStatus) error) {
 	t.Helper()
-	eventually(t, 15*time.Second, func() error {
+	polltest.Until(t, 15*time.Second, func() error {
 		var q v1alpha1.SharedQuota
 		if err := h.c.Get(context.Background(), types.NamespacedName{Name: name}, &q); err != nil {
 			return err
@@ -153,7 +154,7 @@ func (h *harness) waitQuota(t *testing.T, name string, check func(v1alpha1.Share
 
 func (h *harness) waitAcceptedMessage(t *testing.T, ns, name string, status metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		p := h.policy(t, ns, name)
 		c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		if c == nil || c.Status != status || c.Reason != string(reason) || c.Message != msg || c.ObservedGeneration != p.Generation {
@@ -168,7 +169,7 @@ func (h *harness) waitAcceptedMessage(t *testing.T, ns, name string, status meta
 func (h *harness) waitQuotaCredentials(t *testing.T, ns string) policyset.Credentials {
 	t.Helper()
 	var creds policyset.Credentials
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		var s corev1.Secret
 		if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.QuotaCredentialsSecretName}, &s); err != nil {
 			return err
@@ -189,7 +190,7 @@ func (h *harness) checkQuotaUser(t *testing.T, store *redistest.Server, creds po
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		c := redis.NewClient(&redis.Options{Addr: store.Addr, Username: creds.Username, Password: creds.Password, MaxRetries: -1, DisableIdentity: true})
 		defer c.Close()
 		err := c.HSet(ctx, v1alpha1.QuotaKeys(quota)+"tokens", "n", 1).Err()
