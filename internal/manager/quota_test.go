@@ -23,7 +23,8 @@ import (
 	"github.com/retrydev/retry-operator/internal/redistest"
 )
 
-// testSharedQuota: a quotaRef is InvalidRef until the SharedQuota exists,
+// testSharedQuota: the webhook rejects an invalid quota; a quotaRef is
+// InvalidRef until the SharedQuota exists,
 // QuotaNotAllowed in a namespace its selector does not select until the
 // namespace is relabelled; the quota reports Ready, StoreReachable (against a
 // real redis-server, stopped and restarted), and its consumers.
@@ -45,6 +46,13 @@ func (h *harness) testSharedQuota(t *testing.T) {
 		Consumers: &v1alpha1.QuotaConsumers{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "payments"}}},
 		Store:     v1alpha1.QuotaStore{Redis: v1alpha1.RedisStore{Address: store.Addr, CredentialsSecretRef: &v1alpha1.SecretRef{Name: "quota-redis"}}},
 	}}
+	// The webhook applies the rules CEL cannot express, naming the field.
+	bad := q.DeepCopy()
+	bad.Spec.Store.Redis.Address = "redis.svc"
+	if err := h.c.Create(ctx, bad); err == nil || !strings.Contains(err.Error(),
+		`spec.store.redis.address: Invalid value: "redis.svc": must be host:port, such as redis.retry-operator-system.svc:6379, 10.0.0.7:6379 or [fd00::7]:6379`) {
+		t.Fatalf("creating a quota whose address has no port: %v; want the webhook's field error", err)
+	}
 	must(t, h.c.Create(ctx, q))
 	t.Cleanup(func() { _ = h.c.Delete(context.Background(), q) })
 	h.waitAcceptedMessage(t, a, "p", metav1.ConditionTrue, v1alpha1.ReasonValid, "1 upstream(s) accepted")
@@ -92,7 +100,7 @@ func (h *harness) testSharedQuota(t *testing.T) {
 		var s corev1.Secret
 		err := h.c.Get(ctx, types.NamespacedName{Namespace: b, Name: v1alpha1.QuotaCredentialsSecretName}, &s)
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("Secret %s/%s: %v; want it deleted", b, v1alpha1.QuotaCredentialsSecretName, err)
+			return fmt.Errorf("Secret %s/%s: %w; want it deleted", b, v1alpha1.QuotaCredentialsSecretName, err)
 		}
 		return nil
 	})
@@ -188,14 +196,14 @@ func (h *harness) checkQuotaUser(t *testing.T, store *redistest.Server, creds po
 		err := c.HSet(ctx, v1alpha1.QuotaKeys(quota)+"tokens", "n", 1).Err()
 		switch {
 		case usable && err != nil:
-			return fmt.Errorf("HSET on the quota's keys as %s: %v", creds.Username, err)
+			return fmt.Errorf("HSET on the quota's keys as %s: %w", creds.Username, err)
 		case !usable && (err == nil || !strings.HasPrefix(err.Error(), "WRONGPASS")):
-			return fmt.Errorf("HSET as the revoked %s: %v, want WRONGPASS", creds.Username, err)
+			return fmt.Errorf("HSET as the revoked %s: %w, want WRONGPASS", creds.Username, err)
 		case !usable:
 			return nil
 		}
 		if err := c.HSet(ctx, v1alpha1.QuotaKeys("other")+"tokens", "n", 1).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
-			return fmt.Errorf("HSET on another quota's keys as %s: %v, want NOPERM", creds.Username, err)
+			return fmt.Errorf("HSET on another quota's keys as %s: %w, want NOPERM", creds.Username, err)
 		}
 		return nil
 	})
