@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/polltest"
 )
 
 // Fast retries unless a test says otherwise.
@@ -649,14 +650,14 @@ func TestStatsPortServesMetricsAndConfigOnEveryInterface(t *testing.T) {
 	first := s.goGet(up.url("/held"))
 	up.waitForArrivals(t, 1)
 	second := s.goGet(up.url("/queued"))
-	waitFor(t, func() bool { return s.statsMetric(`retry_sidecar_queued_requests{upstream="up"}`) == 1 })
+	polltest.UntilTrue(t, 10*time.Second, func() bool { return s.statsMetric(`retry_sidecar_queued_requests{upstream="up"}`) == 1 })
 	if v := s.statsMetric(`retry_sidecar_in_flight_attempts{upstream="up"}`); v != 1 {
 		t.Errorf("in_flight_attempts = %v with one held, want 1", v)
 	}
 	close(release)
 	assertOutcome(t, <-first, 200, "success", "1")
 	assertOutcome(t, <-second, 200, "success", "1")
-	waitFor(t, func() bool {
+	polltest.UntilTrue(t, 10*time.Second, func() bool {
 		return s.statsMetric(`retry_sidecar_in_flight_attempts{upstream="up"}`) == 0 &&
 			s.statsMetric(`retry_sidecar_queued_requests{upstream="up"}`) == 0
 	})
@@ -671,16 +672,5 @@ func TestStatsPortServesMetricsAndConfigOnEveryInterface(t *testing.T) {
 	// Health, readiness and pprof stay on loopback.
 	if code, _ := s.statsGet("/healthz"); code != 404 {
 		t.Errorf("stats /healthz = %d, want 404", code)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met after 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/retrydev/retry-operator/internal/otlpreceiver"
+	"github.com/retrydev/retry-operator/internal/polltest"
 )
 
 // The app's span: the parent of the sidecar's SERVER span.
@@ -214,7 +215,7 @@ func TestTracingCollectorDownOrSlowNeverBlocksRequests(t *testing.T) {
 			if took := time.Since(start); took > 5*time.Second {
 				t.Errorf("50 requests took %v with the collector unavailable", took)
 			}
-			waitFor(t, func() bool {
+			polltest.UntilTrue(t, 10*time.Second, func() bool {
 				return s.metric(`retry_sidecar_trace_spans_dropped_total{reason="`+tc.reason+`"}`) > 0
 			})
 		})

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
@@ -296,7 +297,7 @@ func (u *quotaUpstream) track(now time.Time, delta int) {
 type sched struct {
 	clk  *clocktest.Clock
 	back chan struct{} // the running proc parked or ended
-	gate *retrypolicy.Gate
+	gate *admission.Gate
 
 	mu      sync.Mutex
 	waiting []*proc // parked procs that also wake when their context ends
@@ -311,7 +312,7 @@ type proc struct {
 	ctx   context.Context
 }
 
-func newSched(start time.Time, gate *retrypolicy.Gate) *sched {
+func newSched(start time.Time, gate *admission.Gate) *sched {
 	s := &sched{clk: clocktest.NewClock(start), back: make(chan struct{}), gate: gate}
 	s.clk.BeforeFire = s.settle
 	return s

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/internal/tracing"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
@@ -266,7 +267,7 @@ func (m *Metrics) Observe(e retryhttp.Event) {
 		if e.Action == retrypolicy.Retry {
 			u.delay.Observe(e.Delay.Seconds())
 		}
-		if e.RetryAfter == "malformed" {
+		if e.RetryAfter == retryhttp.RetryAfterMalformed {
 			m.retryAfterFailures.WithLabelValues(e.Upstream, e.RetryAfterReason).Inc()
 		}
 		if e.HasSkew {
@@ -362,14 +363,14 @@ func (o *occupancy) Collect(ch chan<- prometheus.Metric) {
 	if each == nil {
 		return
 	}
-	(*each)(func(name string, l *retrypolicy.Limits) {
+	(*each)(func(name string, l *admission.Limits) {
 		ch <- prometheus.MustNewConstMetric(o.inFlight, prometheus.GaugeValue, float64(l.InFlight()), name)
 		ch <- prometheus.MustNewConstMetric(o.queued, prometheus.GaugeValue, float64(l.Queued()), name)
 	})
 }
 
 // EachLimits visits the admission state of every upstream in force.
-type EachLimits func(yield func(upstream string, l *retrypolicy.Limits))
+type EachLimits func(yield func(upstream string, l *admission.Limits))
 
 // WatchLimits makes the in-flight and queued gauges read from each at every
 // scrape (the Reloader's upstreams in force); until then they are empty.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -95,7 +96,7 @@ func (r *Reloader) tlsUpstream(rt routing, req *http.Request) *tlsUpstream {
 }
 
 // EachLimits calls yield with the admission state of every upstream in force.
-func (r *Reloader) EachLimits(yield func(upstream string, l *retrypolicy.Limits)) {
+func (r *Reloader) EachLimits(yield func(upstream string, l *admission.Limits)) {
 	c := r.current.Load()
 	if c == nil {
 		return

@@ -261,9 +261,9 @@ func (r *Request) localAnswer(o retrypolicy.Outcome) {
 
 // retryReason is why a retry waited: its response's Retry-After when it had
 // a valid one (the wait is at least the server's), else the backoff.
-func retryReason(retryAfter string) Reason {
+func retryReason(retryAfter retryhttp.RetryAfterParse) Reason {
 	switch retryAfter {
-	case "", "absent", "malformed":
+	case "", retryhttp.RetryAfterAbsent, retryhttp.RetryAfterMalformed:
 		return ReasonBackoff
 	}
 	return ReasonRetryAfter

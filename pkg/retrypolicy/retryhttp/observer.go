@@ -46,6 +46,17 @@ func (k EventKind) String() string {
 	return "attempt"
 }
 
+// RetryAfterParse is how a response's Retry-After header parsed
+// (Event.RetryAfter): RetryAfterAbsent, RetryAfterMalformed, or the name of
+// its HintForm ("seconds", "imf-fixdate", "rfc850", "asctime"). Empty on an
+// attempt without a response.
+type RetryAfterParse string
+
+const (
+	RetryAfterAbsent    RetryAfterParse = "absent"
+	RetryAfterMalformed RetryAfterParse = "malformed"
+)
+
 // Event carries only the allow-listed fields of R10. It never holds header values
 // (other than the request id), bodies, query strings or error texts (a Go
 // *url.Error repeats the full URL), so an Observer cannot leak them by accident.
@@ -81,10 +92,9 @@ type Event struct {
 	NotBefore time.Time
 	// Outcome, on outcome events and on attempt events that end the request.
 	Outcome retrypolicy.Outcome
-	// RetryAfter is the parse result of the response's Retry-After: "absent", a
-	// HintForm name ("seconds", "imf-fixdate", "rfc850", "asctime") or
-	// "malformed", with RetryAfterReason the ParseError reason.
-	RetryAfter       string
+	// RetryAfter is the parse result of the response's Retry-After, with
+	// RetryAfterReason the ParseError reason when it is RetryAfterMalformed.
+	RetryAfter       RetryAfterParse
 	RetryAfterReason string
 	// Elapsed, on outcome events, is the time from the start of the logical
 	// request to its outcome (the response head the caller gets), waits and
@@ -185,7 +195,7 @@ func (o *SlogObserver) Observe(e Event) {
 		attrs = append(attrs, slog.String("outcome", string(e.Outcome)))
 	}
 	if e.RetryAfter != "" {
-		attrs = append(attrs, slog.String("retry_after", e.RetryAfter))
+		attrs = append(attrs, slog.String("retry_after", string(e.RetryAfter)))
 	}
 	if e.RetryAfterReason != "" {
 		attrs = append(attrs, slog.String("retry_after_reason", e.RetryAfterReason))

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -26,7 +27,7 @@ func (c *call) awaitHold(ctx context.Context, n int) (*http.Response, error) {
 	start := c.clk.Now()
 	until, queued, err := pc.Wait(ctx, c.clk, c.deadline.Sub(start)-c.p.Reserve())
 	switch {
-	case errors.Is(err, retrypolicy.ErrHeld):
+	case errors.Is(err, admission.ErrHeld):
 		return c.answerHeld(n, until), nil
 	case err != nil:
 		return c.fail(retrypolicy.OutcomeCanceled, n-1, err)
@@ -64,8 +65,8 @@ func (c *call) startHolds(ev *Event, resp *http.Response, received time.Time, d 
 	}
 }
 
-func (c *call) hold(pc *retrypolicy.Pacer, now, until time.Time, reason retrypolicy.HoldReason) {
-	var notify retrypolicy.HoldNotify
+func (c *call) hold(pc *admission.Pacer, now, until time.Time, reason retrypolicy.HoldReason) {
+	var notify admission.HoldNotify
 	if o := c.t.Observer; o != nil {
 		name, id := c.p.Name(), c.id
 		notify = func(start bool, until time.Time, reason retrypolicy.HoldReason) {

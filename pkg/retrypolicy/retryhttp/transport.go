@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
@@ -65,7 +66,7 @@ type Transport struct {
 	Clock clock.Clock
 	// Sleep waits between attempts; nil means a timer on Clock that ends at once
 	// when the request's context ends.
-	Sleep retrypolicy.Sleeper
+	Sleep func(ctx context.Context, d time.Duration) error
 	// Random returns numbers in [0, 1] for jitter; nil means math/rand/v2.
 	Random func() float64
 	// MaxDrainBytes bounds the drain of a retried response; 0 means
@@ -179,7 +180,7 @@ type call struct {
 	vals     [3]string    // backing of X-Retry-Attempt (first attempt), -Outcome, -Attempts
 	fired    atomic.Int32 // a bound: the attempt's timer sets it from another goroutine
 	firedWhy bound        // fired, read once the attempt's headers or error arrived
-	ticket   retrypolicy.Ticket
+	ticket   admission.Ticket
 	// tokenWait is the part of the current admission spent waiting for a start
 	// token of the rate limit (the rest of it was the concurrency queue).
 	tokenWait time.Duration
@@ -319,7 +320,7 @@ func (c *call) begin(ctx context.Context) {
 // admit clears transmission n for sending (R7, R8, pacing): the caller is still
 // there, the upstream is not held, admission gave a slot within the deadline.
 // It returns the admission time, or done with what the request ends with.
-func (c *call) admit(ctx context.Context, limits *retrypolicy.Limits, n int) (admitted time.Time, resp *http.Response, err error, done bool) {
+func (c *call) admit(ctx context.Context, limits *admission.Limits, n int) (admitted time.Time, resp *http.Response, err error, done bool) {
 	// R8: the caller may have gone during the wait: nothing more is sent.
 	if err := ctx.Err(); err != nil {
 		resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
@@ -332,7 +333,7 @@ func (c *call) admit(ctx context.Context, limits *retrypolicy.Limits, n int) (ad
 	c.tokenWait = 0
 	tk, ra, err := limits.Admit(ctx, c.clk, c.sleepForToken, c.deadline.Sub(now)-c.p.Reserve())
 	if err != nil {
-		if errors.Is(err, retrypolicy.ErrShed) {
+		if errors.Is(err, admission.ErrShed) {
 			resp, err = c.shed(n, ra)
 		} else {
 			resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
@@ -383,7 +384,7 @@ func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error
 		return a, ev
 	}
 	a.Status = resp.StatusCode
-	ev.RetryAfter = "absent"
+	ev.RetryAfter = RetryAfterAbsent
 	date := firstValue(resp.Header["Date"])
 	if date != "" {
 		// R1: the skew is reported whenever the response is dated.
@@ -393,10 +394,10 @@ func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error
 		h, perr := retrypolicy.ParseRetryAfter(v[0], received, date)
 		var pe *retrypolicy.ParseError
 		if errors.As(perr, &pe) {
-			ev.RetryAfter, ev.RetryAfterReason = "malformed", pe.Reason
+			ev.RetryAfter, ev.RetryAfterReason = RetryAfterMalformed, pe.Reason
 		} else {
 			a.Hint, a.HasHint = h, true
-			ev.RetryAfter = h.Form.String()
+			ev.RetryAfter = RetryAfterParse(h.Form.String())
 		}
 	}
 	return a, ev
@@ -624,7 +625,7 @@ func (c *call) endAttempt() {
 		c.cancel = nil
 	}
 	c.ticket.Release(c.clk.Now())
-	c.ticket = retrypolicy.Ticket{}
+	c.ticket = admission.Ticket{}
 }
 
 // classify says what became of an attempt without a response. An attempt
@@ -718,7 +719,7 @@ func (c *call) finish(resp *http.Response, d retrypolicy.Decision, n int) *http.
 	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil {
 		// An upgraded connection is not an attempt in flight any more.
 		c.ticket.Release(c.clk.Now())
-		c.ticket = retrypolicy.Ticket{}
+		c.ticket = admission.Ticket{}
 		return resp
 	}
 	c.rc = resp.Body
