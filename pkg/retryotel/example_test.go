@@ -55,13 +55,13 @@ func ExampleNewTransport() {
 			switch kv.Key {
 			case retryotel.AttrResendCount, retryotel.AttrStatus, retryotel.AttrOutcome, retryotel.AttrAttempts,
 				retryotel.AttrErrorType, retryotel.AttrHeaderServer:
-				fmt.Print(" ", kv.Key, "=", kv.Value.Emit())
+				fmt.Print(" ", kv.Key, "=", kv.Value.String())
 			}
 		}
 		for _, e := range s.Events() {
 			for _, kv := range e.Attributes {
 				if kv.Key == retryotel.AttrReason {
-					fmt.Print(" [", e.Name, " ", kv.Value.Emit(), "]")
+					fmt.Print(" [", e.Name, " ", kv.Value.String(), "]")
 				}
 			}
 		}

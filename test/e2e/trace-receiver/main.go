@@ -26,6 +26,12 @@ func main() {
 	grpcListen := flag.String("grpc-listen", ":4317", "OTLP/gRPC address; empty: none")
 	quiet := flag.Duration("quiet", time.Second, "a trace is printed once no span of it arrived for this long")
 	flag.Parse()
+	if err := run(*listen, *grpcListen, *quiet); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(listen, grpcListen string, quiet time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -33,19 +39,27 @@ func main() {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/traces", recv)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { log.Fatal(srv.ListenAndServe()) }()
-	if *grpcListen != "" {
-		ln, err := net.Listen("tcp", *grpcListen)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+	if grpcListen != "" {
+		gln, err := lc.Listen(ctx, "tcp", grpcListen)
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		gs := grpc.NewServer()
 		recv.RegisterGRPC(gs)
-		go func() { log.Fatal(gs.Serve(ln)) }()
+		go gs.Serve(gln)
+		defer gs.Stop()
 	}
-	log.Printf("trace-receiver: OTLP/HTTP on %s, OTLP/gRPC on %s", *listen, *grpcListen)
-	printTraces(ctx, recv, *quiet)
+	log.Printf("trace-receiver: OTLP/HTTP on %s, OTLP/gRPC on %s", listen, grpcListen)
+	printTraces(ctx, recv, quiet)
+	return nil
 }
 
 // printTraces prints every trace once, when it has been quiet for quiet.
