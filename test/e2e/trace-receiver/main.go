@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -45,7 +46,11 @@ func run(listen, grpcListen string, quiet time.Duration) error {
 		return err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Printf("trace-receiver: OTLP/HTTP: %v", err)
+		}
+	}()
 	defer srv.Close()
 	if grpcListen != "" {
 		gln, err := lc.Listen(ctx, "tcp", grpcListen)
@@ -54,7 +59,11 @@ func run(listen, grpcListen string, quiet time.Duration) error {
 		}
 		gs := grpc.NewServer()
 		recv.RegisterGRPC(gs)
-		go gs.Serve(gln)
+		go func() {
+			if err := gs.Serve(gln); err != nil {
+				log.Printf("trace-receiver: OTLP/gRPC: %v", err)
+			}
+		}()
 		defer gs.Stop()
 	}
 	log.Printf("trace-receiver: OTLP/HTTP on %s, OTLP/gRPC on %s", listen, grpcListen)
