@@ -34,6 +34,7 @@ import (
 	"github.com/retrydev/retry-operator/internal/manifests"
 	"github.com/retrydev/retry-operator/internal/polltest"
 	"github.com/retrydev/retry-operator/internal/testenv"
+	webhookv1alpha1 "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
 )
 
 // TestCertHostList: the names of the self-signed certificate, --webhook-url-host
@@ -158,6 +159,7 @@ func TestLocalRunServesTheCertificateItWrites(t *testing.T) {
 		v1alpha1.InjectWebhookName:         fmt.Sprintf("https://localhost:%d/mutate--v1-pod", port),
 		v1alpha1.PodOptInInjectWebhookName: fmt.Sprintf("https://localhost:%d/mutate--v1-pod", port),
 		v1alpha1.ValidateWebhookName:       fmt.Sprintf("https://localhost:%d/validate-policy-retry-dev-v1alpha1-retrypolicy", port),
+		v1alpha1.ValidateQuotaWebhookName:  fmt.Sprintf("https://localhost:%d%s", port, webhookv1alpha1.QuotaPath),
 	}
 	configs := clientConfigs(t, c)
 	if len(configs) != len(wantURLs) {
