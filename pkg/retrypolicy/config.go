@@ -82,6 +82,10 @@ type Config struct {
 	// Pacing holds the upstream when it says it has no capacity (docs/pacing.md);
 	// the zero value is off.
 	Pacing PacingConfig
+	// Quota is the fleet-wide quota every attempt draws on (docs/quota.md),
+	// nil for none. It is a runtime object the caller builds (the sidecar's
+	// store client), shared by every upstream that names the same quota.
+	Quota Quota
 }
 
 // BudgetConfig is the outage budget (R6): over a sliding 10 s window, retries may

@@ -328,9 +328,12 @@ func (c *call) admit(ctx context.Context, limits *retrypolicy.Limits, n int) (ad
 	now := c.clk.Now()
 	tk, ra, err := limits.Admit(ctx, c.clk, c.sleep, c.deadline.Sub(now)-c.p.Reserve())
 	if err != nil {
-		if errors.Is(err, retrypolicy.ErrShed) {
+		switch {
+		case errors.Is(err, retrypolicy.ErrShed):
 			resp, err = c.shed(n, ra)
-		} else {
+		case errors.Is(err, retrypolicy.ErrQuotaDenied):
+			resp, err = c.answerHeld(n, c.clk.Now().Add(ra)), nil
+		default:
 			resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
 		}
 		return time.Time{}, resp, err, true
