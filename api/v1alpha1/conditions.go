@@ -29,7 +29,7 @@ type ConditionReason string
 const (
 	// ConditionAccepted says whether the policy is in force: valid and not in
 	// conflict with an older policy. Reasons: ReasonValid, ReasonInvalid,
-	// ReasonConflict.
+	// ReasonInvalidRef, ReasonQuotaNotAllowed, ReasonConflict.
 	ConditionAccepted ConditionType = "Accepted"
 	// ConditionProgrammed says whether the policy is rendered into the namespace's
 	// retry-policies ConfigMap, which the injected sidecars read. Reasons:
@@ -63,7 +63,15 @@ const (
 	// that key holds no PEM certificate. The message names the ref's field path;
 	// the last accepted generation stays in force, as for ReasonInvalid.
 	// Accepted=False.
+	//
+	// The same reason when an upstream's quotaRef names no SharedQuota: the
+	// message names the field path and the quota.
 	ReasonInvalidRef ConditionReason = "InvalidRef"
+	// ReasonQuotaNotAllowed: an upstream's quotaRef names a SharedQuota whose
+	// consumers.namespaceSelector does not select the policy's namespace. The
+	// message names the field path and the quota; the last accepted generation
+	// stays in force, as for ReasonInvalid. Accepted=False.
+	ReasonQuotaNotAllowed ConditionReason = "QuotaNotAllowed"
 	// ReasonRendered: the policy is in the ConfigMap; the message carries the
 	// rendered generation and the content hash of policies.json. Programmed=True.
 	ReasonRendered ConditionReason = "Rendered"
@@ -73,4 +81,35 @@ const (
 	// ReasonReconciled: Accepted and Programmed are both True for the newest
 	// generation. Ready=True. Never an event: the two conditions have theirs.
 	ReasonReconciled ConditionReason = "Reconciled"
+)
+
+// Condition types of SharedQuota.status.conditions (docs/quota.md#status):
+// ConditionReady and ConditionStoreReachable.
+const (
+	// ConditionStoreReachable says whether the manager reached the quota's
+	// store with its admin credentials (a PING after AUTH). Reasons:
+	// ReasonReachable, ReasonUnreachable, ReasonAuthFailed,
+	// ReasonCredentialsNotFound.
+	ConditionStoreReachable ConditionType = "StoreReachable"
+)
+
+// ConditionReady on a SharedQuota is True (reason ReasonValid) when the spec
+// passes ValidateSharedQuota, else False (reason ReasonInvalid, the message
+// listing every field error).
+
+// Reasons of SharedQuota conditions.
+const (
+	// ReasonReachable: the manager authenticated and the store answered PING.
+	// StoreReachable=True.
+	ReasonReachable ConditionReason = "Reachable"
+	// ReasonUnreachable: the store did not answer (connection refused, timeout,
+	// DNS). The message carries the error. StoreReachable=False.
+	ReasonUnreachable ConditionReason = "Unreachable"
+	// ReasonAuthFailed: the store refused the admin credentials (WRONGPASS,
+	// NOAUTH or NOPERM). StoreReachable=False.
+	ReasonAuthFailed ConditionReason = "AuthFailed"
+	// ReasonCredentialsNotFound: store.redis.credentialsSecretRef names a Secret
+	// that does not exist in the manager's namespace, or has no key password.
+	// StoreReachable=False.
+	ReasonCredentialsNotFound ConditionReason = "CredentialsNotFound"
 )

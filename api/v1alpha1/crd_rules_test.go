@@ -50,6 +50,9 @@ func TestCRDMarkersEqualRules(t *testing.T) {
 		"tls.caCertificateRefs[].name maxLength": itoa(retrypolicy.MaxDNSNameLength),
 		"tls.caCertificateRefs[].name pattern":   retrypolicy.DNSNamePattern,
 		"tls.wellKnownCACertificates enum":       fmt.Sprint([]v1alpha1.WellKnownCACertificates{v1alpha1.WellKnownCACertificatesSystem}),
+		"quotaRef.name minLength":                "1",
+		"quotaRef.name maxLength":                itoa(retrypolicy.MaxDNSNameLength),
+		"quotaRef.name pattern":                  retrypolicy.DNSNamePattern,
 	}
 	for _, r := range retrypolicy.Ranges() {
 		want[r.Path+" minimum"] = strconv.FormatInt(r.Min, 10)
@@ -89,9 +92,42 @@ func TestCRDMarkersEqualRules(t *testing.T) {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
+// TestSharedQuotaCRDMarkersEqualRules pins every constraint of the SharedQuota
+// spec schema to the Go values ValidateSharedQuota applies.
+func TestSharedQuotaCRDMarkersEqualRules(t *testing.T) {
+	want := map[string]string{
+		"store.redis.address minLength":                   "3",
+		"store.redis.address maxLength":                   itoa(v1alpha1.MaxRedisAddressLength),
+		"store.redis.credentialsSecretRef.name minLength": "1",
+		"store.redis.credentialsSecretRef.name maxLength": itoa(retrypolicy.MaxDNSNameLength),
+		"store.redis.credentialsSecretRef.name pattern":   retrypolicy.DNSNamePattern,
+		"onStoreLoss enum":                                fmt.Sprint(v1alpha1.StoreLossPolicies()),
+	}
+	for _, r := range v1alpha1.QuotaRanges() {
+		want[r.Path+" minimum"] = strconv.FormatInt(r.Min, 10)
+		want[r.Path+" maximum"] = strconv.FormatInt(r.Max, 10)
+	}
+	crd := readCRDFile(t, "policy.retry.dev_sharedquotas.yaml")
+	version := crd["spec"].(map[string]any)["versions"].([]any)[0].(map[string]any)
+	root := version["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)
+	got := map[string]string{}
+	spec := child(t, root, "spec")
+	// The label selector's own schema is Kubernetes', not ours.
+	delete(child(t, spec, "consumers")["properties"].(map[string]any), "namespaceSelector")
+	walk(spec, "", got)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the markers of the SharedQuota spec differ from the Go rules (-go +crd):\n%s", diff)
+	}
+}
+
 func readCRD(t *testing.T) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.CRDDir(), "policy.retry.dev_retrypolicies.yaml"))
+	return readCRDFile(t, "policy.retry.dev_retrypolicies.yaml")
+}
+
+func readCRDFile(t *testing.T, name string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.CRDDir(), name))
 	if err != nil {
 		t.Fatal(err)
 	}

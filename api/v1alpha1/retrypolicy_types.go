@@ -154,6 +154,12 @@ type Upstream struct {
 	// +optional
 	RateLimit *RateLimit `json:"rateLimit,omitempty"`
 
+	// quotaRef names a SharedQuota every attempt (first or retry) draws a token
+	// from, fleet-wide. The policy's namespace must be one of the quota's
+	// consumers (else Accepted=False, reason QuotaNotAllowed). See docs/quota.md.
+	// +optional
+	QuotaRef *QuotaRef `json:"quotaRef,omitempty"`
+
 	// concurrency bounds attempts in flight per pod, with a bounded queue.
 	// +optional
 	Concurrency *Concurrency `json:"concurrency,omitempty"`

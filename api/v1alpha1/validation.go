@@ -111,6 +111,9 @@ func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
 	if t := u.TLS; t != nil {
 		errs = append(errs, ValidateTLS(t, p.Child("tls"))...)
 	}
+	if r := u.QuotaRef; r != nil {
+		errs = append(errs, validateQuotaRef(r, p.Child("quotaRef"))...)
+	}
 	return errs
 }
 

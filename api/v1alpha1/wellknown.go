@@ -104,3 +104,40 @@ const (
 	// PoliciesConfigMapKey holds the policy document as JSON.
 	PoliciesConfigMapKey = "policies.json"
 )
+
+// SharedQuota: what the manager creates for each consuming namespace and
+// mounts into its sidecars, and the keys the sidecars use in the store
+// (docs/quota.md#credentials).
+const (
+	// QuotaCredentialsSecretName is the Secret the manager writes into every
+	// namespace that may draw on a SharedQuota: the Redis ACL user of that
+	// namespace, key QuotaCredentialsSecretKey.
+	QuotaCredentialsSecretName = "retry-quota-credentials"
+	// QuotaCredentialsSecretKey holds a "username: <name>" and a
+	// "password: <secret>" line, the format of the sidecar's
+	// --quota-credentials-file (policyset.ParseCredentials).
+	QuotaCredentialsSecretKey = "credentials"
+	// QuotaCredentialsDir is where the injector mounts the Secret, into the
+	// retry-sidecar container only; QuotaCredentialsPath is the file.
+	QuotaCredentialsDir  = "/var/run/retry.dev/quota"
+	QuotaCredentialsPath = QuotaCredentialsDir + "/" + QuotaCredentialsSecretKey
+	// QuotaUserPrefix + namespace is the Redis ACL user of a namespace.
+	QuotaUserPrefix = "retry-operator:ns:"
+	// QuotaKeyPrefix + quota name + QuotaKeySuffix starts every store key of a
+	// quota (QuotaKeys). The braces are a Redis Cluster hash tag: all keys of
+	// one quota live in one slot, so one script can touch them all.
+	QuotaKeyPrefix = "retry:quota:{"
+	QuotaKeySuffix = "}:"
+)
+
+// QuotaKeys is the prefix of every store key of the SharedQuota name, for
+// example "retry:quota:{partner-payments}:". A namespace's ACL user may touch
+// the keys QuotaKeys(q)+"*" of the quotas q it may use, and no others.
+func QuotaKeys(name string) string {
+	return QuotaKeyPrefix + name + QuotaKeySuffix
+}
+
+// QuotaUser is the Redis ACL user of the namespace's sidecars.
+func QuotaUser(namespace string) string {
+	return QuotaUserPrefix + namespace
+}

@@ -16,6 +16,11 @@ const (
 	// DocumentVersion is bumped on any incompatible change of Document. A sidecar
 	// refuses a document whose version it does not know (and keeps its old config).
 	DocumentVersion = 1
+	// QuotaDocumentVersion is the version of a document with Quotas: a sidecar
+	// that knows only version 1 would ignore quotaRef and serve the upstream
+	// without its quota, so it must refuse the document instead. A document
+	// without quotas stays version 1, readable by every sidecar.
+	QuotaDocumentVersion = 2
 )
 
 // Document is the content of ConfigMap retry-policies, key policies.json:
@@ -33,10 +38,15 @@ const (
 // a document with a lower revision than the one in force, whichever way it
 // arrived (API watch or mounted file; docs/fleet.md). A document without one is
 // revision 0.
+//
+// Quotas holds, sorted by name, every SharedQuota an upstream of Policies names
+// in quotaRef, as the sidecars use it (Quota states the contract); a document
+// with an upstream whose quotaRef has no entry here is refused.
 type Document struct {
 	Version  int      `json:"version"`
 	Revision int64    `json:"revision"`
 	Policies []Policy `json:"policies"`
+	Quotas   []Quota  `json:"quotas,omitempty"`
 }
 
 // NextRevision is the revision of a rendering whose content differs from the

@@ -32,7 +32,10 @@ const DefaultNamespace = "default"
 //
 // ConfigMap documents (apiVersion v1) may stand beside the policies: they are
 // what tls.caCertificateRefs resolve against in standalone mode, as the manager
-// resolves them against the cluster (docs/tls.md). Other kinds are errors.
+// resolves them against the cluster (docs/tls.md). So may SharedQuota
+// documents: what quotaRef resolves against (docs/quota.md). A namespace is
+// judged by the label kubernetes.io/metadata.name alone, so an empty
+// namespaceSelector ({}) admits every policy. Other kinds are errors.
 func FromPolicyYAML(data []byte) (Document, error) {
 	return FromPolicyFiles(data)
 }
@@ -40,7 +43,7 @@ func FromPolicyYAML(data []byte) (Document, error) {
 // FromPolicyFiles is FromPolicyYAML over several files read as one input: a
 // policy in one file may name a CA ConfigMap in another.
 func FromPolicyFiles(files ...[]byte) (Document, error) {
-	pf := policyFiles{configMaps: map[string]map[string]string{}}
+	pf := policyFiles{configMaps: map[string]map[string]string{}, quotas: map[string]*v1alpha1.SharedQuota{}}
 	for f, data := range files {
 		if err := pf.read(data, f, len(files) > 1); err != nil {
 			return Document{}, err
@@ -57,6 +60,11 @@ func FromPolicyFiles(files ...[]byte) (Document, error) {
 	if len(doc.Policies) == 0 {
 		return Document{}, errors.New("no RetryPolicy documents found")
 	}
+	quotas, err := pf.renderQuotas(doc.Policies)
+	if err != nil {
+		return Document{}, err
+	}
+	doc.Quotas = quotas
 	return doc, nil
 }
 
@@ -66,6 +74,8 @@ type policyFiles struct {
 	policies []*v1alpha1.RetryPolicy
 	// configMaps are the data of the ConfigMaps, by namespace/name.
 	configMaps map[string]map[string]string
+	// quotas are the SharedQuotas, defaulted and valid, by name.
+	quotas map[string]*v1alpha1.SharedQuota
 }
 
 // read adds the documents of file number f; errors name the document, and the
@@ -93,7 +103,8 @@ func (pf *policyFiles) read(data []byte, f int, several bool) error {
 	}
 }
 
-// add adds one document, a v1 ConfigMap or a RetryPolicy, found at where.
+// add adds one document, a v1 ConfigMap, a SharedQuota or a RetryPolicy,
+// found at where.
 func (pf *policyFiles) add(raw []byte, where string) error {
 	var tm metav1.TypeMeta
 	if err := yaml.Unmarshal(raw, &tm); err != nil {
@@ -108,6 +119,17 @@ func (pf *policyFiles) add(raw []byte, where string) error {
 			cm.Namespace = DefaultNamespace
 		}
 		pf.configMaps[cm.Namespace+"/"+cm.Name] = cm.Data
+		return nil
+	}
+	if tm.APIVersion == v1alpha1.GroupVersion.String() && tm.Kind == "SharedQuota" {
+		q, err := decodeQuota(raw, where)
+		if err != nil {
+			return err
+		}
+		if _, dup := pf.quotas[q.Name]; dup {
+			return fmt.Errorf("%s: SharedQuota %s is given twice", where, q.Name)
+		}
+		pf.quotas[q.Name] = q
 		return nil
 	}
 	p, err := decodePolicy(raw, where)
@@ -126,8 +148,8 @@ func decodePolicy(raw []byte, where string) (*v1alpha1.RetryPolicy, error) {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	if p.APIVersion != v1alpha1.GroupVersion.String() || p.Kind != "RetryPolicy" {
-		return nil, fmt.Errorf("%s: apiVersion/kind is %q/%q; want %s/RetryPolicy (or v1/ConfigMap for a CA)",
-			where, p.APIVersion, p.Kind, v1alpha1.GroupVersion.String())
+		return nil, fmt.Errorf("%s: apiVersion/kind is %q/%q; want %s/RetryPolicy (or %s/SharedQuota, or v1/ConfigMap for a CA)",
+			where, p.APIVersion, p.Kind, v1alpha1.GroupVersion.String(), v1alpha1.GroupVersion.String())
 	}
 	if p.Name == "" {
 		return nil, fmt.Errorf("%s: metadata.name: Required value", where)
@@ -140,6 +162,57 @@ func decodePolicy(raw []byte, where string) (*v1alpha1.RetryPolicy, error) {
 		return nil, fmt.Errorf("RetryPolicy %s/%s: %w", p.Namespace, p.Name, errs.ToAggregate())
 	}
 	return &p, nil
+}
+
+// decodeQuota decodes a SharedQuota document found at where strictly, applies
+// the API defaults and validates it.
+func decodeQuota(raw []byte, where string) (*v1alpha1.SharedQuota, error) {
+	var q v1alpha1.SharedQuota
+	if err := yaml.UnmarshalStrict(raw, &q); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if q.Name == "" {
+		return nil, fmt.Errorf("%s: metadata.name: Required value", where)
+	}
+	v1alpha1.SetSharedQuotaDefaults(&q)
+	if errs := v1alpha1.ValidateSharedQuota(&q); len(errs) > 0 {
+		return nil, fmt.Errorf("SharedQuota %s: %w", q.Name, errs.ToAggregate())
+	}
+	return &q, nil
+}
+
+// renderQuotas resolves the quotaRefs of policies against the SharedQuota
+// documents, as the manager resolves them against the cluster: a quota that
+// is not in the files, or does not admit the policy's namespace, refuses the
+// files. The credentials come from the sidecar's --quota-credentials-file,
+// never from the YAML.
+func (pf *policyFiles) renderQuotas(policies []Policy) ([]Quota, error) {
+	for _, p := range policies {
+		for i, u := range p.Upstreams {
+			if u.QuotaRef == nil {
+				continue
+			}
+			fp := fmt.Sprintf("RetryPolicy %s/%s: spec.upstreams[%d].quotaRef.name", p.Namespace, p.Name, i)
+			q, ok := pf.quotas[u.QuotaRef.Name]
+			if !ok {
+				return nil, fmt.Errorf("%s: Not found: %q: no SharedQuota %s in the policy files (give it as a document of a --policy-file)",
+					fp, u.QuotaRef.Name, u.QuotaRef.Name)
+			}
+			admitted, err := Admits(q, StandaloneNamespaceLabels(p.Namespace))
+			if err != nil {
+				return nil, err
+			}
+			if !admitted {
+				return nil, fmt.Errorf("%s: Forbidden: SharedQuota %s does not admit namespace %s (%s; spec.consumers.namespaceSelector {} admits every namespace)",
+					fp, q.Name, p.Namespace, v1alpha1.ReasonQuotaNotAllowed)
+			}
+		}
+	}
+	var out []Quota
+	for _, name := range QuotaRefs(policies) {
+		out = append(out, RenderQuota(pf.quotas[name], ""))
+	}
+	return out, nil
 }
 
 // render renders p as the manager would for a single pod, its

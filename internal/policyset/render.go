@@ -21,6 +21,12 @@ import (
 // skip a volume update, and the sidecar skip a reload) when nothing changed.
 func Marshal(doc Document) ([]byte, error) {
 	doc.Version = DocumentVersion
+	if len(doc.Quotas) > 0 {
+		doc.Version = QuotaDocumentVersion
+	}
+	quotas := append([]Quota(nil), doc.Quotas...)
+	sort.Slice(quotas, func(i, j int) bool { return quotas[i].Name < quotas[j].Name })
+	doc.Quotas = quotas
 	policies := append([]Policy(nil), doc.Policies...)
 	sort.Slice(policies, func(i, j int) bool {
 		if policies[i].Namespace != policies[j].Namespace {
@@ -61,8 +67,11 @@ func Unmarshal(data []byte) (Document, error) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return Document{}, fmt.Errorf("decoding %s: %w", v1alpha1.PoliciesConfigMapKey, err)
 	}
-	if doc.Version != DocumentVersion {
-		return Document{}, fmt.Errorf("decoding %s: version %d is not supported (supported: %d)", v1alpha1.PoliciesConfigMapKey, doc.Version, DocumentVersion)
+	if doc.Version != DocumentVersion && doc.Version != QuotaDocumentVersion {
+		return Document{}, fmt.Errorf("decoding %s: version %d is not supported (supported: %d, %d)", v1alpha1.PoliciesConfigMapKey, doc.Version, DocumentVersion, QuotaDocumentVersion)
+	}
+	if err := CheckQuotaRefs(doc); err != nil {
+		return Document{}, fmt.Errorf("decoding %s: %w", v1alpha1.PoliciesConfigMapKey, err)
 	}
 	return doc, nil
 }

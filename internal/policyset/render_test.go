@@ -118,8 +118,9 @@ func TestUnmarshal(t *testing.T) {
 		wantErr string
 	}{
 		"a version 1 document is read":       {in: `{"version":1,"policies":[{"namespace":"a","name":"b","generation":1,"upstreams":[]}]}`},
-		"an unknown version is refused":      {in: `{"version":2,"policies":[]}`, wantErr: "decoding policies.json: version 2 is not supported (supported: 1)"},
-		"a document without version refused": {in: `{"policies":[]}`, wantErr: "decoding policies.json: version 0 is not supported (supported: 1)"},
+		"a version 2 document is read":       {in: `{"version":2,"policies":[],"quotas":[{"name":"q","requestsPerSecond":1,"burst":1,"onStoreLoss":"Deny","store":{"redis":{"address":"r:6379"}}}]}`},
+		"an unknown version is refused":      {in: `{"version":3,"policies":[]}`, wantErr: "decoding policies.json: version 3 is not supported (supported: 1, 2)"},
+		"a document without version refused": {in: `{"policies":[]}`, wantErr: "decoding policies.json: version 0 is not supported (supported: 1, 2)"},
 		"malformed JSON is refused":          {in: `{`, wantErr: "decoding policies.json: unexpected end of JSON input"},
 	}
 	for name, tc := range tests {
