@@ -46,6 +46,7 @@ import (
 //	retry_sidecar_replay_memory_bytes                           bytes reserved by replay buffers now (cap: --max-replay-memory)
 //	retry_sidecar_stats_connections                             connections open on the stats port now (cap: --stats-max-connections)
 //	retry_sidecar_stats_connections_refused_total               stats connections reset because the cap was reached
+//	retry_sidecar_quota_…{quota,…}                              shared quotas (quotametrics.go, docs/quota.md#metrics)
 //
 // plus the Go runtime and process collectors (process_resident_memory_bytes).
 type Metrics struct {
@@ -81,6 +82,8 @@ type Metrics struct {
 	replayMemory  atomic.Pointer[retryhttp.ReplayMemory] // feeds replay_memory_bytes
 	statsListener atomic.Pointer[cappedListener]         // feeds the stats port series
 	upstreams     sync.Map                               // upstream name -> *upstreamMetrics
+	quota         *quotaSeries
+	quotaClients  sync.Map // *quota.Client -> struct{}
 	infoMu        sync.Mutex
 	infoHash      string
 }
@@ -169,6 +172,8 @@ func NewMetrics() *Metrics {
 		m.skew, m.held, m.holdEnd, m.rateLimitFailures, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.configRevision, m.configStale, m.apiUp, m.apiFallbacks, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts,
 		newOccupancy(m), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registerWatched(ns)
+	m.quota = newQuotaSeries(ns)
+	m.Registry.MustRegister(quotaCollector{m})
 	return m
 }
 
