@@ -55,6 +55,9 @@ var invalidCases = map[string]struct {
 	"an upstream without hosts is rejected": {
 		upstream: `hosts: []`, wantField: "spec.upstreams[0].hosts", wantMessage: "should have at least 1 items", goAgrees: true,
 	},
+	"a quotaRef that is not a SharedQuota name is rejected": {
+		upstream: `quotaRef: {name: Partner_Quota}`, wantField: "spec.upstreams[0].quotaRef.name", wantMessage: "should match", goAgrees: true,
+	},
 	"maxAttempts of zero is rejected": {
 		upstream: `maxAttempts: 0`, wantField: "spec.upstreams[0].maxAttempts", wantMessage: "should be greater than or equal to 1", goAgrees: true,
 	},
