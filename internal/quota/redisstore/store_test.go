@@ -11,6 +11,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/quota"
+	"github.com/retrydev/retry-operator/internal/redistest"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
@@ -19,6 +20,14 @@ func newStore(t testing.TB, addr, user, password string) *Store {
 	s := New(Options{Address: addr, Username: user, Password: password, KeyPrefix: v1alpha1.QuotaKeys})
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// do runs an admin command on srv.
+func do(t testing.TB, srv *redistest.Server, args ...any) {
+	t.Helper()
+	if err := srv.Client().Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
 }
 
 func leaseOnce(t testing.TB, s *Store, spec quota.Spec, r quota.LeaseRequest) (quota.LeaseReply, error) {
@@ -30,8 +39,8 @@ func leaseOnce(t testing.TB, s *Store, spec quota.Spec, r quota.LeaseRequest) (q
 var spec = quota.Spec{Name: "partner", RequestsPerSecond: 10, Burst: 5, Concurrency: 3, OnStoreLoss: quota.StoreLossLastShare}
 
 func TestLeaseFollowsTheScript(t *testing.T) {
-	srv := startServer(t)
-	s := newStore(t, srv.addr(), "", "")
+	srv := redistest.Start(t)
+	s := newStore(t, srv.Addr, "", "")
 	r, err := leaseOnce(t, s, spec, quota.LeaseRequest{Pod: "a", Want: 100, Demand: 4, Slots: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -51,18 +60,18 @@ func TestLeaseFollowsTheScript(t *testing.T) {
 }
 
 func TestScriptsAreLoadedAgain(t *testing.T) {
-	tests := map[string]func(srv *server){
-		"after SCRIPT FLUSH": func(srv *server) { srv.do("", "script", "flush") },
-		"after a restart":    func(srv *server) { srv.stop(); srv.start() },
+	tests := map[string]func(t *testing.T, srv *redistest.Server){
+		"after SCRIPT FLUSH": func(t *testing.T, srv *redistest.Server) { do(t, srv, "script", "flush") },
+		"after a restart":    func(_ *testing.T, srv *redistest.Server) { srv.Stop(); srv.Restart() },
 	}
 	for name, fault := range tests {
 		t.Run(name, func(t *testing.T) {
-			srv := startServer(t)
-			s := newStore(t, srv.addr(), "", "")
+			srv := redistest.Start(t)
+			s := newStore(t, srv.Addr, "", "")
 			if _, err := leaseOnce(t, s, spec, quota.LeaseRequest{Pod: "a", Want: 1}); err != nil {
 				t.Fatal(err)
 			}
-			fault(srv)
+			fault(t, srv)
 			var err error
 			for range 3 { // a restart breaks the pooled connection once
 				if _, err = leaseOnce(t, s, spec, quota.LeaseRequest{Pod: "a", Want: 1}); err == nil {
@@ -77,9 +86,9 @@ func TestScriptsAreLoadedAgain(t *testing.T) {
 }
 
 func TestRefusedCredentials(t *testing.T) {
-	srv := startServer(t, "--requirepass", "admin-secret")
-	srv.do("admin-secret", "acl", "setuser", "elsewhere", "on", ">pw", "~retry:quota:{other}:*", "+@all")
-	srv.do("admin-secret", "acl", "setuser", "partner-user", "on", ">pw", "~"+v1alpha1.QuotaKeys("partner")+"*",
+	srv := redistest.Start(t, redistest.WithPassword("admin-secret"))
+	do(t, srv, "acl", "setuser", "elsewhere", "on", ">pw", "~retry:quota:{other}:*", "+@all")
+	do(t, srv, "acl", "setuser", "partner-user", "on", ">pw", "~"+v1alpha1.QuotaKeys("partner")+"*",
 		"+evalsha", "+eval", "+time", "+hgetall", "+hdel", "+hmget", "+hset", "+pexpire", "+get", "+set")
 	tests := map[string]struct {
 		user, password string
@@ -91,7 +100,7 @@ func TestRefusedCredentials(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			s := newStore(t, srv.addr(), tc.user, tc.password)
+			s := newStore(t, srv.Addr, tc.user, tc.password)
 			_, err := leaseOnce(t, s, spec, quota.LeaseRequest{Pod: "a", Want: 1})
 			if got := errors.Is(err, quota.ErrRefused); got != tc.refused {
 				t.Fatalf("lease error %v: refused %v, want %v", err, got, tc.refused)
@@ -101,8 +110,8 @@ func TestRefusedCredentials(t *testing.T) {
 }
 
 func TestKilledPodsSlotsComeBackWithinTheLease(t *testing.T) {
-	srv := startServer(t)
-	s := newStore(t, srv.addr(), "", "")
+	srv := redistest.Start(t)
+	s := newStore(t, srv.Addr, "", "")
 	if r, err := leaseOnce(t, s, spec, quota.LeaseRequest{Pod: "killed", Want: 1, Slots: 3, InUse: 3}); err != nil || r.Slots != 3 {
 		t.Fatalf("lease = %+v, %v; want 3 slots", r, err)
 	}
@@ -134,12 +143,12 @@ type skewed struct {
 func (s skewed) Now() time.Time { return time.Now().Add(s.off) }
 
 func TestFleetAdmitsTheRateWhateverThePodClocks(t *testing.T) {
-	srv := startServer(t)
+	srv := redistest.Start(t)
 	sp := quota.Spec{Name: "skew", RequestsPerSecond: 200, Burst: 40, OnStoreLoss: quota.StoreLossDeny}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var clients []*quota.Client
 	for i, off := range []time.Duration{-time.Hour, 0, 90 * time.Minute} {
-		c := quota.New(sp, newStore(t, srv.addr(), "", ""), skewed{off: off}, "pod-"+string(rune('a'+i)), log, quota.Observer{})
+		c := quota.New(sp, newStore(t, srv.Addr, "", ""), skewed{off: off}, "pod-"+string(rune('a'+i)), log, quota.Observer{})
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -203,9 +212,9 @@ func TestStoreStoppedAndBack(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			srv := startServer(t)
+			srv := redistest.Start(t)
 			sp := quota.Spec{Name: "loss", RequestsPerSecond: 100, Burst: 1, OnStoreLoss: tc.mode}
-			c := quota.New(sp, newStore(t, srv.addr(), "", ""), clock.Real{}, "pod", slog.New(slog.NewTextHandler(io.Discard, nil)), quota.Observer{})
+			c := quota.New(sp, newStore(t, srv.Addr, "", ""), clock.Real{}, "pod", slog.New(slog.NewTextHandler(io.Discard, nil)), quota.Observer{})
 			if err := c.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -216,7 +225,7 @@ func TestStoreStoppedAndBack(t *testing.T) {
 					break
 				}
 			}
-			srv.stop()
+			srv.Stop()
 			waitState(t, c, quota.StateUnreachable, time.Second)
 			time.Sleep(20 * time.Millisecond) // the fallback limiter refills one token
 			start := time.Now()
@@ -227,7 +236,7 @@ func TestStoreStoppedAndBack(t *testing.T) {
 			if v != tc.want {
 				t.Errorf("verdict with the store down = %d, want %d", v, tc.want)
 			}
-			srv.start()
+			srv.Restart()
 			if took := waitState(t, c, quota.StateReachable, 2*time.Second); took > time.Second {
 				t.Errorf("back in step %s after the store returned, want <= 1 s", took)
 			}
