@@ -1,0 +1,344 @@
+// Command quota measures a SharedQuota's client against a real redis-server
+// on loopback (docs/performance.md#shared-quota): N pods, each an in-process
+// quota.Client with its own Redis connection, offered 1.2 × the quota's rate
+// R with 10:1 skew (one busy pod of weight 10, the others 1), arrivals counted
+// where admission lets them through (an attempt that took a token), attempts
+// without a token dropped at once (no waiting). The same load then goes
+// through today's per-pod split (R ÷ N per pod, x/time/rate) for comparison.
+//
+//	go run ./bench/quota                     # ~2 minutes: 15 s per scenario, Redis stopped 6 s
+//	go run ./bench/quota -duration 60s -outage 30s
+//
+// Everything runs on 127.0.0.1; redis-server (Debian's) is started on a free
+// port with its own directory and stopped at the end.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/quota"
+	"github.com/retrydev/retry-operator/internal/quota/redisstore"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
+)
+
+func main() {
+	duration := flag.Duration("duration", 15*time.Second, "length of each scenario")
+	outage := flag.Duration("outage", 6*time.Second, "how long Redis is stopped in the store-loss scenario")
+	r := flag.Float64("rate", 1000, "the quota's rate R per second")
+	burst := flag.Int("burst", 200, "the quota's burst")
+	flag.Parse()
+
+	srv, err := startRedis()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redis-server:", err)
+		os.Exit(1)
+	}
+	defer srv.stop()
+	spec := quota.Spec{RequestsPerSecond: *r, Burst: *burst, OnStoreLoss: quota.StoreLossLastShare}
+	fmt.Printf("R = %.0f/s, burst %d, demand 1.2 R, skew 10:1, %s per scenario\n\n", *r, *burst, *duration)
+	fmt.Println("| scenario | pods | admitted (% of R) | max in any 1 s (R + burst = " + strconv.Itoa(int(*r)+*burst) + ") | busy pod admitted (% of its demand) | added latency p50 / p99 / max | store ops/s per pod |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, n := range []int{10, 50} {
+		for _, shared := range []bool{true, false} {
+			res := run(srv, spec, scenario{name: fmt.Sprintf("q%d-%t", n, shared), pods: n, shared: shared, d: *duration})
+			res.print()
+		}
+	}
+	grow := run(srv, spec, scenario{name: "grow", pods: 10, grow: 10, shared: true, d: *duration})
+	grow.print()
+	loss := run(srv, spec, scenario{name: "loss", pods: 10, shared: true, d: *duration, outage: *outage})
+	loss.print()
+	fmt.Println()
+	fmt.Printf("10 → 20 pods at %s: admitted after the growth %.1f %% of R (max 1 s window %d)\n",
+		*duration/2, grow.afterPct, grow.afterMax)
+	fmt.Printf("Redis stopped for %s: admitted during the outage %.1f %% of R (overshoot %+.1f %%), max TakeAt during it %s; all pods back in step %s after it returned\n",
+		*outage, loss.outagePct, loss.outagePct-100, loss.outageMaxTake, loss.backInStep)
+}
+
+type scenario struct {
+	name   string
+	pods   int
+	grow   int // pods added at d/2
+	shared bool
+	d      time.Duration
+	outage time.Duration // Redis stopped from d/3 for this long
+}
+
+type result struct {
+	sc            scenario
+	rate          float64
+	admitted      int
+	maxWindow     int
+	busyPct       float64
+	lat           []time.Duration // p50, p99, max
+	opsPerPod     float64
+	afterPct      float64
+	afterMax      int
+	outagePct     float64
+	outageMaxTake time.Duration
+	backInStep    time.Duration
+}
+
+func (r result) print() {
+	name := map[bool]string{true: "shared quota", false: "per-pod split (today)"}[r.sc.shared]
+	pods := strconv.Itoa(r.sc.pods)
+	switch {
+	case r.sc.grow > 0:
+		name += ", 10 → 20 pods mid-run"
+		pods = "10 → 20"
+	case r.sc.outage > 0:
+		name += fmt.Sprintf(", Redis stopped %s", r.sc.outage)
+	}
+	ops := fmt.Sprintf("%.1f", r.opsPerPod)
+	if !r.sc.shared {
+		ops = "0"
+	}
+	fmt.Printf("| %s | %s | %.1f %% | %d | %.1f %% | %s / %s / %s | %s |\n", name, pods,
+		100*float64(r.admitted)/(r.rate*r.sc.d.Seconds()), r.maxWindow, r.busyPct, r.lat[0], r.lat[1], r.lat[2], ops)
+}
+
+// gate is one pod's admission: the shared quota's client or a per-pod limiter.
+type gate interface{ take(now time.Time) bool }
+
+type clientGate struct{ c *quota.Client }
+
+func (g clientGate) take(now time.Time) bool {
+	_, v := g.c.TakeAt(now, false)
+	return v == retrypolicy.QuotaGranted
+}
+
+type limiterGate struct{ l *rate.Limiter }
+
+func (g limiterGate) take(now time.Time) bool { return g.l.AllowN(now, 1) }
+
+const bucket = 10 * time.Millisecond
+
+// counts are admissions per 10 ms bucket of the run, shared by every pod.
+type counts struct {
+	start time.Time
+	b     []atomic.Int64
+}
+
+func (c *counts) add(now time.Time) {
+	if i := int(now.Sub(c.start) / bucket); i >= 0 && i < len(c.b) {
+		c.b[i].Add(1)
+	}
+}
+
+// sum is the admissions in [from, to), and the most in any 1 s window inside.
+func (c *counts) sum(from, to time.Duration) (int, int) {
+	lo, hi := int(from/bucket), min(int(to/bucket), len(c.b))
+	win := int(time.Second / bucket)
+	total, run, most := 0, 0, 0
+	for i := lo; i < hi; i++ {
+		n := int(c.b[i].Load())
+		total += n
+		run += n
+		if i-lo >= win {
+			run -= int(c.b[i-win].Load())
+		}
+		most = max(most, run)
+	}
+	return total, most
+}
+
+type pod struct {
+	gate    gate
+	client  *quota.Client
+	store   *redisstore.Store
+	rate    float64 // offered attempts per second
+	offered atomic.Int64
+	taken   atomic.Int64
+	lat     []time.Duration
+	maxIn   func(time.Time) bool // records the TakeAt time of calls for which it is true
+	maxTake atomic.Int64
+}
+
+func run(srv *redis, spec quota.Spec, sc scenario) result {
+	spec.Name = sc.name
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	total := sc.pods + sc.grow
+	c := &counts{start: time.Now().Add(500 * time.Millisecond), b: make([]atomic.Int64, int(sc.d/bucket)+1)}
+	weights := float64(10 + sc.pods - 1)
+	pods := make([]*pod, total)
+	for i := range pods {
+		w := 1.0
+		if i == 0 {
+			w = 10
+		}
+		p := &pod{rate: spec.RequestsPerSecond * 1.2 * w / weights}
+		if sc.shared {
+			p.store = redisstore.New(redisstore.Options{Address: srv.addr, KeyPrefix: v1alpha1.QuotaKeys})
+			p.client = quota.New(spec, p.store, clock.Real{}, "pod-"+strconv.Itoa(i), log, quota.Observer{})
+			p.gate = clientGate{p.client}
+		} else {
+			p.gate = limiterGate{rate.NewLimiter(rate.Limit(spec.RequestsPerSecond/float64(sc.pods)), max(spec.Burst/sc.pods, 1))}
+		}
+		pods[i] = p
+	}
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithDeadline(context.Background(), c.start.Add(sc.d))
+	defer cancel()
+	startPod := func(p *pod, at time.Time) {
+		if p.client != nil {
+			_ = p.client.Start()
+		}
+		wg.Go(func() { p.drive(ctx, c, at) })
+	}
+	for _, p := range pods[:sc.pods] {
+		startPod(p, c.start)
+	}
+	res := result{sc: sc, rate: spec.RequestsPerSecond}
+	if sc.grow > 0 {
+		time.Sleep(time.Until(c.start.Add(sc.d / 2)))
+		for _, p := range pods[sc.pods:] {
+			startPod(p, time.Now())
+		}
+	}
+	var outageFrom, outageTo time.Duration
+	if sc.outage > 0 {
+		outageFrom, outageTo = sc.d/3, sc.d/3+sc.outage
+		time.Sleep(time.Until(c.start.Add(outageFrom)))
+		srv.stop()
+		for _, p := range pods {
+			p.maxTake.Store(0)
+		}
+		time.Sleep(sc.outage)
+		for _, p := range pods {
+			res.outageMaxTake = max(res.outageMaxTake, time.Duration(p.maxTake.Load()))
+		}
+		if err := srv.start(); err != nil {
+			fmt.Fprintln(os.Stderr, "redis-server restart:", err)
+			os.Exit(1)
+		}
+		back := time.Now()
+		for !allReachable(pods) && time.Since(back) < 5*time.Second {
+			time.Sleep(time.Millisecond)
+		}
+		res.backInStep = time.Since(back).Round(time.Millisecond)
+	}
+	wg.Wait()
+	res.admitted, res.maxWindow = c.sum(0, sc.d)
+	res.busyPct = 100 * float64(pods[0].taken.Load()) / float64(max(pods[0].offered.Load(), 1))
+	var lat []time.Duration
+	var ops uint64
+	for _, p := range pods {
+		lat = append(lat, p.lat...)
+		if p.client != nil {
+			ops += p.client.Stats().Operations
+			p.client.Close()
+			p.store.Close()
+		}
+	}
+	slices.Sort(lat)
+	q := func(f float64) time.Duration { return lat[int(f*float64(len(lat)-1))] }
+	res.lat = []time.Duration{q(0.5), q(0.99), lat[len(lat)-1]}
+	res.opsPerPod = float64(ops) / sc.d.Seconds() / float64(sc.pods+sc.grow/2)
+	if sc.grow > 0 {
+		n, m := c.sum(sc.d/2+time.Second, sc.d)
+		res.afterPct, res.afterMax = 100*float64(n)/(spec.RequestsPerSecond*(sc.d/2-time.Second).Seconds()), m
+	}
+	if sc.outage > 0 {
+		n, _ := c.sum(outageFrom, outageTo)
+		res.outagePct = 100 * float64(n) / (spec.RequestsPerSecond * sc.outage.Seconds())
+	}
+	return res
+}
+
+func allReachable(pods []*pod) bool {
+	for _, p := range pods {
+		if p.client != nil && p.client.Stats().State != quota.StateReachable {
+			return false
+		}
+	}
+	return true
+}
+
+// drive offers the pod's attempts evenly spaced from at until ctx ends; an
+// attempt is admitted or dropped at once. Latency is the time TakeAt took.
+func (p *pod) drive(ctx context.Context, c *counts, at time.Time) {
+	gap := time.Duration(float64(time.Second) / p.rate)
+	next := at
+	for ctx.Err() == nil {
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		}
+		for now := time.Now(); !next.After(now) && ctx.Err() == nil; next = next.Add(gap) {
+			p.offered.Add(1)
+			t0 := time.Now()
+			ok := p.gate.take(t0)
+			took := time.Since(t0)
+			if len(p.lat) < 1<<20 {
+				p.lat = append(p.lat, took)
+			}
+			if int64(took) > p.maxTake.Load() {
+				p.maxTake.Store(int64(took))
+			}
+			if ok {
+				p.taken.Add(1)
+				c.add(t0)
+			}
+		}
+	}
+}
+
+// redis is a redis-server this program started.
+type redis struct {
+	addr, dir string
+	cmd       *exec.Cmd
+}
+
+func startRedis() (*redis, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dir, err := os.MkdirTemp("", "bench-quota-")
+	if err != nil {
+		return nil, err
+	}
+	s := &redis{addr: addr, dir: dir}
+	return s, s.start()
+}
+
+func (s *redis) start() error {
+	_, port, _ := net.SplitHostPort(s.addr)
+	s.cmd = exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--dir", s.dir,
+		"--save", "", "--appendonly", "no", "--loglevel", "warning")
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if c, err := net.Dial("tcp", s.addr); err == nil {
+			c.Close()
+			return nil
+		}
+	}
+	return fmt.Errorf("not listening on %s after 5 s", s.addr)
+}
+
+func (s *redis) stop() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
+}
