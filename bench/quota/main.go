@@ -119,7 +119,7 @@ type gate interface{ take(now time.Time) bool }
 type clientGate struct{ c *quota.Client }
 
 func (g clientGate) take(now time.Time) bool {
-	_, v := g.c.TakeAt(now, false)
+	_, v := g.c.TakeAt(now, 0)
 	return v == retrypolicy.QuotaGranted
 }
 

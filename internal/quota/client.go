@@ -104,6 +104,7 @@ type loopState struct {
 	lastStep    time.Time
 	lastOK      time.Time
 	state       State
+	carry       float64 // of Want
 }
 
 type fallbackLimiter struct {
@@ -162,10 +163,15 @@ func (c *Client) Close() {
 
 // TakeAt implements retrypolicy.Quota: a token on hand, else the fallback of
 // a lost store, else a wait until the next lease.
-func (c *Client) TakeAt(now time.Time, again bool) (time.Duration, retrypolicy.QuotaVerdict) {
-	if !again {
-		c.arrivals.Add(1)
-	}
+func (c *Client) TakeAt(now time.Time, waited time.Duration) (time.Duration, retrypolicy.QuotaVerdict) {
+	// Demand counts every ask: an attempt that waits asks again after each
+	// lease and weighs 1 + (intervals waited)², so a pod's share follows its
+	// backlog and above all its oldest waiters, and the fleet serves long
+	// waiters first (about in order, as one pod's rate limiter would;
+	// linear weights still left one in 600 shed in the seed rehearsal).
+	w := int64(waited / Interval)
+	c.arrivals.Add(1 + min(w*w, 1<<20))
+	again := waited > 0
 	for n := c.tokens.Load(); n > 0; n = c.tokens.Load() {
 		if c.tokens.CompareAndSwap(n, n-1) {
 			c.admitted.Add(1)
@@ -273,9 +279,13 @@ func (c *Client) step() error {
 		c.schedule(now, Interval)
 		return nil
 	}
+	var returned int64
+	if arrivals == 0 && c.state == StateReachable {
+		returned = c.tokens.Swap(0) // unspent for an interval: others may need them
+	}
 	held := c.tokens.Load()
-	req := LeaseRequest{Pod: c.pod, Held: held, Demand: c.demand, InUse: int64(inUse),
-		Want: Want(c.demand, c.fleetDemand, spec.RequestsPerSecond, Interval, held)}
+	req := LeaseRequest{Pod: c.pod, Held: held, Returned: returned, Demand: c.demand, InUse: int64(inUse)}
+	req.Want, c.carry = Want(c.demand, c.fleetDemand, spec.RequestsPerSecond, Interval, held, c.carry)
 	if spec.Concurrency > 0 {
 		req.Slots = SlotsWant(inUse, queued, spec.Concurrency)
 	}

@@ -50,7 +50,7 @@ func fleetRun(t testing.TB, spec Spec, pods, skew int, demand float64, d time.Du
 			if now.Sub(t0) >= d {
 				return
 			}
-			if _, v := c.TakeAt(now, false); v == retrypolicy.QuotaGranted {
+			if _, v := c.TakeAt(now, 0); v == retrypolicy.QuotaGranted {
 				res.admitted[i]++
 				res.total++
 				perBucket[int(now.Sub(t0)/bucket)]++

@@ -19,7 +19,7 @@ import (
 //  1. pods whose last lease is older than LeaseTTL are forgotten (their
 //     tokens, slots and demand with them);
 //  2. the bucket fills at the rate for the time since the last operation,
-//     up to burst − the tokens every pod holds (so bucket + tokens on hand ≤
+//     and takes back the tokens p returns, up to burst − the tokens every pod holds (so bucket + tokens on hand ≤
 //     burst, and the fleet starts at most rate × t + burst in any window t);
 //  3. p gets min(want, whole tokens in the bucket), and min(slots asked,
 //     concurrency − slots of the other pods) slots;
@@ -87,6 +87,7 @@ func (m *Model) Lease(_ context.Context, spec Spec, r LeaseRequest) (LeaseReply,
 		m.tokens += spec.RequestsPerSecond * now.Sub(m.last).Seconds()
 		m.last = now
 	}
+	m.tokens += float64(r.Returned)
 	m.tokens = math.Min(m.tokens, math.Max(float64(int64(spec.Burst)-othersHeld-r.Held), 0))
 	reply.Granted = max(min(r.Want, int64(m.tokens)), 0)
 	m.tokens -= float64(reply.Granted)

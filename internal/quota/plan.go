@@ -31,26 +31,30 @@ const margin = 1.05
 
 // Want is the number of tokens a pod asks for in one lease operation: its
 // fair share of the quota's rate over the next interval, with a margin, less
-// the tokens it holds. Its fair share is its own demand when the fleet's
-// demand fits the rate, else its demand scaled down by rate / fleet demand, so
-// that the fleet's asks add up to about the rate and a busy pod gets as much
-// of the quota as its demand is of the fleet's.
+// the tokens it holds. Its fair share is its own demand when the
+// fleet's demand fits the rate, else its demand scaled down by rate / fleet
+// demand, so that the fleet's asks add up to about the rate and a busy pod
+// gets as much of the quota as its demand is of the fleet's. A share of less
+// than one token per interval is carried over (carry in, carry out) rather
+// than rounded up, so a slow pod does not sit on tokens the others need.
 //
-//	demand  fleet  rate   interval  held  want
-//	600/s   1200/s 1000/s 100ms     0     ceil(500·0.1·1.2) = 60
-//	600/s   1200/s 1000/s 100ms     25    35
-//	60/s    600/s  1000/s 100ms     0     ceil(60·0.1·1.2) = 8
-//	0       -      -      -         -     1 (a first request needs a token)
-func Want(demand, fleetDemand, rate float64, interval time.Duration, held int64) int64 {
+//	demand  fleet  rate   interval  held  carry  want, carry
+//	600/s   1200/s 1000/s 100ms     0     0      52, 0.5     (500·0.1·1.05 = 52.5)
+//	600/s   1200/s 1000/s 100ms     25    0      27, 0.5
+//	1/s     10/s   1.5/s  100ms     0     0      0, 0.01575  (0.15·0.1·1.05)
+//	1/s     10/s   1.5/s  100ms     0     0.99   1, 0.00575
+//	10/s    10/s   1000/s 100ms     0     0      1, 0.05     (a first attempt after idle)
+func Want(demand, fleetDemand, rate float64, interval time.Duration, held int64, carry float64) (int64, float64) {
 	share := demand
 	if fleetDemand > rate && fleetDemand > 0 {
 		share = demand * rate / fleetDemand
 	}
-	w := int64(math.Ceil(share*interval.Seconds()*margin)) - held
-	if demand <= 0 && held <= 0 {
-		w = 1
+	w := share*interval.Seconds()*margin - float64(held) + carry
+	if w <= 0 {
+		return 0, 0
 	}
-	return max(w, 0)
+	want := int64(math.Floor(w))
+	return want, w - float64(want)
 }
 
 // Share is the fraction of the fleet's demand that is this pod's: what

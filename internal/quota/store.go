@@ -48,6 +48,9 @@ type LeaseRequest struct {
 	// this grant: they count against the burst, so the fleet's tokens on hand
 	// and in the bucket never exceed it.
 	Held int64
+	// Returned tokens were held and not spent for a whole interval: they go
+	// back to the bucket (they are not in Held any more).
+	Returned int64
 	// Demand is the pod's rate of attempts, per second, admitted or not.
 	Demand float64
 	// Slots is the number of fleet-wide concurrency slots the pod asks to

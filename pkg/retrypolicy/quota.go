@@ -16,14 +16,15 @@ import (
 // store. Implementations must be safe for concurrent use and TakeAt must not
 // allocate.
 type Quota interface {
-	// TakeAt asks for one start token at now. again is true when the same
-	// attempt asks again after waiting (it is then not counted as new demand).
+	// TakeAt asks for one start token at now. waited is how long the same
+	// attempt has already waited for one (0 on its first ask): a quota may
+	// weigh long waiters more, so the fleet serves them about in order.
 	//
 	//	QuotaGranted  a token is taken: the attempt may start
 	//	QuotaWait     none on hand; wait is when the next is expected
 	//	QuotaDenied   none will come in time: answer locally as deferred,
 	//	              not before wait from now (onStoreLoss Deny)
-	TakeAt(now time.Time, again bool) (wait time.Duration, v QuotaVerdict)
+	TakeAt(now time.Time, waited time.Duration) (wait time.Duration, v QuotaVerdict)
 	// Untake gives back a token taken for an attempt that never started.
 	Untake()
 	// Slots is the gate of the fleet-wide concurrency leased to this pod, nil
@@ -59,7 +60,7 @@ var ErrQuotaDenied = errors.New("retrypolicy: shared quota denied the attempt")
 func takeQuota(ctx context.Context, q Quota, clk clock.Clock, sleep Sleeper, now time.Time,
 	maxWait time.Duration) (time.Duration, time.Duration, error) {
 	start := now
-	wait, v := q.TakeAt(now, false)
+	wait, v := q.TakeAt(now, 0)
 	for v == QuotaWait {
 		spent := now.Sub(start)
 		if spent+wait > maxWait {
@@ -69,7 +70,7 @@ func takeQuota(ctx context.Context, q Quota, clk clock.Clock, sleep Sleeper, now
 			return spent, 0, err
 		}
 		now = clk.Now()
-		wait, v = q.TakeAt(now, true)
+		wait, v = q.TakeAt(now, now.Sub(start))
 	}
 	if v == QuotaDenied {
 		return now.Sub(start), wait, ErrQuotaDenied

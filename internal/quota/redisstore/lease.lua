@@ -2,13 +2,14 @@
 -- (the steps of quota.Model; docs/quota.md).
 -- KEYS[1] bucket hash {tokens, ts}   KEYS[2] pods hash pod -> "held demand slots seen"
 -- KEYS[3] hold (end of the fleet's pacing hold, Unix ms)
--- ARGV: pod, rate/s, burst, concurrency, want, held, demand/s, slots, in use, hold ms, ttl ms
+-- ARGV: pod, rate/s, burst, concurrency, want, held, demand/s, slots, in use, hold ms, ttl ms, returned
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local pod = ARGV[1]
 local rate, burst, conc = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local want, held, demand = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local swant, inuse, hold, ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local returned = tonumber(ARGV[12])
 
 -- 1. forget pods not seen for ttl; sum what the others hold and want
 local othersHeld, othersSlots, fleet, pods = 0, 0, demand, 1
@@ -27,7 +28,8 @@ for i = 1, #all, 2 do
   end
 end
 
--- 2. fill the bucket, at most burst minus every pod's tokens on hand
+-- 2. fill the bucket and take back the returned tokens, at most burst minus
+-- every pod's tokens on hand
 local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
 local tokens, ts = tonumber(b[1]), tonumber(b[2])
 if tokens == nil or ts == nil then
@@ -37,6 +39,7 @@ if now > ts then
   tokens = tokens + rate * (now - ts) / 1000
   ts = now
 end
+tokens = tokens + returned
 tokens = math.min(tokens, math.max(burst - othersHeld - held, 0))
 
 -- 3. grant tokens and slots

@@ -94,8 +94,8 @@ func TestRefusedCredentials(t *testing.T) {
 		user, password string
 		refused        bool
 	}{
-		"a wrong password":                          {user: "partner-user", password: "wrong", refused: true},
-		"an ACL user without the quota's keys":      {user: "elsewhere", password: "pw", refused: true},
+		"a wrong password":                           {user: "partner-user", password: "wrong", refused: true},
+		"an ACL user without the quota's keys":       {user: "elsewhere", password: "pw", refused: true},
 		"the namespace's user with exactly its keys": {user: "partner-user", password: "pw"},
 	}
 	for name, tc := range tests {
@@ -170,7 +170,7 @@ func TestFleetAdmitsTheRateWhateverThePodClocks(t *testing.T) {
 				if now.Sub(start) >= d {
 					break
 				}
-				if _, v := c.TakeAt(now, false); v == retrypolicy.QuotaGranted {
+				if _, v := c.TakeAt(now, 0); v == retrypolicy.QuotaGranted {
 					n++
 				}
 			}
@@ -221,7 +221,7 @@ func TestStoreStoppedAndBack(t *testing.T) {
 			t.Cleanup(c.Close)
 			waitState(t, c, quota.StateReachable, time.Second)
 			for now := time.Now(); ; now = time.Now() { // spend what is on hand
-				if _, v := c.TakeAt(now, false); v != retrypolicy.QuotaGranted {
+				if _, v := c.TakeAt(now, 0); v != retrypolicy.QuotaGranted {
 					break
 				}
 			}
@@ -229,7 +229,7 @@ func TestStoreStoppedAndBack(t *testing.T) {
 			waitState(t, c, quota.StateUnreachable, time.Second)
 			time.Sleep(20 * time.Millisecond) // the fallback limiter refills one token
 			start := time.Now()
-			_, v := c.TakeAt(start, false)
+			_, v := c.TakeAt(start, 0)
 			if took := time.Since(start); took > 5*time.Millisecond {
 				t.Errorf("TakeAt with the store down took %s, want <= 5 ms", took)
 			}
