@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,8 @@ func main() {
 	outage := flag.Duration("outage", 6*time.Second, "how long Redis is stopped in the store-loss scenario")
 	r := flag.Float64("rate", 1000, "the quota's rate R per second")
 	burst := flag.Int("burst", 200, "the quota's burst")
+	podCounts := flag.String("pods", "10,50", "fleet sizes of the steady scenarios")
+	only := flag.Bool("steady-only", false, "run only the steady shared-quota scenarios (no comparison, growth or outage)")
 	flag.Parse()
 
 	srv, err := startRedis()
@@ -54,11 +57,22 @@ func main() {
 	fmt.Printf("R = %.0f/s, burst %d, demand 1.2 R, skew 10:1, %s per scenario\n\n", *r, *burst, *duration)
 	fmt.Println("| scenario | pods | admitted (% of R) | max in any 1 s (R + burst = " + strconv.Itoa(int(*r)+*burst) + ") | busy pod admitted (% of its demand) | added latency p50 / p99 / max | store ops/s per pod |")
 	fmt.Println("|---|---|---|---|---|---|---|")
-	for _, n := range []int{10, 50} {
+	for _, f := range strings.Split(*podCounts, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			fmt.Fprintln(os.Stderr, "-pods: want a comma-separated list of counts")
+			os.Exit(2)
+		}
 		for _, shared := range []bool{true, false} {
+			if !shared && *only {
+				continue
+			}
 			res := run(srv, spec, scenario{name: fmt.Sprintf("q%d-%t", n, shared), pods: n, shared: shared, d: *duration})
 			res.print()
 		}
+	}
+	if *only {
+		return
 	}
 	grow := run(srv, spec, scenario{name: "grow", pods: 10, grow: 10, shared: true, d: *duration})
 	grow.print()

@@ -265,9 +265,13 @@ func (c *Client) step() error {
 	now := c.clk.Now()
 	spec := c.Spec()
 	arrivals := c.arrivals.Swap(0)
+	horizon := Interval
 	if dt := now.Sub(c.lastStep); !c.lastStep.IsZero() && dt > 0 {
 		inst := float64(arrivals) / dt.Seconds()
 		c.demand = (c.demand + inst) / 2
+		// A loaded machine runs the steps late: lease for the interval as
+		// it really is, or the pod runs dry before the next step.
+		horizon = max(horizon, min(dt, 2*Interval))
 	}
 	c.lastStep = now
 	inUse, queued := 0, 0
@@ -285,7 +289,7 @@ func (c *Client) step() error {
 	}
 	held := c.tokens.Load()
 	req := LeaseRequest{Pod: c.pod, Held: held, Returned: returned, Demand: c.demand, InUse: int64(inUse)}
-	req.Want, c.carry = Want(c.demand, c.fleetDemand, spec.RequestsPerSecond, Interval, held, c.carry)
+	req.Want, c.carry = Want(c.demand, c.fleetDemand, spec.RequestsPerSecond, horizon, held, c.carry)
 	if spec.Concurrency > 0 {
 		req.Slots = SlotsWant(inUse, queued, spec.Concurrency)
 	}
