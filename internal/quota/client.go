@@ -268,7 +268,11 @@ func (c *Client) step() error {
 	horizon := Interval
 	if dt := now.Sub(c.lastStep); !c.lastStep.IsZero() && dt > 0 {
 		inst := float64(arrivals) / dt.Seconds()
-		c.demand = (c.demand + inst) / 2
+		if c.demand == 0 {
+			c.demand = inst // the first demand seen is not halved
+		} else {
+			c.demand = (c.demand + inst) / 2
+		}
 		// A loaded machine runs the steps late: lease for the interval as
 		// it really is, or the pod runs dry before the next step.
 		horizon = max(horizon, min(dt, 2*Interval))

@@ -13,11 +13,11 @@ func TestWant(t *testing.T) {
 		want                int64
 		wantCarry           float64
 	}{
-		"a busy pod of an overloaded fleet asks for its scaled share":  {600, 1200, 1000, 0, 0, 52, 0.5},
-		"tokens on hand are subtracted":                                {600, 1200, 1000, 25, 0, 27, 0.5},
-		"less than a token per interval is carried, not rounded up":    {1, 10, 1.5, 0, 0, 0, 0.01575},
-		"the carry makes a token once it reaches one":                  {1, 10, 1.5, 0, 0.99, 1, 0.00575},
-		"a first attempt after an idle spell asks for a token at once": {10, 10, 1000, 0, 0, 1, 0.05},
+		"a busy pod of an overloaded fleet asks for its scaled share":  {600, 1200, 1000, 0, 0, 57, 0.5},
+		"tokens on hand are subtracted":                                {600, 1200, 1000, 25, 0, 32, 0.5},
+		"less than a token per interval is carried, not rounded up":    {1, 10, 1.5, 0, 0, 0, 0.01725},
+		"the carry makes a token once it reaches one":                  {1, 10, 1.5, 0, 0.99, 1, 0.00725},
+		"a first attempt after an idle spell asks for a token at once": {10, 10, 1000, 0, 0, 1, 0.15},
 		"holding more than the share asks for nothing":                 {10, 10, 1000, 5, 0.5, 0, 0},
 	}
 	for name, tc := range tests {
