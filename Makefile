@@ -47,7 +47,7 @@ CONTAINER_TOOL ?= docker
 DEPLOY_OVERLAY ?= config/default
 
 # Files that `make manifests generate` writes; `make test` fails if they are stale.
-GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml docs/api.md
+GENERATED = api/v1alpha1/zz_generated.deepcopy.go api/v1alpha1/zz_generated.defaults.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml docs/api.md
 
 GO_PACKAGES = $$(go list ./... | grep -v /test/e2e)
 GO_FILES = $$(find . -name '*.go' -not -path './bin/*' -not -path './.git/*' -not -path './.local-cluster/*')
@@ -66,6 +66,7 @@ help: ## Show this help.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD, RBAC and webhook configuration from markers.
 	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	go run ./hack/gendefaults config/crd/bases/policy.retry.dev_retrypolicies.yaml api/v1alpha1/zz_generated.defaults.go
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
@@ -231,8 +232,8 @@ cluster-down: ## Stop the local cluster and remove everything it created.
 	hack/local-cluster.sh down
 
 .PHONY: test-e2e
-test-e2e: build-images ## End-to-end suite on E2E_CLUSTER=local (default, started if needed) or kind, or on KUBECONFIG with E2E_CLUSTER=existing.
-	hack/test-e2e.sh $(E2E_CLUSTER)
+test-e2e: build-images $(HELM) ## End-to-end suite on E2E_CLUSTER=local (default, started if needed; installed as README.md's "On your cluster" says) or kind, or on KUBECONFIG with E2E_CLUSTER=existing.
+	HELM="$(HELM)" hack/test-e2e.sh $(E2E_CLUSTER)
 
 .PHONY: test-e2e-chart
 test-e2e-chart: build-images $(HELM) ## The end-to-end suite with the operator installed from dist/chart instead of dist/install-selfsigned.yaml.

@@ -31,7 +31,7 @@ var grants = map[string]string{
 	"ClusterRole/retry-operator-manager-role: create,patch events.k8s.io/events":                                                  "the event recorder patches the series count of an event it created; event names are generated",
 	"ClusterRole/retry-operator-manager-role: get,list,watch policy.retry.dev/retrypolicies":                                      "",
 	"ClusterRole/retry-operator-manager-role: get,patch policy.retry.dev/retrypolicies/status":                                    "the controller reports the status of every RetryPolicy, whatever its name",
-	"ClusterRole/retry-operator-manager-role: bind rbac.authorization.k8s.io/clusterroles [retry-operator-sidecar]":               "",
+	"ClusterRole/retry-operator-manager-role: bind,get rbac.authorization.k8s.io/clusterroles [retry-operator-sidecar]":           "",
 	"ClusterRole/retry-operator-manager-role: create rbac.authorization.k8s.io/rolebindings":                                      "",
 	"ClusterRole/retry-operator-manager-role: delete,get,list,patch,watch rbac.authorization.k8s.io/rolebindings [retry-sidecar]": "",
 	// Leader election in the manager's namespace.

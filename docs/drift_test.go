@@ -195,7 +195,8 @@ var otherTools = map[string]string{
 	"--server-side": "kubectl apply", "--from-file": "kubectl create", "--field-selector": "kubectl get",
 	"--ignore-not-found": "kubectl delete", "--kubeconfig": "kubectl", "--context": "kubectl",
 	"--all": "kubectl delete", "--namespace": "kubectl, helm", "--set": "helm", "--reuse-values": "helm upgrade",
-	"--create-namespace": "helm install", "--node": "hack/kube-binaries.sh", "--kubectl": "hack/kube-binaries.sh",
+	"--create-namespace": "helm install", "--wait": "helm install", "--image": "kubectl create deployment",
+	"--for": "kubectl wait", "--node": "hack/kube-binaries.sh", "--kubectl": "hack/kube-binaries.sh",
 }
 
 func TestFlagsExist(t *testing.T) {

@@ -3,21 +3,24 @@
 # builds the images first and calls this with E2E_CLUSTER:
 #
 #   hack/test-e2e.sh local      # the single-node cluster from source (hack/local-cluster.sh up: started if
-#                               # needed, images re-imported if running); the default. The operator's
-#                               # two images are pushed to the cluster's registry and pulled from there
+#                               # needed, images re-imported if running); the default. The operator is
+#                               # installed as README.md's "On your cluster" says (E2E_INSTALL=readme):
+#                               # images pushed to the cluster's registry, helm install of dist/chart
 #   hack/test-e2e.sh kind       # a kind cluster with the same images (hack/kind.sh up), for machines with Docker
 #   hack/test-e2e.sh existing   # whatever KUBECONFIG names; the retry.dev/*:dev images must be on its nodes
 #
-# The suite installs the operator from dist/install-selfsigned.yaml (the release
-# artefact without cert-manager; `make build-installer` writes it), runs its cases in a fresh
-# namespace and deletes that namespace. It never tears the cluster down: do that
+# On kind and existing clusters (and with E2E_PULL_FROM_REGISTRY=0) the suite installs the
+# operator from dist/install-selfsigned.yaml (the release artefact without cert-manager;
+# `make build-installer` writes it) with the side-loaded images. It runs its cases in a
+# fresh namespace and deletes that namespace. It never tears the cluster down: do that
 # with `make cluster-down` (or `hack/kind.sh down`); CI does it in a trap.
 #
 # Environment: E2E_TIMEOUT (go test -timeout, default 20m), E2E_RUN (go test -run),
 # E2E_KEEP_NAMESPACE=1 (keep the test namespace), KUBECTL (kubectl to use).
 # E2E_LOCAL_CLUSTER (set for `local`): hack/local-cluster.sh, for the fault cases.
-# E2E_IMG, E2E_SIDECAR_IMG (set for `local`; E2E_PULL_FROM_REGISTRY=0 leaves them
-# unset, the images side-loaded): the pushed references, by digest, the suite installs.
+# E2E_INSTALL=readme, E2E_REGISTRY (set for `local`; E2E_PULL_FROM_REGISTRY=0 leaves them
+# unset, the images side-loaded): run the README's install against that registry;
+# HELM (make sets it): the helm binary the README's block finds on PATH.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,22 +28,6 @@ KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 START=$SECONDS
 log() { printf 'test-e2e: [%3ds] %s\n' "$((SECONDS - START))" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
-
-# push_to_local_registry: the manager and sidecar tarballs into the local
-# cluster's registry (make push-images, as a user pushes to theirs); the suite
-# installs them by digest, so the node pulls exactly what was just built.
-push_to_local_registry() {
-  local registry out
-  registry="$("$ROOT/hack/local-cluster.sh" registry)"
-  log "pushing the operator's images to the local registry $registry (make push-images)"
-  out="$(make -s -C "$ROOT" push-images IMG="$registry/retry-operator/manager:e2e" \
-    SIDECAR_IMG="$registry/retry-operator/retry-sidecar:e2e")" || die "make push-images failed: $out"
-  echo "$out" >&2
-  E2E_IMG="$(awk '$3 == "(bin/images/manager.tar)" {print $2}' <<<"$out")"
-  E2E_SIDECAR_IMG="$(awk '$3 == "(bin/images/retry-sidecar.tar)" {print $2}' <<<"$out")"
-  [[ -n "$E2E_IMG" && -n "$E2E_SIDECAR_IMG" ]] || die "no pushed digests in: $out"
-  export E2E_IMG E2E_SIDECAR_IMG E2E_REGISTRY="$registry"
-}
 
 cluster="${1:-local}"
 case "$cluster" in
@@ -56,7 +43,9 @@ case "$cluster" in
     # node's processes through it; on other clusters they are skipped.
     export E2E_LOCAL_CLUSTER="$ROOT/hack/local-cluster.sh"
     if [[ "${E2E_PULL_FROM_REGISTRY:-1}" != 0 ]]; then
-      push_to_local_registry
+      # The README's block builds and pushes the images, then helm-installs them.
+      E2E_REGISTRY="$("$ROOT/hack/local-cluster.sh" registry)"
+      export E2E_INSTALL=readme E2E_REGISTRY
     fi
     ;;
   kind)

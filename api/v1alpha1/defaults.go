@@ -16,9 +16,16 @@ limitations under the License.
 
 package v1alpha1
 
-// Default values, identical to the +kubebuilder:default markers. The API server
-// applies the markers; SetDefaults applies these where no API server is involved
-// (a policy file given to the sidecar). An envtest test proves both agree.
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// Default values, identical to the +kubebuilder:default markers, for code
+// that needs one by name. SetDefaults does not use them: it applies the
+// markers themselves (zz_generated.defaults.go, read from the CRD by make
+// manifests), so a new default is a marker only. TestDefaultConstantsAreTheMarkers
+// holds these to the markers.
 const (
 	DefaultMaxAttempts         int32    = 3
 	DefaultDeadline            Duration = "10s"
@@ -45,50 +52,90 @@ var (
 )
 
 // SetDefaults fills every absent optional field of p with its default, in place,
-// exactly as the API server's structural defaulting does.
+// exactly as the API server's structural defaulting does: it applies the CRD's
+// own defaults (upstreamDefaults), top-down, so a defaulted object gets the
+// defaults of its fields too. It is for where no API server is involved (a
+// policy file given to the sidecar, a rendering).
 func SetDefaults(p *RetryPolicy) {
 	for i := range p.Spec.Upstreams {
 		setUpstreamDefaults(&p.Spec.Upstreams[i])
 	}
 }
 
+// defaultsTree is upstreamDefaults decoded: "default", "properties", "items".
+var defaultsTree = func() map[string]any {
+	var t map[string]any
+	if err := json.Unmarshal([]byte(upstreamDefaults), &t); err != nil {
+		panic("v1alpha1: zz_generated.defaults.go: " + err.Error())
+	}
+	return t
+}()
+
+// setUpstreamDefaults round-trips u through its JSON form, the form the
+// schema's defaults are written in. An Upstream always encodes and decodes.
 func setUpstreamDefaults(u *Upstream) {
-	setIfNil(&u.MaxAttempts, DefaultMaxAttempts)
-	setIfNil(&u.Deadline, DefaultDeadline)
-	setIfNil(&u.Backoff, Backoff{})
-	setIfNil(&u.Backoff.Base, DefaultBackoffBase)
-	setIfNil(&u.Backoff.Max, DefaultBackoffMax)
-	setIfNil(&u.Backoff.Jitter, DefaultJitter)
-	setIfNil(&u.RetryOn, RetryOn{})
-	if u.RetryOn.StatusCodes == nil {
-		u.RetryOn.StatusCodes = append([]StatusCode(nil), DefaultStatusCodes...)
+	data, err := json.Marshal(u)
+	if err != nil {
+		panic("v1alpha1: encoding an Upstream: " + err.Error())
 	}
-	setIfNil(&u.RetryOn.ConnectFailure, DefaultConnectFailure)
-	if u.ReplayableMethods == nil {
-		u.ReplayableMethods = append([]string(nil), DefaultReplayableMethods...)
+	var obj map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // an int64 beyond 2^53 stays exact, for the validation message
+	if err := dec.Decode(&obj); err != nil {
+		panic("v1alpha1: decoding an Upstream: " + err.Error())
 	}
-	setIfNil(&u.MaxReplayBodyBytes, DefaultMaxReplayBodyBytes)
-	setIfNil(&u.RetryAfter, RetryAfter{})
-	setIfNil(&u.RetryAfter.MaxWait, DefaultRetryAfterMaxWait)
-	setIfNil(&u.RetryAfter.Spread, DefaultRetryAfterSpread)
-	setIfNil(&u.Budget, Budget{})
-	setIfNil(&u.Budget.RetryPercent, DefaultRetryPercent)
-	setIfNil(&u.Budget.MinRetriesPerSecond, DefaultMinRetriesPerSecond)
-	if u.RateLimit != nil {
-		setIfNil(&u.RateLimit.Burst, DefaultBurst)
+	applyDefaults(obj, defaultsTree)
+	if data, err = json.Marshal(obj); err != nil {
+		panic("v1alpha1: encoding a defaulted Upstream: " + err.Error())
 	}
-	if u.Concurrency != nil {
-		setIfNil(&u.Concurrency.MaxQueued, DefaultMaxQueued)
-		setIfNil(&u.Concurrency.QueueTimeout, DefaultQueueTimeout)
+	var out Upstream
+	if err := json.Unmarshal(data, &out); err != nil {
+		panic("v1alpha1: decoding a defaulted Upstream: " + err.Error())
 	}
-	if u.Pacing != nil {
-		setIfNil(&u.Pacing.RateLimitHeaders, DefaultRateLimitHeaders)
-		setIfNil(&u.Pacing.HoldOnDeferral, DefaultHoldOnDeferral)
+	*u = out
+}
+
+// applyDefaults sets each absent property of obj that has a default in
+// schema, then descends into objects and list items.
+func applyDefaults(obj map[string]any, schema map[string]any) {
+	props, _ := schema["properties"].(map[string]any)
+	for name, s := range props {
+		ps := s.(map[string]any)
+		if _, present := obj[name]; !present {
+			if d, ok := ps["default"]; ok {
+				obj[name] = deepCopyJSON(d)
+			}
+		}
+		switch v := obj[name].(type) {
+		case map[string]any:
+			applyDefaults(v, ps)
+		case []any:
+			if items, ok := ps["items"].(map[string]any); ok {
+				for _, it := range v {
+					if m, ok := it.(map[string]any); ok {
+						applyDefaults(m, items)
+					}
+				}
+			}
+		}
 	}
 }
 
-func setIfNil[T any](p **T, v T) {
-	if *p == nil {
-		*p = &v
+// deepCopyJSON copies a decoded JSON value, so no two objects share a default.
+func deepCopyJSON(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = deepCopyJSON(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = deepCopyJSON(x)
+		}
+		return out
 	}
+	return v
 }

@@ -24,8 +24,9 @@ import (
 // The schema below is the first of three validation layers (schema + CEL, the
 // validating webhook, the reconciler). Every rule here is repeated in Validate so
 // that a policy given to the sidecar as a file, or one that slipped past a disabled
-// webhook, is judged the same way. Defaults are repeated in SetDefaults for the
-// same reason; an envtest test proves the two agree.
+// webhook, is judged the same way. Defaults are the markers only: make
+// manifests copies them from the CRD into zz_generated.defaults.go, which
+// SetDefaults applies where no API server is involved.
 
 // Jitter selects how the local backoff is randomised.
 //
@@ -273,6 +274,13 @@ type RetryOn struct {
 	// +optional
 	// +kubebuilder:default=true
 	ConnectFailure *bool `json:"connectFailure,omitempty"`
+
+	// resetBeforeHeaders retries an attempt whose connection was reset or closed
+	// after the request may have been written and before the response headers
+	// (Envoy's reset-before-request), for replayable requests only.
+	// +optional
+	// +kubebuilder:default=true
+	ResetBeforeHeaders *bool `json:"resetBeforeHeaders,omitempty"`
 }
 
 // IdempotencyKey names the header whose presence makes a request replayable.

@@ -157,3 +157,10 @@ func appendQuotaRange(errs field.ErrorList, spec *field.Path, r retrypolicy.Rang
 	}
 	return errs
 }
+
+// setIfNil points *p at a copy of v when it points nowhere.
+func setIfNil[T any](p **T, v T) {
+	if *p == nil {
+		*p = &v
+	}
+}

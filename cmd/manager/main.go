@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -37,7 +36,6 @@ import (
 	"github.com/retrydev/retry-operator/internal/manager"
 	"github.com/retrydev/retry-operator/internal/webhook/certsync"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
-	"github.com/retrydev/retry-operator/internal/webhook/selfsigned"
 )
 
 var (
@@ -52,7 +50,6 @@ type options struct {
 	webhookCertPath, webhookCertName, webhookCertKey string
 	webhookPort                                      int
 
-	certGenerate                     bool
 	certSecret                       string
 	certHosts                        string
 	webhookURLHost                   string
@@ -81,7 +78,7 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
-	if err := run(o); err != nil {
+	if err := run(ctrl.SetupSignalHandler(), ctrl.GetConfigOrDie(), o); err != nil {
 		setupLog.Error(err, "manager stopped")
 		os.Exit(1)
 	}
@@ -110,28 +107,25 @@ func (o *options) bindServerFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 }
 
-// bindCertFlags binds the flags of the webhook certificate without
-// cert-manager (docs/operations.md, Certificates).
+// bindCertFlags binds the flags of the self-signed webhook certificate, the
+// mode without cert-manager (docs/operations.md, Certificates).
 func (o *options) bindCertFlags(fs *flag.FlagSet) {
-	fs.BoolVar(&o.certGenerate, "webhook-cert-generate", false,
-		"Without cert-manager: generate a self-signed CA and serving certificate into --webhook-cert-path "+
-			"(when missing, expiring within 30 days or not covering --webhook-cert-hosts) and write the CA into "+
-			"the caBundle of --mutating-webhook-configuration and --validating-webhook-configuration.")
 	fs.StringVar(&o.certSecret, "webhook-cert-secret", "",
-		"Without cert-manager, for every replica in the cluster: keep a self-signed CA and serving certificate "+
-			"in this Secret of --operator-namespace (copied into --webhook-cert-path, which must be writable), renew them at runtime before "+
-			"they expire, and keep the CA in the caBundle of the two webhook configurations. All replicas share "+
-			"the Secret (docs/operations.md, Certificates).")
+		"Without cert-manager: keep a self-signed CA and serving certificate in this Secret of --operator-namespace "+
+			"(copied into --webhook-cert-path, which must be writable), renew them at runtime before they expire, and "+
+			"keep the CA in the caBundle of the two webhook configurations. All replicas share the Secret "+
+			"(docs/operations.md, Certificates).")
 	fs.StringVar(&o.certHosts, "webhook-cert-hosts",
-		"retry-operator-webhook-service.retry-operator-system.svc,localhost,127.0.0.1",
-		"Comma-separated DNS names and IPs the generated serving certificate covers (with --webhook-cert-generate).")
+		"retry-operator-webhook-service.retry-operator-system.svc,retry-operator-webhook-service.retry-operator-system.svc.cluster.local",
+		"Comma-separated DNS names the self-signed serving certificate covers (with --webhook-cert-secret; not IP addresses).")
 	fs.StringVar(&o.webhookURLHost, "webhook-url-host", "",
-		"With --webhook-cert-generate, for a manager running outside the cluster: point the webhook configurations "+
-			"at https://<host>:<webhook-port>/<path> instead of the in-cluster Service. The host must be in --webhook-cert-hosts.")
+		"With --webhook-cert-secret, for a manager running outside the cluster: create the Secret if it is missing, "+
+			"point the webhook configurations at https://<host>:<webhook-port>/<path> instead of the in-cluster Service, "+
+			"and name the host first in the certificate. A DNS name the API server resolves to this machine.")
 	fs.StringVar(&o.mutatingConfig, "mutating-webhook-configuration", v1alpha1.MutatingWebhookConfigurationName,
-		"Name of the MutatingWebhookConfiguration --webhook-cert-generate patches.")
+		"Name of the MutatingWebhookConfiguration whose caBundle --webhook-cert-secret keeps.")
 	fs.StringVar(&o.validatingConfig, "validating-webhook-configuration", v1alpha1.ValidatingWebhookConfigurationName,
-		"Name of the ValidatingWebhookConfiguration --webhook-cert-generate patches.")
+		"Name of the ValidatingWebhookConfiguration whose caBundle --webhook-cert-secret keeps.")
 }
 
 // bindInjectFlags binds the flags of what is injected and reconciled: the
@@ -161,7 +155,8 @@ func (o *options) bindInjectFlags(fs *flag.FlagSet) {
 		"ClusterRole bound in every namespace with injected pods so their sidecars can watch retry-policies (docs/fleet.md).")
 }
 
-func run(o options) error {
+// run runs the manager with the API server of cfg until ctx ends.
+func run(ctx context.Context, cfg *rest.Config, o options) error {
 	webhooksEnabled := os.Getenv("ENABLE_WEBHOOKS") != "false"
 	injectCfg, err := o.injectConfig()
 	if err != nil {
@@ -171,12 +166,11 @@ func run(o options) error {
 	if certDir == "" {
 		certDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
 	}
-	cfg := ctrl.GetConfigOrDie()
-	if o.certGenerate && o.certSecret != "" {
-		return fmt.Errorf("--webhook-cert-generate and --webhook-cert-secret: choose one (the Secret for managers in the cluster)")
+	if _, err := o.certHostList(); err != nil {
+		return err
 	}
-	if webhooksEnabled && o.certGenerate {
-		if err := o.generateCerts(cfg, certDir); err != nil {
+	if webhooksEnabled && o.webhookURLHost != "" {
+		if err := o.prepareLocalRun(ctx, cfg); err != nil {
 			return err
 		}
 	}
@@ -199,7 +193,7 @@ func run(o options) error {
 	if err := o.addHealthChecks(mgr, webhooksEnabled, certsReady); err != nil {
 		return err
 	}
-	return start(mgr, webhookErr)
+	return start(ctx, mgr, webhookErr)
 }
 
 // managerOptions are the manager's options from the flags: its metrics,
@@ -295,11 +289,11 @@ func (o options) addHealthChecks(mgr ctrl.Manager, webhooksEnabled bool, certsRe
 	return mgr.AddReadyzCheck("readyz", ready)
 }
 
-// start runs the manager until a signal, or until a late webhook registration
-// fails (its error is returned).
-func start(mgr ctrl.Manager, webhookErr chan error) error {
+// start runs the manager until ctx ends (a signal), or until a late webhook
+// registration fails (its error is returned).
+func start(ctx context.Context, mgr ctrl.Manager, webhookErr chan error) error {
 	setupLog.Info("starting manager")
-	ctx, cancel := context.WithCancel(ctrl.SetupSignalHandler())
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
@@ -332,9 +326,9 @@ func start(mgr ctrl.Manager, webhookErr chan error) error {
 // name is the rotator's controller name, unique per process; "" is the
 // library's default.
 func (o options) addCertRotator(mgr ctrl.Manager, certDir, name string, ready chan struct{}) error {
-	hosts := splitList(o.certHosts)
-	if len(hosts) == 0 {
-		return fmt.Errorf("--webhook-cert-hosts: at least one DNS name is required")
+	hosts, err := o.certHostList()
+	if err != nil {
+		return err
 	}
 	if err := mgr.Add(&certsync.Writer{
 		Reader: mgr.GetAPIReader(), Secret: types.NamespacedName{Namespace: o.operatorNamespace, Name: o.certSecret},
@@ -415,28 +409,6 @@ func (o options) injectConfig() (podinject.Config, error) {
 		q.list[q.name] = v
 	}
 	return cfg, nil
-}
-
-func (o options) generateCerts(cfg *rest.Config, dir string) error {
-	hosts := splitList(o.certHosts)
-	if len(hosts) == 0 {
-		return fmt.Errorf("--webhook-cert-hosts: at least one DNS name or IP is required")
-	}
-	caPEM, err := selfsigned.Ensure(dir, hosts, time.Now())
-	if err != nil {
-		return fmt.Errorf("generating webhook certificates in %s: %w", dir, err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := selfsigned.PatchWebhookConfigurations(ctx, c, o.mutatingConfig, o.validatingConfig, caPEM, o.webhookURLHost, o.webhookPort); err != nil {
-		return err
-	}
-	setupLog.Info("self-signed webhook certificate ready", "dir", dir, "hosts", hosts, "urlHost", o.webhookURLHost)
-	return nil
 }
 
 func splitList(s string) []string {

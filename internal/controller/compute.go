@@ -35,6 +35,12 @@ type Input struct {
 	// Now is the reconcile's clock reading: a changed rendering gets revision
 	// policyset.NextRevision(previous, Now).
 	Now time.Time
+	// Quotas are the SharedQuotas the policies name in quotaRef, by name; a
+	// name absent from the map does not exist.
+	Quotas map[string]*v1alpha1.SharedQuota
+	// NamespaceLabels are the labels of the namespace, which a quota's
+	// consumers.namespaceSelector is matched against.
+	NamespaceLabels map[string]string
 }
 
 // PodInfo is what rate sharing and status.programmedPods need to know about a
@@ -109,7 +115,10 @@ type candidate struct {
 //
 // A policy whose tls.caCertificateRefs do not resolve (a ConfigMap or its key
 // ca.crt missing, no PEM certificate in it) is treated as an invalid one, with
-// reason InvalidRef: its last accepted rendering stays in force.
+// reason InvalidRef: its last accepted rendering stays in force. So is a
+// policy whose quotaRef names no SharedQuota (InvalidRef), or one that does
+// not admit the namespace (QuotaNotAllowed); a kept rendering keeps the quota
+// as last rendered (docs/quota.md), and is dropped when there is none.
 //
 // The steps: validatePolicies, resolveConflicts (oldest first), render, and
 // statuses.
@@ -139,10 +148,10 @@ func validatePolicies(in Input) ([]candidate, map[string]metav1.Condition) {
 		if p.DeletionTimestamp != nil {
 			continue // on its way out: neither rendered nor given a status
 		}
-		bundles, errs, reason := validatePolicy(p, in.ConfigMaps)
+		bundles, errs, reason := validatePolicy(p, in)
 		if len(errs) > 0 {
 			msg := errs.ToAggregate().Error()
-			if kept, ok := lastAccepted(p, previous); ok {
+			if kept, ok := lastAccepted(p, previous); ok && keptQuotasRenderable(kept, in) {
 				msg = fmt.Sprintf("%s; generation %d, the last accepted, stays in force", msg, kept.generation)
 				cands = append(cands, kept)
 			}
@@ -157,12 +166,16 @@ func validatePolicies(in Input) ([]candidate, map[string]metav1.Condition) {
 // validatePolicy validates p, then resolves its tls.caCertificateRefs against
 // configMaps (the CA bundle of each upstream). The reason names the step that
 // failed: ReasonInvalid for the spec, ReasonInvalidRef for a reference.
-func validatePolicy(p *v1alpha1.RetryPolicy, configMaps map[string]map[string]string) ([]string, field.ErrorList, v1alpha1.ConditionReason) {
+func validatePolicy(p *v1alpha1.RetryPolicy, in Input) ([]string, field.ErrorList, v1alpha1.ConditionReason) {
 	if errs := v1alpha1.Validate(p); len(errs) > 0 {
 		return nil, errs, v1alpha1.ReasonInvalid
 	}
-	bundles, errs := policyset.ResolveCABundles(p, policyset.MapLookup(configMaps, ""))
-	return bundles, errs, v1alpha1.ReasonInvalidRef
+	bundles, errs := policyset.ResolveCABundles(p, policyset.MapLookup(in.ConfigMaps, ""))
+	if len(errs) > 0 {
+		return nil, errs, v1alpha1.ReasonInvalidRef
+	}
+	errs, reason := checkQuotaRefs(p, in)
+	return bundles, errs, reason
 }
 
 // resolveConflicts returns the candidates that win their hosts, oldest first,
@@ -212,6 +225,7 @@ func render(in Input, winners []candidate) (Output, error) {
 		out.UIDs[w.policy.Name] = w.policy.UID
 	}
 	out.Document.Version = policyset.DocumentVersion
+	out.Document.Quotas = renderQuotas(in, out.Document.Policies)
 	if len(out.Document.Policies) > 0 {
 		data, err := renderDocument(&out.Document, in)
 		if err != nil {

@@ -60,6 +60,9 @@ const (
 // retry-policies ConfigMap and their statuses.
 type RetryPolicyReconciler struct {
 	client.Client
+	// Reader reads what the cache does not hold (the sidecars' ClusterRole);
+	// nil is Client.
+	Reader client.Reader
 	// Recorder emits events with the condition reasons (reasons.go).
 	Recorder recorder.EventRecorder
 	// MaxConcurrentReconciles bounds how many namespaces are reconciled at once.
@@ -89,6 +92,7 @@ type RetryPolicyReconciler struct {
 // +kubebuilder:rbac:groups="",resources=configmaps,resourceNames=retry-policies,verbs=patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=policy.retry.dev,resources=sharedquotas,verbs=get;list;watch
 
 // Reconcile gathers the namespace's policies, injected pods and current
 // ConfigMap, computes the desired state (Compute, pure), and writes only what
@@ -156,6 +160,10 @@ func (r *RetryPolicyReconciler) gather(ctx context.Context, ns string) (*gathere
 	if g.in.ConfigMaps, err = r.caConfigMaps(ctx, ns, g.policies); err != nil {
 		return nil, err
 	}
+	if g.in.Quotas, err = r.referencedQuotas(ctx, g.policies); err != nil {
+		return nil, err
+	}
+	g.in.NamespaceLabels = g.namespaceObj.Labels
 	if g.configMapExists {
 		g.in.Previous = previousDocument(ctx, ns, &g.configMap)
 	}
@@ -473,7 +481,10 @@ func policyCARefs(p *v1alpha1.RetryPolicy) []string {
 //   - injected Pods: on create, delete, readiness or label change, for rate
 //     sharing, status.selectedPods and the sidecars' RoleBinding;
 //   - the sidecars' RoleBinding: a deleted or edited one is restored;
-//   - Namespaces: when the retry.dev/sidecar-api-access annotation changes.
+//   - Namespaces: when the retry.dev/sidecar-api-access annotation or the
+//     labels change (a quota's consumers.namespaceSelector matches labels);
+//   - SharedQuotas: on create, delete and spec changes, every namespace with a
+//     policy that names the quota (quotaRefIndex).
 //
 // The ConfigMap is watched with Watches rather than Owns because it has one
 // owner reference per rendered policy and none is a controller reference;
@@ -491,6 +502,9 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return policyCARefs(p)
 	}); err != nil {
 		return fmt.Errorf("indexing RetryPolicies by CA ConfigMap: %w", err)
+	}
+	if err := IndexQuotaRefs(mgr); err != nil {
+		return err
 	}
 	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return namespaceRequest(o.GetNamespace())
@@ -511,6 +525,8 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
 		Watches(&rbacv1.RoleBinding{}, toNamespace, builder.WithPredicates(named(SidecarRoleBindingName))).
 		Watches(&corev1.Namespace{}, namespaceToItself, builder.WithPredicates(apiAccessChanged())).
+		Watches(&corev1.Namespace{}, namespaceToItself, builder.WithPredicates(labelsChanged())).
+		Watches(&v1alpha1.SharedQuota{}, r.quotaConsumers(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }
 

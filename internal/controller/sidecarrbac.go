@@ -8,6 +8,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -38,7 +39,7 @@ const (
 // cannot be limited by name (the object has no name yet for RBAC to match).
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=create
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;patch;delete,resourceNames=retry-sidecar
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=retry-operator-sidecar
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get;bind,resourceNames=retry-operator-sidecar
 
 // ServiceAccountsGroup is the group every service account of namespace ns
 // belongs to.
@@ -73,8 +74,18 @@ func (r *RetryPolicyReconciler) applySidecarBinding(ctx context.Context, ns stri
 		return nil
 	}
 	group := ServiceAccountsGroup(ns)
-	if exists && rb.RoleRef.Kind == "ClusterRole" && rb.RoleRef.Name == role && rb.Labels[ManagedByLabel] == ManagedByValue &&
-		len(rb.Subjects) == 1 && rb.Subjects[0].Kind == rbacv1.GroupKind && rb.Subjects[0].Name == group {
+	bound := exists && rb.RoleRef.Kind == "ClusterRole" && rb.RoleRef.Name == role && rb.Labels[ManagedByLabel] == ManagedByValue &&
+		len(rb.Subjects) == 1 && rb.Subjects[0].Kind == rbacv1.GroupKind && rb.Subjects[0].Name == group
+	if bound && ownedByClusterRole(&rb, role) {
+		return nil
+	}
+	owner, err := r.clusterRoleOwner(ctx, role)
+	if err != nil {
+		return err
+	}
+	if bound && owner == nil {
+		// Nothing to own it yet (the ClusterRole is missing); the binding is
+		// otherwise right.
 		return nil
 	}
 	if exists && rb.RoleRef.Name != role {
@@ -87,11 +98,48 @@ func (r *RetryPolicyReconciler) applySidecarBinding(ctx context.Context, ns stri
 		WithLabels(map[string]string{ManagedByLabel: ManagedByValue}).
 		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(role)).
 		WithSubjects(rbacv1ac.Subject().WithAPIGroup(rbacv1.GroupName).WithKind(rbacv1.GroupKind).WithName(group))
+	if owner != nil {
+		apply.WithOwnerReferences(owner)
+	}
 	if err := r.Apply(ctx, apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying RoleBinding %s/%s: %w", ns, SidecarRoleBindingName, err)
 	}
 	log.Info("bound the sidecars' ClusterRole", "roleBinding", SidecarRoleBindingName, "clusterRole", role, "group", group)
 	return nil
+}
+
+// ownedByClusterRole reports whether rb names the ClusterRole role among its
+// owners.
+func ownedByClusterRole(rb *rbacv1.RoleBinding, role string) bool {
+	for _, o := range rb.OwnerReferences {
+		if o.Kind == "ClusterRole" && o.Name == role && o.APIVersion == rbacv1.SchemeGroupVersion.String() {
+			return true
+		}
+	}
+	return false
+}
+
+// clusterRoleOwner is the owner reference every sidecar RoleBinding carries to
+// the sidecars' ClusterRole, so that removing the operator (helm uninstall,
+// kubectl delete of dist/install.yaml) removes the bindings it created: the
+// garbage collector deletes a namespaced object whose cluster-scoped owner is
+// gone (docs/operations.md, "Uninstall"). Nil when the ClusterRole does not
+// exist. It is read past the cache (Reader), only when a binding is written,
+// so the manager needs no list or watch of ClusterRoles.
+func (r *RetryPolicyReconciler) clusterRoleOwner(ctx context.Context, role string) (*metav1ac.OwnerReferenceApplyConfiguration, error) {
+	reader := r.Reader
+	if reader == nil {
+		reader = r.Client
+	}
+	var cr rbacv1.ClusterRole
+	if err := reader.Get(ctx, types.NamespacedName{Name: role}, &cr); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading ClusterRole %s: %w", role, err)
+	}
+	return metav1ac.OwnerReference().WithAPIVersion(rbacv1.SchemeGroupVersion.String()).WithKind("ClusterRole").
+		WithName(cr.Name).WithUID(cr.UID), nil
 }
 
 func (r *RetryPolicyReconciler) sidecarClusterRole() string {

@@ -29,7 +29,7 @@ func TestRetryPolicyClassification(t *testing.T) {
 	p, err := retrypolicy.Compile(retrypolicy.Config{
 		Name: "t", Hosts: []string{dead}, MaxAttempts: 3, Deadline: 10 * time.Second,
 		Backoff:       retrypolicy.Backoff{Base: time.Millisecond, Max: time.Millisecond, Jitter: retrypolicy.JitterNone},
-		RetryOnStatus: []int{503}, RetryOnConnectFailure: true, ReplayableMethods: []string{"GET"},
+		RetryOnStatus: []int{503}, RetryOn: retrypolicy.RetryConnectFailure, ReplayableMethods: []string{"GET"},
 		MaxReplayBodyBytes: 1 << 10, RetryAfterMaxWait: time.Second,
 	})
 	if err != nil {

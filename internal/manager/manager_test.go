@@ -421,6 +421,29 @@ func (h *harness) testSidecarBinding(t *testing.T) {
 	if len(rb.Subjects) != 1 || rb.Subjects[0] != want || rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != controller.DefaultSidecarClusterRole {
 		t.Fatalf("RoleBinding subjects %+v roleRef %+v, want %+v bound to ClusterRole %s", rb.Subjects, rb.RoleRef, want, controller.DefaultSidecarClusterRole)
 	}
+	// Owned by the ClusterRole, so removing the operator removes the binding
+	// (the garbage collector; the e2e uninstall case shows it).
+	var role rbacv1.ClusterRole
+	must(t, h.c.Get(context.Background(), client.ObjectKey{Name: controller.DefaultSidecarClusterRole}, &role))
+	wantOwner := metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name, UID: role.UID}
+	if len(rb.OwnerReferences) != 1 || rb.OwnerReferences[0] != wantOwner {
+		t.Fatalf("RoleBinding owners %+v, want exactly %+v", rb.OwnerReferences, wantOwner)
+	}
+
+	// A binding of an older manager, without the owner: given it.
+	orphan := rb.DeepCopy()
+	orphan.OwnerReferences = nil
+	must(t, h.c.Update(context.Background(), orphan))
+	eventually(t, 10*time.Second, func() error {
+		var got rbacv1.RoleBinding
+		if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(rb), &got); err != nil {
+			return err
+		}
+		if len(got.OwnerReferences) != 1 || got.OwnerReferences[0] != wantOwner {
+			return fmt.Errorf("RoleBinding owners %+v, want exactly %+v", got.OwnerReferences, wantOwner)
+		}
+		return nil
+	})
 
 	// Deleted by hand: restored.
 	must(t, h.c.Delete(context.Background(), rb))

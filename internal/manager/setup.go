@@ -68,6 +68,7 @@ func Options(o ctrl.Options) ctrl.Options {
 func Setup(mgr ctrl.Manager, o SetupOptions) (*controller.RetryPolicyReconciler, error) {
 	rec := &controller.RetryPolicyReconciler{
 		Client:                  mgr.GetClient(),
+		Reader:                  mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("retrypolicy-controller"),
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		SidecarClusterRole:      o.SidecarClusterRole,

@@ -350,19 +350,19 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 		return x
 	}
 	cfg := retrypolicy.Config{
-		Name:                  d.Name,
-		Hosts:                 append([]string(nil), d.Hosts...),
-		MaxAttempts:           int(*d.MaxAttempts),
-		Deadline:              dur("deadline", d.Deadline),
-		PerTryTimeout:         dur("perTryTimeout", d.PerTryTimeout),
-		ConnectTimeout:        dur("connectTimeout", d.ConnectTimeout),
-		Backoff:               retrypolicy.Backoff{Base: dur("backoff.base", d.Backoff.Base), Max: dur("backoff.max", d.Backoff.Max), Jitter: retrypolicy.Jitter(*d.Backoff.Jitter)},
-		RetryOnConnectFailure: *d.RetryOn.ConnectFailure,
-		ReplayableMethods:     append([]string(nil), d.ReplayableMethods...),
-		MaxReplayBodyBytes:    *d.MaxReplayBodyBytes,
-		RetryAfterMaxWait:     dur("retryAfter.maxWait", d.RetryAfter.MaxWait),
-		RetryAfterSpread:      dur("retryAfter.spread", d.RetryAfter.Spread),
-		Budget:                &retrypolicy.BudgetConfig{RetryPercent: int(*d.Budget.RetryPercent), MinRetriesPerSecond: int(*d.Budget.MinRetriesPerSecond)},
+		Name:               d.Name,
+		Hosts:              append([]string(nil), d.Hosts...),
+		MaxAttempts:        int(*d.MaxAttempts),
+		Deadline:           dur("deadline", d.Deadline),
+		PerTryTimeout:      dur("perTryTimeout", d.PerTryTimeout),
+		ConnectTimeout:     dur("connectTimeout", d.ConnectTimeout),
+		Backoff:            retrypolicy.Backoff{Base: dur("backoff.base", d.Backoff.Base), Max: dur("backoff.max", d.Backoff.Max), Jitter: retrypolicy.Jitter(*d.Backoff.Jitter)},
+		RetryOn:            retryOnConditions(d.RetryOn),
+		ReplayableMethods:  append([]string(nil), d.ReplayableMethods...),
+		MaxReplayBodyBytes: *d.MaxReplayBodyBytes,
+		RetryAfterMaxWait:  dur("retryAfter.maxWait", d.RetryAfter.MaxWait),
+		RetryAfterSpread:   dur("retryAfter.spread", d.RetryAfter.Spread),
+		Budget:             &retrypolicy.BudgetConfig{RetryPercent: int(*d.Budget.RetryPercent), MinRetriesPerSecond: int(*d.Budget.MinRetriesPerSecond)},
 	}
 	for _, c := range d.RetryOn.StatusCodes {
 		cfg.RetryOnStatus = append(cfg.RetryOnStatus, int(c))
@@ -384,6 +384,27 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 		}
 	}
 	return cfg, err
+}
+
+// retryOnBools maps each boolean of retryOn to its condition in
+// pkg/retrypolicy: a new class of retried failure is one row here.
+var retryOnBools = []struct {
+	field func(*v1alpha1.RetryOn) *bool
+	cond  retrypolicy.Condition
+}{
+	{func(r *v1alpha1.RetryOn) *bool { return r.ConnectFailure }, retrypolicy.RetryConnectFailure},
+	{func(r *v1alpha1.RetryOn) *bool { return r.ResetBeforeHeaders }, retrypolicy.RetryResetBeforeHeaders},
+}
+
+// retryOnConditions is the set of conditions a (defaulted) retryOn turns on.
+func retryOnConditions(r *v1alpha1.RetryOn) retrypolicy.Condition {
+	var set retrypolicy.Condition
+	for _, b := range retryOnBools {
+		if v := b.field(r); v != nil && *v {
+			set |= b.cond
+		}
+	}
+	return set
 }
 
 // podRateLimit is the limiter of one pod for the (defaulted) rate limit r of

@@ -124,7 +124,8 @@ func (s *Server) start() error {
 	if s.Password != "" {
 		args = append(args, "--requirepass", s.Password)
 	}
-	cmd := exec.Command(Binary, args...)
+	// Stopped by Stop or the test's cleanup, never by a context.
+	cmd := exec.CommandContext(context.Background(), Binary, args...)
 	setParentDeathSignal(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -182,7 +183,7 @@ func (s *Server) Ping(ctx context.Context) error {
 
 // freePort returns 127.0.0.1:port of a port that was free a moment ago.
 func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/klog/v2"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 )
@@ -41,7 +45,7 @@ type APIWatch struct {
 	Log       *slog.Logger
 	Metrics   *Metrics
 	// WatchTimeout bounds one watch request; the API server ends it then and the
-	// object is listed again. Jittered by up to a quarter.
+	// watch starts again where it stopped. Jittered by up to a quarter.
 	WatchTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the wait before retrying a failed list
 	// (nextBackoff); UnreachableMaxBackoff replaces MaxBackoff while the API
@@ -133,8 +137,30 @@ func NewAPIWatch(creds APICredentials, r *Reloader, log *slog.Logger, m *Metrics
 	return &APIWatch{Client: client, Namespace: ns, Reloader: r, Log: log, Metrics: m}, nil
 }
 
-// Run lists and watches until ctx ends.
+// Run follows retry-policies until ctx ends: a list, then client-go's
+// RetryWatcher, which resumes the watch from the last resourceVersion each
+// time it ends (its timeout, an API server restart). The object is listed
+// again only when the watch is refused or its resourceVersion has expired
+// (410 Gone), after a failed list with the backoff of nextBackoff.
 func (w *APIWatch) Run(ctx context.Context) {
+	w.setDefaults()
+	// The RetryWatcher logs every failed watch through klog; the sidecar
+	// reports them itself (down), one structured line per change of state.
+	ctx = klog.NewContext(ctx, logr.Discard())
+	var backoff time.Duration
+	for ctx.Err() == nil {
+		err := w.listAndWatch(ctx)
+		if err == nil || ctx.Err() != nil {
+			backoff = 0
+			continue
+		}
+		w.down(err)
+		backoff = w.nextBackoff(backoff, err)
+		sleep(ctx, jittered(backoff))
+	}
+}
+
+func (w *APIWatch) setDefaults() {
 	if w.WatchTimeout <= 0 {
 		w.WatchTimeout = 5 * time.Minute
 	}
@@ -146,22 +172,6 @@ func (w *APIWatch) Run(ctx context.Context) {
 	}
 	if w.UnreachableMaxBackoff <= 0 {
 		w.UnreachableMaxBackoff = 2 * time.Second
-	}
-	var backoff time.Duration
-	for ctx.Err() == nil {
-		if err := w.listAndWatch(ctx); err != nil && ctx.Err() == nil {
-			w.down(err)
-			backoff = w.nextBackoff(backoff, err)
-			// Drawn from [backoff/2, backoff]: a fleet that lost the API server
-			// together does not come back in step.
-			wait := backoff/2 + rand.N(backoff/2+1)
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
-			continue
-		}
-		backoff = 0
 	}
 }
 
@@ -185,52 +195,130 @@ func (w *APIWatch) nextBackoff(prev time.Duration, err error) time.Duration {
 	return min(max(2*prev, w.MinBackoff), limit)
 }
 
-// listAndWatch lists retry-policies, hands it on, then follows the watch until
-// it ends. It returns an error only when the list or the watch request fails.
+// jittered draws a wait from [d/2, d]: a fleet that lost the API server
+// together does not come back in step.
+func jittered(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
+
+// sleep waits d, or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// policiesSelector selects retry-policies alone.
+var policiesSelector = fields.OneTermEqualSelector("metadata.name", v1alpha1.PoliciesConfigMapName).String()
+
+// listAndWatch lists retry-policies, hands it on, then follows its changes
+// until the watch stops for good. It returns nil when the object must be
+// listed again at once (410 Gone, ctx ended), and the error of a failed list
+// or a refused watch.
 func (w *APIWatch) listAndWatch(ctx context.Context) error {
-	sel := fields.OneTermEqualSelector("metadata.name", v1alpha1.PoliciesConfigMapName).String()
 	var list corev1.ConfigMapList
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err := w.Client.Get().Namespace(w.Namespace).Resource("configmaps").
-		VersionedParams(&metav1.ListOptions{FieldSelector: sel}, metav1.ParameterCodec).
+		VersionedParams(&metav1.ListOptions{FieldSelector: policiesSelector}, metav1.ParameterCodec).
 		Do(lctx).Into(&list)
 	cancel()
 	if err != nil {
 		return err
 	}
 	w.up()
-	w.deliver(firstConfigMap(list.Items))
+	cm := firstConfigMap(list.Items)
+	w.deliver(cm)
 
-	timeout := int64((w.WatchTimeout + time.Duration(rand.Int64N(int64(w.WatchTimeout)/4+1))) / time.Second)
-	wi, err := w.Client.Get().Namespace(w.Namespace).Resource("configmaps").
-		VersionedParams(&metav1.ListOptions{FieldSelector: sel, Watch: true, ResourceVersion: list.ResourceVersion,
-			AllowWatchBookmarks: true, TimeoutSeconds: &timeout}, metav1.ParameterCodec).
-		Watch(ctx)
+	restarts := make(chan error)
+	rw, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &restarter{w: w, report: restarts})
 	if err != nil {
 		return err
 	}
-	defer wi.Stop()
+	defer func() {
+		rw.Stop()
+		<-rw.Done()
+	}()
+	return w.follow(rw, restarts, cm)
+}
+
+// follow hands each change the watch delivers to the Reloader, and each
+// failure and recovery of its restarts to down and up, until the watch stops
+// for good: nil to list again (410 Gone; ctx ended), or the error that
+// stopped it (the token refused).
+func (w *APIWatch) follow(rw *watchtools.RetryWatcher, restarts <-chan error, last *corev1.ConfigMap) error {
 	for {
 		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-wi.ResultChan():
+		case err := <-restarts:
+			if err != nil {
+				w.down(err)
+				continue
+			}
+			// The watch resumed where it stopped: what was last delivered is
+			// current, and any edit since follows as an event.
+			w.up()
+			w.deliver(last)
+		case ev, ok := <-rw.ResultChan():
 			if !ok {
-				return nil // ended (timeout, API server restart): list again
+				return nil
 			}
 			switch ev.Type {
 			case watch.Added, watch.Modified:
 				if cm, ok := ev.Object.(*corev1.ConfigMap); ok {
+					last = cm
 					w.deliver(cm)
 				}
 			case watch.Deleted:
+				last = nil
 				w.deliver(nil)
 			case watch.Error:
-				// 410 Gone and the like: list again from the current state.
-				return nil
+				err := apierrors.FromObject(ev.Object)
+				if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+					return nil
+				}
+				return err
 			}
 		}
 	}
+}
+
+// restarter is what the RetryWatcher starts each watch with: it adds the
+// field selector and a jittered timeout to the request, waits out
+// nextBackoff after a failed request (the RetryWatcher itself tries again
+// every second, whatever the error), and reports to follow each failure and
+// the first success after one. Only the RetryWatcher's goroutine calls it.
+type restarter struct {
+	w      *APIWatch
+	report chan<- error
+	// backoff is the wait before the next request; 0 while the last succeeded.
+	backoff time.Duration
+}
+
+// WatchWithContext implements cache.WatcherWithContext.
+func (r *restarter) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if r.backoff > 0 && !sleep(ctx, jittered(r.backoff)) {
+		return nil, ctx.Err()
+	}
+	opts.Watch, opts.FieldSelector = true, policiesSelector
+	timeout := int64((r.w.WatchTimeout + time.Duration(rand.Int64N(int64(r.w.WatchTimeout)/4+1))) / time.Second)
+	opts.TimeoutSeconds = &timeout
+	wi, err := r.w.Client.Get().Namespace(r.w.Namespace).Resource("configmaps").
+		VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+	switch {
+	case err != nil:
+		r.backoff = r.w.nextBackoff(r.backoff, err)
+	case r.backoff > 0:
+		r.backoff = 0
+	default:
+		return wi, nil
+	}
+	select {
+	case r.report <- err:
+	case <-ctx.Done():
+	}
+	return wi, err
 }
 
 func firstConfigMap(items []corev1.ConfigMap) *corev1.ConfigMap {

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -20,14 +21,8 @@ var hopByHop = [...]string{
 	"Proxy-Authenticate",
 }
 
-func isHopByHop(k string) bool {
-	switch k {
-	case "Connection", "Proxy-Connection", "Keep-Alive", "Te", "Transfer-Encoding",
-		"Upgrade", "Proxy-Authorization", "Proxy-Authenticate":
-		return true
-	}
-	return false
-}
+// isHopByHop reports whether the canonical field name k is in hopByHop.
+func isHopByHop(k string) bool { return slices.Contains(hopByHop[:], k) }
 
 // hasHopByHop reports whether h carries any hop-by-hop field, so that the
 // common request (none) is forwarded without copying its header.

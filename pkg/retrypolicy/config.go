@@ -59,9 +59,9 @@ type Config struct {
 	Backoff        Backoff
 	// RetryOnStatus is a subset of 408, 425, 429, 500, 502, 503, 504.
 	RetryOnStatus []int
-	// RetryOnConnectFailure retries failures where the request provably never left
-	// (dial refused, DNS failure), for every method.
-	RetryOnConnectFailure bool
+	// RetryOn is the set of failures without a response that are retried, e.g.
+	// RetryConnectFailure (the API's retryOn booleans, one bit each).
+	RetryOn Condition
 	// ReplayableMethods are upper-case method tokens; POST and PATCH are refused
 	// (they are replayable only through IdempotencyKeyHeader).
 	ReplayableMethods []string
@@ -389,8 +389,8 @@ func (p *Policy) Reserve() time.Duration { return p.reserve }
 // Backoff is Config.Backoff.
 func (p *Policy) Backoff() Backoff { return p.cfg.Backoff }
 
-// RetriesConnectFailure is Config.RetryOnConnectFailure.
-func (p *Policy) RetriesConnectFailure() bool { return p.cfg.RetryOnConnectFailure }
+// Retries reports whether Config.RetryOn holds every condition of c.
+func (p *Policy) Retries(c Condition) bool { return c != 0 && p.cfg.RetryOn&c == c }
 
 // MaxReplayBodyBytes is Config.MaxReplayBodyBytes: the largest request body
 // buffered for replay, 0 for none.

@@ -160,7 +160,8 @@ func TestPolicyAccessors(t *testing.T) {
 		}},
 		"set timeouts are used as they are; the per-try timeout is the reserve": {func(c *Config) {
 			c.MaxAttempts, c.PerTryTimeout, c.ConnectTimeout = 2, 3*time.Second, 700*time.Millisecond
-			c.RetryOnConnectFailure, c.MaxReplayBodyBytes = false, 0
+			c.RetryOn &^= RetryConnectFailure
+			c.MaxReplayBodyBytes = 0
 			c.Pacing = PacingConfig{HoldOnDeferral: true}
 		}, view{
 			MaxAttempts: 2, Deadline: 30 * time.Second, PerTryTimeout: 3 * time.Second, ConnectTimeout: 700 * time.Millisecond,
@@ -171,7 +172,7 @@ func TestPolicyAccessors(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			p := compile(t, tc.mutate)
 			got := view{p.MaxAttempts(), p.Deadline(), p.PerTryTimeout(), p.ConnectTimeout(), p.Reserve(),
-				p.Backoff(), p.RetriesConnectFailure(), p.MaxReplayBodyBytes(), p.Pacing()}
+				p.Backoff(), p.Retries(RetryConnectFailure), p.MaxReplayBodyBytes(), p.Pacing()}
 			if got != tc.want {
 				t.Fatalf("accessors = %+v\nwant        %+v", got, tc.want)
 			}

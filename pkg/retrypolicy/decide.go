@@ -45,6 +45,22 @@ func (c ErrorClass) String() string {
 	return "none"
 }
 
+// Condition is a set of failures without a response that a policy retries
+// (Config.RetryOn): one bit per boolean of the API's retryOn, so a new class of
+// failure is a new constant here and a row in the API's conversion, not a new
+// field through every layer (docs/retry-semantics.md#r4).
+type Condition uint8
+
+// The conditions.
+const (
+	// RetryConnectFailure (retryOn.connectFailure): retry a ConnectFailure, for
+	// every method, if the body can be produced again.
+	RetryConnectFailure Condition = 1 << iota
+	// RetryResetBeforeHeaders (retryOn.resetBeforeHeaders): retry an Ambiguous
+	// failure that was a Reset, if the request is replayable.
+	RetryResetBeforeHeaders
+)
+
 // Attempt is everything Decide needs to know about the attempt that just ended.
 type Attempt struct {
 	// Number is the 1-based number of the transmission whose result this is; the
@@ -56,6 +72,9 @@ type Attempt struct {
 	// Replayable: the method is replayable or the request carries the idempotency
 	// key, AND the body can be sent again.
 	Replayable bool
+	// Reset: an Ambiguous failure was the connection reset or closed before the
+	// response headers, not a timeout.
+	Reset bool
 	// Rewindable: the body can be sent again (no body, buffered, GetBody, or never
 	// read). Enough for a ConnectFailure, which never reached the server.
 	Rewindable bool
@@ -120,6 +139,7 @@ func (p *Policy) Decide(a Attempt) Decision { return p.DecideAt(time.Now(), a) }
 //	retryable status, not Replayable               Stop not-replayable   (429/503/hints never make it replayable)
 //	ConnectFailure, retryOn.connectFailure off     Stop upstream-error
 //	ConnectFailure, not Rewindable                 Stop not-replayable
+//	Ambiguous Reset, retryOn.resetBeforeHeaders off Stop upstream-error
 //	Ambiguous, not Replayable                      Stop not-replayable
 //	Nested, or Number >= maxAttempts               Stop exhausted
 //	hint h > retryAfter.maxWait                    Defer deferred, NotBefore now+h
@@ -158,13 +178,16 @@ func (p *Policy) DecideAt(now time.Time, a Attempt) Decision {
 			return Decision{Action: Stop, Outcome: OutcomeNotReplayable}
 		}
 	case ConnectFailure:
-		if !c.RetryOnConnectFailure {
+		if !p.Retries(RetryConnectFailure) {
 			return Decision{Action: Stop, Outcome: OutcomeUpstreamError}
 		}
 		if !a.Rewindable && !a.Replayable {
 			return Decision{Action: Stop, Outcome: OutcomeNotReplayable}
 		}
 	default: // Ambiguous, and any unknown class is treated as ambiguous
+		if a.Reset && !p.Retries(RetryResetBeforeHeaders) {
+			return Decision{Action: Stop, Outcome: OutcomeUpstreamError}
+		}
 		if !a.Replayable {
 			return Decision{Action: Stop, Outcome: OutcomeNotReplayable}
 		}

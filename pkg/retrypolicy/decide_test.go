@@ -10,17 +10,17 @@ import (
 // 429/503, connect failures, GET/HEAD/OPTIONS, Idempotency-Key, maxWait 30s, no spread.
 func baseConfig() Config {
 	return Config{
-		Name:                  "payments-api",
-		Hosts:                 []string{"payments.shop.svc"},
-		MaxAttempts:           4,
-		Deadline:              30 * time.Second,
-		Backoff:               Backoff{Base: time.Second, Max: 8 * time.Second, Jitter: JitterEqual},
-		RetryOnStatus:         []int{429, 503},
-		RetryOnConnectFailure: true,
-		ReplayableMethods:     []string{"GET", "HEAD", "OPTIONS"},
-		IdempotencyKeyHeader:  "Idempotency-Key",
-		MaxReplayBodyBytes:    64 << 10,
-		RetryAfterMaxWait:     30 * time.Second,
+		Name:                 "payments-api",
+		Hosts:                []string{"payments.shop.svc"},
+		MaxAttempts:          4,
+		Deadline:             30 * time.Second,
+		Backoff:              Backoff{Base: time.Second, Max: 8 * time.Second, Jitter: JitterEqual},
+		RetryOnStatus:        []int{429, 503},
+		RetryOn:              RetryConnectFailure,
+		ReplayableMethods:    []string{"GET", "HEAD", "OPTIONS"},
+		IdempotencyKeyHeader: "Idempotency-Key",
+		MaxReplayBodyBytes:   64 << 10,
+		RetryAfterMaxWait:    30 * time.Second,
 	}
 }
 
@@ -139,8 +139,24 @@ func TestDecideRules(t *testing.T) {
 			want: Decision{Action: Stop, Outcome: OutcomeNotReplayable},
 		},
 		"a connect failure with retryOn.connectFailure off is an upstream error": {
-			cfg: func(c *Config) { c.RetryOnConnectFailure = false }, a: with(get, func(a *Attempt) { a.Err = ConnectFailure }),
+			cfg: func(c *Config) { c.RetryOn &^= RetryConnectFailure }, a: with(get, func(a *Attempt) { a.Err = ConnectFailure }),
 			want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
+		},
+		"a reset before the headers of a replayable request is retried with retryOn.resetBeforeHeaders": {
+			cfg: func(c *Config) { c.RetryOn |= RetryResetBeforeHeaders }, a: with(get, func(a *Attempt) { a.Err = Ambiguous; a.Reset = true }),
+			want: Decision{Action: Retry, Delay: time.Second},
+		},
+		"a reset before the headers of a non-replayable request is not replayed, even with retryOn.resetBeforeHeaders": {
+			cfg:  func(c *Config) { c.RetryOn |= RetryResetBeforeHeaders },
+			a:    with(get, func(a *Attempt) { a.Err = Ambiguous; a.Reset = true; a.Replayable = false }),
+			want: Decision{Action: Stop, Outcome: OutcomeNotReplayable},
+		},
+		"a reset before the headers with retryOn.resetBeforeHeaders off is an upstream error": {
+			a: with(get, func(a *Attempt) { a.Err = Ambiguous; a.Reset = true }), want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
+		},
+		"a timeout (ambiguous, not a reset) with retryOn.resetBeforeHeaders off is still retried": {
+			cfg: func(c *Config) { c.RetryOn = 0 }, a: with(get, func(a *Attempt) { a.Err = Ambiguous }),
+			want: Decision{Action: Retry, Delay: time.Second},
 		},
 		"an ambiguous failure of a replayable request is retried": {
 			a: with(get, func(a *Attempt) { a.Err = Ambiguous }), want: Decision{Action: Retry, Delay: time.Second},

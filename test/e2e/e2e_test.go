@@ -100,6 +100,9 @@ func TestEndToEnd(t *testing.T) {
 
 	s.run(t, "the app pod has exactly one retry-sidecar, a native sidecar with the restricted security context", s.sidecarInjected)
 	s.run(t, "the manager and the injected sidecar run the images pulled from the local registry", s.imagesPulledFromRegistry)
+	if readmeInstall() {
+		s.run(t, "README.md's \"On your cluster\", run as written: the chart installed with the pushed images, the sample Programmed on 1/1 pods, an edit on the pod within 5 s", s.readmeInstallWorks)
+	}
 	s.run(t, "a pod that opts out (retry.dev/inject=false) gets no sidecar", s.optedOutPod)
 	s.run(t, "a pod in kube-system gets no sidecar even when it asks for one", s.kubeSystemPod)
 	s.run(t, "the sidecar serves /metrics and /config on the pod IP, port retry-stats", s.statsPortOnPodIP)
@@ -122,6 +125,10 @@ func TestEndToEnd(t *testing.T) {
 		s.run(t, fmt.Sprintf("a policy edit reaches %d injected pods (propagation p50/p99)", n), func(t *testing.T) { s.fleetPropagation(t, n) })
 	}
 	s.run(t, "with the operator scaled to zero, pods are still created (failurePolicy Ignore) and policies are refused (Fail)", s.operatorDown)
+	if readmeInstall() {
+		s.run(t, "helm upgrade with changed values (1 replica, debug logs) keeps the policy applied, injects a new pod and an edit reaches both within 5 s", s.helmUpgradeKeepsPolicies)
+		s.run(t, "helm uninstall removes the manager and its RoleBindings and keeps the CRD and the policies", s.helmUninstallKeepsTheCRD)
+	}
 
 	t.Logf("e2e: %d cases, %d passed, %d failed, in %s", s.cases, s.cases-len(s.failed), len(s.failed), time.Since(start).Round(time.Second))
 	for _, f := range s.failed {
@@ -199,7 +206,10 @@ func (s *suite) deployOperator(t *testing.T) {
 	t.Helper()
 	start := time.Now()
 	from := installFile
-	if helm := os.Getenv("E2E_HELM"); helm != "" {
+	if readmeInstall() {
+		from = "README.md's \"On your cluster\" (helm install of dist/chart)"
+		s.installFromReadme(t)
+	} else if helm := os.Getenv("E2E_HELM"); helm != "" {
 		// The chart instead, self-signed like the file, CRD included.
 		from = "dist/chart (helm template, certificates.mode=self-signed)"
 		args := append([]string{"template", "retry-operator", filepath.Join(s.root, "dist", "chart"),

@@ -63,7 +63,7 @@ func BenchmarkTransportNoRetryObserved(b *testing.B) {
 
 // BenchmarkTransportNoRetryPOST streams a non-replayable body (never buffered).
 func BenchmarkTransportNoRetryPOST(b *testing.B) {
-	benchTransport(b, Static(compile(b, func(c *retrypolicy.Config) { c.RetryOnConnectFailure = false })), "POST", `{"amount":10}`)
+	benchTransport(b, Static(compile(b, func(c *retrypolicy.Config) { c.RetryOn &^= retrypolicy.RetryConnectFailure })), "POST", `{"amount":10}`)
 }
 
 // BenchmarkTransportNoRetryLimits adds a budget, a rate limiter and a gate,

@@ -11,7 +11,7 @@
 //		Name: "payments-api", Hosts: []string{"payments.shop.svc"},
 //		MaxAttempts: 4, Deadline: 30 * time.Second,
 //		Backoff:       retrypolicy.Backoff{Base: time.Second, Max: 8 * time.Second, Jitter: retrypolicy.JitterFull},
-//		RetryOnStatus: []int{429, 503}, RetryOnConnectFailure: true,
+//		RetryOnStatus: []int{429, 503}, RetryOn: retrypolicy.RetryConnectFailure,
 //		ReplayableMethods: []string{"GET", "HEAD", "OPTIONS"}, IdempotencyKeyHeader: "Idempotency-Key",
 //		MaxReplayBodyBytes: 64 << 10, RetryAfterMaxWait: 30 * time.Second, RetryAfterSpread: time.Second,
 //	})

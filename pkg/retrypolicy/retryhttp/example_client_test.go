@@ -28,7 +28,7 @@ func Example() {
 		Name: "payments-api", Hosts: []string{host},
 		MaxAttempts: 4, Deadline: 30 * time.Second,
 		Backoff:       retrypolicy.Backoff{Base: 100 * time.Millisecond, Max: 8 * time.Second, Jitter: retrypolicy.JitterFull},
-		RetryOnStatus: []int{429, 503}, RetryOnConnectFailure: true,
+		RetryOnStatus: []int{429, 503}, RetryOn: retrypolicy.RetryConnectFailure,
 		ReplayableMethods: []string{"GET", "HEAD", "OPTIONS"}, IdempotencyKeyHeader: "Idempotency-Key",
 		MaxReplayBodyBytes: 64 << 10, RetryAfterMaxWait: 30 * time.Second, RetryAfterSpread: time.Second,
 	})

@@ -12,17 +12,17 @@ import (
 // spread (the decision tests of package retrypolicy use the same one).
 func baseConfig() retrypolicy.Config {
 	return retrypolicy.Config{
-		Name:                  "payments-api",
-		Hosts:                 []string{"payments.shop.svc"},
-		MaxAttempts:           4,
-		Deadline:              30 * time.Second,
-		Backoff:               retrypolicy.Backoff{Base: time.Second, Max: 8 * time.Second, Jitter: retrypolicy.JitterEqual},
-		RetryOnStatus:         []int{429, 503},
-		RetryOnConnectFailure: true,
-		ReplayableMethods:     []string{"GET", "HEAD", "OPTIONS"},
-		IdempotencyKeyHeader:  "Idempotency-Key",
-		MaxReplayBodyBytes:    64 << 10,
-		RetryAfterMaxWait:     30 * time.Second,
+		Name:                 "payments-api",
+		Hosts:                []string{"payments.shop.svc"},
+		MaxAttempts:          4,
+		Deadline:             30 * time.Second,
+		Backoff:              retrypolicy.Backoff{Base: time.Second, Max: 8 * time.Second, Jitter: retrypolicy.JitterEqual},
+		RetryOnStatus:        []int{429, 503},
+		RetryOn:              retrypolicy.RetryConnectFailure | retrypolicy.RetryResetBeforeHeaders,
+		ReplayableMethods:    []string{"GET", "HEAD", "OPTIONS"},
+		IdempotencyKeyHeader: "Idempotency-Key",
+		MaxReplayBodyBytes:   64 << 10,
+		RetryAfterMaxWait:    30 * time.Second,
 	}
 }
 

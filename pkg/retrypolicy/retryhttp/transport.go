@@ -377,6 +377,7 @@ func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error
 	if err != nil {
 		a.Err = c.classify(ctx, err)
 		ev.Phase = timeoutPhase(err, c.firedWhy != firedNone)
+		a.Reset = a.Err == retrypolicy.Ambiguous && ev.Phase == ""
 		return a, ev
 	}
 	a.Status = resp.StatusCode
@@ -435,7 +436,7 @@ func (c *call) prepareBody() error {
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(buf), req.Body), req.Body}}
 		c.body.tracked.read.Store(true)
-	case p.RetriesConnectFailure() && !c.nested && p.MaxAttempts() > 1:
+	case p.Retries(retrypolicy.RetryConnectFailure) && !c.nested && p.MaxAttempts() > 1:
 		c.body = bodySource{kind: bodyTracked, tracked: &trackedBody{rc: req.Body}}
 	default:
 		c.body.kind = bodyStream

@@ -571,7 +571,7 @@ func TestTransportLogsNoSecrets(t *testing.T) {
 // TestTransportErrorTextNeverReachesObservers: Go's *url.Error repeats the full
 // URL with its query; an Event has no field that could carry it.
 func TestTransportErrorTextNeverReachesObservers(t *testing.T) {
-	h := newHarness(t, compile(t, func(c *retrypolicy.Config) { c.RetryOnConnectFailure = false }),
+	h := newHarness(t, compile(t, func(c *retrypolicy.Config) { c.RetryOn &^= retrypolicy.RetryConnectFailure }),
 		step{err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("refused token=query-secret")}})
 	_, err := h.do(get(context.Background(), "http://payments.shop.svc/x?token=query-secret"))
 	if outcomeOf(err) != retrypolicy.OutcomeUpstreamError {
