@@ -28,9 +28,11 @@ var grants = map[string]string{
 	"ClusterRole/retry-operator-manager-role: create,get,list,watch /configmaps":                                                  "",
 	"ClusterRole/retry-operator-manager-role: delete,patch /configmaps [retry-policies]":                                          "",
 	"ClusterRole/retry-operator-manager-role: get,list,watch /namespaces,pods":                                                    "",
+	"ClusterRole/retry-operator-manager-role: create /secrets":                                                                    "",
+	"ClusterRole/retry-operator-manager-role: delete,get,patch /secrets [retry-quota-credentials]":                                "",
 	"ClusterRole/retry-operator-manager-role: create,patch events.k8s.io/events":                                                  "the event recorder patches the series count of an event it created; event names are generated",
-	"ClusterRole/retry-operator-manager-role: get,list,watch policy.retry.dev/retrypolicies":                                      "",
-	"ClusterRole/retry-operator-manager-role: get,patch policy.retry.dev/retrypolicies/status":                                    "the controller reports the status of every RetryPolicy, whatever its name",
+	"ClusterRole/retry-operator-manager-role: get,list,watch policy.retry.dev/retrypolicies,sharedquotas":                         "",
+	"ClusterRole/retry-operator-manager-role: get,patch policy.retry.dev/retrypolicies/status,sharedquotas/status":                "the controllers report the status of every RetryPolicy and SharedQuota, whatever its name",
 	"ClusterRole/retry-operator-manager-role: bind,get rbac.authorization.k8s.io/clusterroles [retry-operator-sidecar]":           "",
 	"ClusterRole/retry-operator-manager-role: create rbac.authorization.k8s.io/rolebindings":                                      "",
 	"ClusterRole/retry-operator-manager-role: delete,get,list,patch,watch rbac.authorization.k8s.io/rolebindings [retry-sidecar]": "",
@@ -38,6 +40,8 @@ var grants = map[string]string{
 	"Role/retry-operator-leader-election-role: create coordination.k8s.io/leases":                                        "",
 	"Role/retry-operator-leader-election-role: get,update coordination.k8s.io/leases [" + manager.LeaderElectionID + "]": "",
 	"Role/retry-operator-leader-election-role: create,patch /events":                                                     "the event recorder patches the count of an event it created; event names are generated",
+	// The admin credentials of SharedQuota stores, read by name in the manager's namespace.
+	"Role/retry-operator-quota-admin-secret-role: get /secrets": "",
 	// Self-signed certificates (cert-controller).
 	"Role/retry-operator-cert-rotator: get,list,watch /secrets":                                                                                                      "",
 	"Role/retry-operator-cert-rotator: update /secrets [retry-operator-webhook-server-cert]":                                                                         "",

@@ -181,6 +181,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 	setup := manager.SetupOptions{
 		MaxConcurrentReconciles: o.maxConcurrentReconciles,
 		SidecarClusterRole:      o.sidecarClusterRole,
+		OperatorNamespace:       o.operatorNamespace,
 		Inject:                  injectCfg,
 	}
 	if _, err := manager.Setup(mgr, setup); err != nil {

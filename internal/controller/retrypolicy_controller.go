@@ -44,6 +44,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/quotastore"
 )
 
 const (
@@ -76,6 +77,10 @@ type RetryPolicyReconciler struct {
 	// SidecarConfigURL is where a pod's sidecar answers GET /config; nil is
 	// DefaultSidecarConfigURL (the pod IP, port 15090). Tests point it elsewhere.
 	SidecarConfigURL func(*corev1.Pod) string
+
+	// QuotaStore reaches SharedQuota stores as the admin, to create and
+	// delete the namespaces' ACL users (quotacreds.go).
+	QuotaStore quotastore.Admin
 
 	proberOnce sync.Once
 	prober     *sidecarProber
@@ -113,8 +118,17 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.applyStatuses(ctx, g.policies, out); err != nil {
 		return ctrl.Result{}, err
 	}
-	// Come back until every ready sidecar runs the new revision (bounded).
-	return ctrl.Result{RequeueAfter: r.convergeAfter(g.namespace, g.pods, out.Document.Revision)}, nil
+	grants := quotaGrants(g.in, out.Document)
+	if err := r.applyQuotaCredentials(ctx, g.namespace, grants); err != nil {
+		return ctrl.Result{}, err
+	}
+	// Come back until every ready sidecar runs the new revision (bounded),
+	// and now and then while the namespace has quota credentials.
+	after := r.convergeAfter(g.namespace, g.pods, out.Document.Revision)
+	if len(grants) > 0 && (after == 0 || after > QuotaCredentialsRecheck) {
+		after = QuotaCredentialsRecheck
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 // gathered is what one reconcile reads of a namespace.

@@ -97,6 +97,8 @@ func startManager(t *testing.T) *harness {
 	rec, err := Setup(mgr, SetupOptions{
 		MaxConcurrentReconciles: 4,
 		SidecarConfigURL:        sidecars.url,
+		OperatorNamespace:       operatorNamespace,
+		StoreRecheck:            500 * time.Millisecond,
 		Webhooks:                true,
 		Inject: podinject.Config{Image: "retry.dev/retry-sidecar:test", NoProxy: podinject.DefaultNoProxy,
 			Resources: podinject.DefaultResources(), ExcludedNamespaces: []string{"kube-system", operatorNamespace}},
@@ -153,6 +155,7 @@ func TestManager(t *testing.T) {
 	t.Run("transparent interception in a namespace enforcing restricted Pod Security falls back to the proxy environment with a warning event", h.testTransparentRestricted)
 	t.Run("tls.caCertificateRefs are resolved, watched and reported InvalidRef when missing", h.testTLS)
 	t.Run("only opted-in pods are sent to the webhook: by namespace label or by pod label, once", h.testWebhookScope)
+	t.Run("a quotaRef is InvalidRef until its SharedQuota exists and QuotaNotAllowed outside its consumers; the quota reports its store and consumers", h.testSharedQuota)
 	t.Run("kubectl get rp shows Accepted, Programmed, the upstream count and the selected pods, 0 included", h.testPrinterColumns)
 	// Last: it deletes the validating webhook configuration.
 	t.Run("with the webhook gone an invalid update is caught by the reconciler and the last rendering survives, even the loss of the ConfigMap", h.testInvalidBypassingWebhook)

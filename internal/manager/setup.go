@@ -5,7 +5,9 @@
 package manager
 
 import (
+	"cmp"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
+	"github.com/retrydev/retry-operator/internal/quotastore"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 	webhookv1alpha1 "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
 )
@@ -37,6 +40,12 @@ type SetupOptions struct {
 	Webhooks bool
 	// Inject configures the pod webhook.
 	Inject podinject.Config
+	// OperatorNamespace is the manager's namespace, where a SharedQuota's
+	// store.redis.credentialsSecretRef points; empty is v1alpha1.OperatorNamespace.
+	OperatorNamespace string
+	// StoreRecheck is how often a SharedQuota's store is pinged again; 0 is
+	// controller.DefaultStoreRecheck.
+	StoreRecheck time.Duration
 	// WrapInject wraps the pod webhook's handler (tests count or time the
 	// calls); nil: the handler as it is.
 	WrapInject func(admission.Handler) admission.Handler
@@ -66,8 +75,10 @@ func Options(o ctrl.Options) ctrl.Options {
 // Setup adds the RetryPolicy reconciler to mgr, and the webhooks when
 // o.Webhooks. It returns the reconciler (tests call it directly).
 func Setup(mgr ctrl.Manager, o SetupOptions) (*controller.RetryPolicyReconciler, error) {
+	admin := quotastore.Admin{Reader: mgr.GetAPIReader(), Namespace: cmp.Or(o.OperatorNamespace, v1alpha1.OperatorNamespace)}
 	rec := &controller.RetryPolicyReconciler{
 		Client:                  mgr.GetClient(),
+		QuotaStore:              admin,
 		Reader:                  mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("retrypolicy-controller"),
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
@@ -76,6 +87,15 @@ func Setup(mgr ctrl.Manager, o SetupOptions) (*controller.RetryPolicyReconciler,
 	}
 	if err := rec.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the RetryPolicy controller: %w", err)
+	}
+	quotas := &controller.SharedQuotaReconciler{
+		Client:       mgr.GetClient(),
+		Store:        admin,
+		Recorder:     mgr.GetEventRecorder("sharedquota-controller"),
+		StoreRecheck: o.StoreRecheck,
+	}
+	if err := quotas.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the SharedQuota controller: %w", err)
 	}
 	if o.Webhooks {
 		if err := SetupWebhooks(mgr, o); err != nil {

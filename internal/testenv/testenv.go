@@ -159,6 +159,19 @@ func ManagerConfig(t testing.TB, cfg *rest.Config, ns string) *rest.Config {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	var quotaAdmin rbacv1.Role
+	readRBAC(t, "quota_admin_secret_role.yaml", &quotaAdmin)
+	quotaAdmin.Name, quotaAdmin.Namespace = "retry-operator-quota-admin-secret-role", ns
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, &quotaAdmin, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: quotaAdmin.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: quotaAdmin.Name},
+		Subjects:   subject,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	return TokenConfig(cfg, ServiceAccountToken(t, cfg, ns, sa))
 }
 

@@ -44,12 +44,18 @@ const (
 	APIVolume       = "retry-sidecar-api"
 	APIDir          = "/var/run/secrets/retry.dev/serviceaccount"
 	apiTokenSeconds = 3600
-	rootCAConfigMap = "kube-root-ca.crt"
-	sidecarUID      = redirect.DefaultExcludeUID
-	DefaultNoProxy  = "localhost,127.0.0.1,::1,kubernetes.default.svc"
-	DefaultImage    = "retry.dev/retry-sidecar:dev"
-	memoryLimitEnv  = "GOMEMLIMIT"
-	maxProcsEnv     = "GOMAXPROCS"
+	// QuotaCredentialsVolume is the Secret v1alpha1.QuotaCredentialsSecretName
+	// (the namespace's Redis ACL user for SharedQuotas, docs/quota.md), mounted
+	// at v1alpha1.QuotaCredentialsDir into the retry-sidecar container only.
+	// Optional: most namespaces use no quota, and the kubelet fills the volume
+	// in once the manager creates the Secret.
+	QuotaCredentialsVolume = "retry-sidecar-quota"
+	rootCAConfigMap        = "kube-root-ca.crt"
+	sidecarUID             = redirect.DefaultExcludeUID
+	DefaultNoProxy         = "localhost,127.0.0.1,::1,kubernetes.default.svc"
+	DefaultImage           = "retry.dev/retry-sidecar:dev"
+	memoryLimitEnv         = "GOMEMLIMIT"
+	maxProcsEnv            = "GOMAXPROCS"
 	// defaultMaxProcs bounds the sidecar's Go scheduler when its container has
 	// no CPU limit (with one, the runtime follows the limit): on a large node
 	// the runtime would otherwise run one scheduler thread per node CPU for a
@@ -170,6 +176,8 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 //     exists) and the pod's labels (downward API) mounted read-only;
 //   - the sidecar's own API credentials (APIVolume), in the sidecar only, so
 //     it watches retry-policies through the API server (docs/fleet.md);
+//   - the namespace's quota store credentials (QuotaCredentialsVolume,
+//     optional), in the sidecar only (docs/quota.md);
 //   - ImagePullSecrets, for the sidecar's image;
 //   - ModeEnvironment: the proxy environment of every runtime (setProxyEnv)
 //     on every app container that has not chosen its own proxy;
@@ -256,6 +264,7 @@ func (c Config) sidecarContainer(res corev1.ResourceRequirements) corev1.Contain
 			{Name: PoliciesVolume, MountPath: PoliciesDir, ReadOnly: true},
 			{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
 			{Name: APIVolume, MountPath: APIDir, ReadOnly: true},
+			{Name: QuotaCredentialsVolume, MountPath: v1alpha1.QuotaCredentialsDir, ReadOnly: true},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
@@ -286,7 +295,8 @@ func (c Config) addImagePullSecrets(spec *corev1.PodSpec) {
 
 // addSidecarVolumes adds the sidecar's volumes: the retry-policies ConfigMap
 // (optional: the pod starts before any policy exists), the pod's labels
-// (downward API) and the sidecar's own API credentials (APIVolume).
+// (downward API), the sidecar's own API credentials (APIVolume) and the
+// namespace's quota store credentials (QuotaCredentialsVolume).
 func (c Config) addSidecarVolumes(spec *corev1.PodSpec) {
 	addVolume(spec, corev1.Volume{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -309,6 +319,13 @@ func (c Config) addSidecarVolumes(spec *corev1.PodSpec) {
 				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
 					Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
 			},
+		}}})
+	addVolume(spec, corev1.Volume{Name: QuotaCredentialsVolume, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{
+			SecretName:  v1alpha1.QuotaCredentialsSecretName,
+			Items:       []corev1.KeyToPath{{Key: v1alpha1.QuotaCredentialsSecretKey, Path: v1alpha1.QuotaCredentialsSecretKey}},
+			DefaultMode: ptr.To[int32](0o444),
+			Optional:    ptr.To(true),
 		}}})
 }
 

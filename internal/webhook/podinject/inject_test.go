@@ -85,6 +85,33 @@ func TestInjectionIsIdempotent(t *testing.T) {
 	}
 }
 
+// TestCredentialsReachOnlyTheSidecar: in every injected golden pod, the
+// sidecar's own API credentials and the namespace's quota store credentials
+// are mounted into the retry-sidecar container and into no other container.
+func TestCredentialsReachOnlyTheSidecar(t *testing.T) {
+	inputs, _ := filepath.Glob(filepath.Join("testdata", "inject", "*.yaml"))
+	for _, in := range inputs {
+		ns, pod := readInput(t, in)
+		if ok, _ := testConfig().ShouldInject(ns, pod); !ok {
+			continue
+		}
+		out := admit(testConfig(), ns, pod)
+		for _, vol := range []string{APIVolume, QuotaCredentialsVolume} {
+			var mountedIn []string
+			for _, c := range append(append([]corev1.Container(nil), out.Spec.InitContainers...), out.Spec.Containers...) {
+				for _, m := range c.VolumeMounts {
+					if m.Name == vol {
+						mountedIn = append(mountedIn, c.Name)
+					}
+				}
+			}
+			if len(mountedIn) != 1 || mountedIn[0] != ContainerName {
+				t.Errorf("%s: volume %s is mounted into %v, want [%s] only", in, vol, mountedIn, ContainerName)
+			}
+		}
+	}
+}
+
 func admit(cfg Config, ns *corev1.Namespace, pod *corev1.Pod) *corev1.Pod {
 	if ok, _ := cfg.ShouldInject(ns, pod); ok {
 		return cfg.InjectMode(pod, DecideInterception(ns, pod))

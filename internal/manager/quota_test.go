@@ -1,0 +1,201 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/quotastore"
+	"github.com/retrydev/retry-operator/internal/redistest"
+)
+
+// testSharedQuota: a quotaRef is InvalidRef until the SharedQuota exists,
+// QuotaNotAllowed in a namespace its selector does not select until the
+// namespace is relabelled; the quota reports Ready, StoreReachable (against a
+// real redis-server, stopped and restarted), and its consumers.
+func (h *harness) testSharedQuota(t *testing.T) {
+	ctx := context.Background()
+	store := redistest.Start(t, redistest.WithPassword("admin-pw"))
+	must(t, h.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "quota-redis"},
+		Data: map[string][]byte{quotastore.SecretPasswordKey: []byte("admin-pw")}}))
+	a := h.namespace(t, "quota-a", map[string]string{"team": "payments"})
+	b := h.namespace(t, "quota-b", map[string]string{"team": "search"})
+	partner := v1alpha1.Upstream{Name: "partner", Hosts: []string{"api.partner.example"}, QuotaRef: &v1alpha1.QuotaRef{Name: "partner-payments"}}
+
+	h.createPolicy(t, a, "p", nil, partner)
+	h.waitAcceptedMessage(t, a, "p", metav1.ConditionFalse, v1alpha1.ReasonInvalidRef,
+		`spec.upstreams[0].quotaRef.name: Not found: "partner-payments": SharedQuota partner-payments does not exist`)
+
+	q := &v1alpha1.SharedQuota{ObjectMeta: metav1.ObjectMeta{Name: "partner-payments"}, Spec: v1alpha1.SharedQuotaSpec{
+		RequestsPerMinute: ptr.To[int32](90), Burst: ptr.To[int32](5),
+		Consumers: &v1alpha1.QuotaConsumers{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "payments"}}},
+		Store:     v1alpha1.QuotaStore{Redis: v1alpha1.RedisStore{Address: store.Addr, CredentialsSecretRef: &v1alpha1.SecretRef{Name: "quota-redis"}}},
+	}}
+	must(t, h.c.Create(ctx, q))
+	t.Cleanup(func() { _ = h.c.Delete(context.Background(), q) })
+	h.waitAcceptedMessage(t, a, "p", metav1.ConditionTrue, v1alpha1.ReasonValid, "1 upstream(s) accepted")
+	doc, err := policyset.Unmarshal([]byte(h.configMap(t, a).Data[v1alpha1.PoliciesConfigMapKey]))
+	must(t, err)
+	wantQuota := policyset.Quota{Name: "partner-payments", RequestsPerSecond: 1.5, Burst: 5, OnStoreLoss: v1alpha1.StoreLossLastShare,
+		Store: policyset.QuotaStore{Redis: policyset.RedisStore{Address: store.Addr, CredentialsFile: v1alpha1.QuotaCredentialsPath}}}
+	if diff := cmp.Diff([]policyset.Quota{wantQuota}, doc.Quotas); diff != "" {
+		t.Errorf("the rendering's quotas (-want +got):\n%s", diff)
+	}
+
+	h.createPolicy(t, b, "p", nil, partner)
+	h.waitAcceptedMessage(t, b, "p", metav1.ConditionFalse, v1alpha1.ReasonQuotaNotAllowed,
+		"spec.upstreams[0].quotaRef.name: Forbidden: SharedQuota partner-payments does not admit namespace quota-b: its spec.consumers.namespaceSelector does not select the namespace's labels")
+	var nsB corev1.Namespace
+	must(t, h.c.Get(ctx, types.NamespacedName{Name: b}, &nsB))
+	nsB.Labels["team"] = "payments"
+	must(t, h.c.Update(ctx, &nsB))
+	h.waitAcceptedMessage(t, b, "p", metav1.ConditionTrue, v1alpha1.ReasonValid, "1 upstream(s) accepted")
+
+	// Credentials: each consuming namespace has its own ACL user, limited to
+	// the quota's keys; leaving the consumers revokes it.
+	credsA := h.waitQuotaCredentials(t, a)
+	h.checkQuotaUser(t, store, credsA, "partner-payments", true)
+	credsB := h.waitQuotaCredentials(t, b)
+	if credsB.Username != v1alpha1.QuotaUser(b) || credsB.Password == credsA.Password {
+		t.Errorf("namespace %s got user %s with namespace %s's password; want its own user and password", b, credsB.Username, a)
+	}
+	h.checkQuotaUser(t, store, credsB, "partner-payments", true)
+
+	h.waitQuota(t, "partner-payments", func(st v1alpha1.SharedQuotaStatus) error {
+		want := []v1alpha1.QuotaConsumer{{Namespace: a, Policy: "p", Upstream: "partner"}, {Namespace: b, Policy: "p", Upstream: "partner"}}
+		if diff := cmp.Diff(want, st.Consumers); diff != "" || st.ConsumerCount != 2 || st.DrawingPods != 0 {
+			return fmt.Errorf("consumers %v (count %d), drawingPods %d; want %v, 2, 0", st.Consumers, st.ConsumerCount, st.DrawingPods, want)
+		}
+		return quotaConditions(st, "True/Valid", "True/Reachable", store.Addr+" answered PING with the admin credentials")
+	})
+
+	must(t, h.c.Get(ctx, types.NamespacedName{Name: b}, &nsB))
+	nsB.Labels["team"] = "search"
+	must(t, h.c.Update(ctx, &nsB))
+	h.waitAcceptedMessage(t, b, "p", metav1.ConditionFalse, v1alpha1.ReasonQuotaNotAllowed,
+		"spec.upstreams[0].quotaRef.name: Forbidden: SharedQuota partner-payments does not admit namespace quota-b: its spec.consumers.namespaceSelector does not select the namespace's labels; generation 1, the last accepted, stays in force")
+	eventually(t, 10*time.Second, func() error {
+		var s corev1.Secret
+		err := h.c.Get(ctx, types.NamespacedName{Namespace: b, Name: v1alpha1.QuotaCredentialsSecretName}, &s)
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Secret %s/%s: %v; want it deleted", b, v1alpha1.QuotaCredentialsSecretName, err)
+		}
+		return nil
+	})
+	h.checkQuotaUser(t, store, credsB, "partner-payments", false)
+	h.checkQuotaUser(t, store, credsA, "partner-payments", true)
+
+	store.Stop()
+	h.waitQuota(t, "partner-payments", func(st v1alpha1.SharedQuotaStatus) error {
+		return quotaConditions(st, "True/Valid", "False/Unreachable", "")
+	})
+	store.Restart()
+	h.waitQuota(t, "partner-payments", func(st v1alpha1.SharedQuotaStatus) error {
+		return quotaConditions(st, "True/Valid", "True/Reachable", "")
+	})
+	h.waitEvent(t, "", "partner-payments", string(v1alpha1.ReasonUnreachable))
+}
+
+// quotaConditions checks Ready and StoreReachable ("True/Valid" form) and,
+// when storeMsg is not empty, StoreReachable's message.
+func quotaConditions(st v1alpha1.SharedQuotaStatus, ready, store, storeMsg string) error {
+	r := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionReady))
+	s := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionStoreReachable))
+	if r == nil || s == nil {
+		return fmt.Errorf("conditions %+v lack Ready or StoreReachable", st.Conditions)
+	}
+	if got := string(r.Status) + "/" + r.Reason; got != ready {
+		return fmt.Errorf("Ready = %s, want %s", got, ready)
+	}
+	if got := string(s.Status) + "/" + s.Reason; got != store {
+		return fmt.Errorf("StoreReachable = %s (%s), want %s", got, s.Message, store)
+	}
+	if storeMsg != "" && s.Message != storeMsg {
+		return fmt.Errorf("StoreReachable message %q, want %q", s.Message, storeMsg)
+	}
+	return nil
+}
+
+func (h *harness) waitQuota(t *testing.T, name string, check func(v1alpha1.SharedQuotaStatus) error) {
+	t.Helper()
+	eventually(t, 15*time.Second, func() error {
+		var q v1alpha1.SharedQuota
+		if err := h.c.Get(context.Background(), types.NamespacedName{Name: name}, &q); err != nil {
+			return err
+		}
+		if q.Status.ObservedGeneration != q.Generation {
+			return fmt.Errorf("observedGeneration %d, generation %d", q.Status.ObservedGeneration, q.Generation)
+		}
+		return check(q.Status)
+	})
+}
+
+func (h *harness) waitAcceptedMessage(t *testing.T, ns, name string, status metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() error {
+		p := h.policy(t, ns, name)
+		c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
+		if c == nil || c.Status != status || c.Reason != string(reason) || c.Message != msg || c.ObservedGeneration != p.Generation {
+			return fmt.Errorf("Accepted = %+v, want %s/%s %q", c, status, reason, msg)
+		}
+		return nil
+	})
+}
+
+// waitQuotaCredentials waits for the namespace's credentials Secret and
+// returns what it holds.
+func (h *harness) waitQuotaCredentials(t *testing.T, ns string) policyset.Credentials {
+	t.Helper()
+	var creds policyset.Credentials
+	eventually(t, 10*time.Second, func() error {
+		var s corev1.Secret
+		if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.QuotaCredentialsSecretName}, &s); err != nil {
+			return err
+		}
+		var err error
+		creds, err = policyset.ParseCredentials(s.Data[v1alpha1.QuotaCredentialsSecretKey])
+		if err == nil && creds.Username != v1alpha1.QuotaUser(ns) {
+			err = fmt.Errorf("username %q, want %q", creds.Username, v1alpha1.QuotaUser(ns))
+		}
+		return err
+	})
+	return creds
+}
+
+// checkQuotaUser checks that creds authenticate on store and reach the
+// quota's keys and no other (usable), or that they no longer authenticate.
+func (h *harness) checkQuotaUser(t *testing.T, store *redistest.Server, creds policyset.Credentials, quota string, usable bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	eventually(t, 10*time.Second, func() error {
+		c := redis.NewClient(&redis.Options{Addr: store.Addr, Username: creds.Username, Password: creds.Password, MaxRetries: -1, DisableIdentity: true})
+		defer c.Close()
+		err := c.HSet(ctx, v1alpha1.QuotaKeys(quota)+"tokens", "n", 1).Err()
+		switch {
+		case usable && err != nil:
+			return fmt.Errorf("HSET on the quota's keys as %s: %v", creds.Username, err)
+		case !usable && (err == nil || !strings.HasPrefix(err.Error(), "WRONGPASS")):
+			return fmt.Errorf("HSET as the revoked %s: %v, want WRONGPASS", creds.Username, err)
+		case !usable:
+			return nil
+		}
+		if err := c.HSet(ctx, v1alpha1.QuotaKeys("other")+"tokens", "n", 1).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+			return fmt.Errorf("HSET on another quota's keys as %s: %v, want NOPERM", creds.Username, err)
+		}
+		return nil
+	})
+}
