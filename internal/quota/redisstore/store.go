@@ -25,10 +25,6 @@ var leaseSource string
 // sent again (EVAL), which loads it back.
 var lease = redis.NewScript(leaseSource)
 
-// Commands are the Redis commands the sidecar's user needs: the script's own
-// calls are checked against the user's ACL as well (docs/quota.md#credentials).
-var Commands = []string{"evalsha", "eval", "time", "hgetall", "hdel", "hmget", "hset", "pexpire", "get", "set"}
-
 // go-redis logs its dial failures itself; the quota client reports the
 // store's state once per change instead (docs/quota.md#store-loss), so the
 // library's own lines are dropped.
@@ -89,7 +85,8 @@ func (s *Store) Lease(ctx context.Context, spec quota.Spec, r quota.LeaseRequest
 }
 
 // classify marks the errors that retrying does not mend: a wrong password, no
-// password, or an ACL user without the keys or commands of the quota.
+// password, or an ACL user without the keys or commands of the quota (the
+// rules the manager gives it are quotastore.UserRules).
 func classify(err error) error {
 	msg := err.Error()
 	for _, code := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {

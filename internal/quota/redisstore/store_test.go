@@ -11,6 +11,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/quota"
+	"github.com/retrydev/retry-operator/internal/quotastore"
 	"github.com/retrydev/retry-operator/internal/redistest"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
@@ -88,15 +89,15 @@ func TestScriptsAreLoadedAgain(t *testing.T) {
 func TestRefusedCredentials(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithPassword("admin-secret"))
 	do(t, srv, "acl", "setuser", "elsewhere", "on", ">pw", "~retry:quota:{other}:*", "+@all")
-	do(t, srv, "acl", "setuser", "partner-user", "on", ">pw", "~"+v1alpha1.QuotaKeys("partner")+"*",
-		"+evalsha", "+eval", "+time", "+hgetall", "+hdel", "+hmget", "+hset", "+pexpire", "+get", "+set")
+	// The user the manager creates for a namespace that may use the quota.
+	do(t, srv, append([]any{"acl", "setuser", "partner-user"}, quotastore.UserRules("pw", []string{"partner"})...)...)
 	tests := map[string]struct {
 		user, password string
 		refused        bool
 	}{
-		"a wrong password":                           {user: "partner-user", password: "wrong", refused: true},
-		"an ACL user without the quota's keys":       {user: "elsewhere", password: "pw", refused: true},
-		"the namespace's user with exactly its keys": {user: "partner-user", password: "pw"},
+		"a wrong password":                             {user: "partner-user", password: "wrong", refused: true},
+		"an ACL user without the quota's keys":         {user: "elsewhere", password: "pw", refused: true},
+		"the namespace's user as the manager makes it": {user: "partner-user", password: "pw"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
