@@ -2,9 +2,11 @@
 // on loopback (docs/performance.md#shared-quota): N pods, each an in-process
 // quota.Client with its own Redis connection, offered 1.2 × the quota's rate
 // R with 10:1 skew (one busy pod of weight 10, the others 1), arrivals counted
-// where admission lets them through (an attempt that took a token), attempts
-// without a token dropped at once (no waiting). The same load then goes
-// through today's per-pod split (R ÷ N per pod, x/time/rate) for comparison.
+// where admission lets them through (an attempt that took a token). An
+// attempt without a token waits in its pod's line, asking again every
+// millisecond, for at most -max-wait (a request's deadline), then is shed.
+// The same load then goes through today's per-pod split (R ÷ N per pod,
+// x/time/rate) for comparison.
 //
 //	go run ./bench/quota                     # ~2 minutes: 15 s per scenario, Redis stopped 6 s
 //	go run ./bench/quota -duration 60s -outage 30s
@@ -43,6 +45,7 @@ func main() {
 	outage := flag.Duration("outage", 6*time.Second, "how long Redis is stopped in the store-loss scenario")
 	r := flag.Float64("rate", 1000, "the quota's rate R per second")
 	burst := flag.Int("burst", 200, "the quota's burst")
+	flag.DurationVar(&maxWait, "max-wait", time.Second, "how long an attempt may wait for a token before it is shed")
 	podCounts := flag.String("pods", "10,50", "fleet sizes of the steady scenarios")
 	only := flag.Bool("steady-only", false, "run only the steady shared-quota scenarios (no comparison, growth or outage)")
 	flag.Parse()
@@ -54,7 +57,8 @@ func main() {
 	}
 	defer srv.stop()
 	spec := quota.Spec{RequestsPerSecond: *r, Burst: *burst, OnStoreLoss: quota.StoreLossLastShare}
-	fmt.Printf("R = %.0f/s, burst %d, demand 1.2 R, skew 10:1, %s per scenario\n\n", *r, *burst, *duration)
+	fmt.Printf("R = %.0f/s, burst %d, demand 1.2 R, skew 10:1, %s per scenario, attempts wait up to %s for a token\n\n",
+		*r, *burst, *duration, maxWait)
 	fmt.Println("| scenario | pods | admitted (% of R) | max in any 1 s (R + burst = " + strconv.Itoa(int(*r)+*burst) + ") | busy pod admitted (% of its demand) | added latency p50 / p99 / max | store ops/s per pod |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, f := range strings.Split(*podCounts, ",") {
@@ -128,18 +132,26 @@ func (r result) print() {
 }
 
 // gate is one pod's admission: the shared quota's client or a per-pod limiter.
-type gate interface{ take(now time.Time) bool }
+// gate is one pod's admission: a token now, else when to ask again.
+type gate interface {
+	take(now time.Time, waited time.Duration) (bool, time.Duration)
+}
 
 type clientGate struct{ c *quota.Client }
 
-func (g clientGate) take(now time.Time) bool {
-	_, v := g.c.TakeAt(now, 0)
-	return v == retrypolicy.QuotaGranted
+func (g clientGate) take(now time.Time, waited time.Duration) (bool, time.Duration) {
+	wait, v := g.c.TakeAt(now, waited)
+	return v == retrypolicy.QuotaGranted, wait
 }
 
 type limiterGate struct{ l *rate.Limiter }
 
-func (g limiterGate) take(now time.Time) bool { return g.l.AllowN(now, 1) }
+func (g limiterGate) take(now time.Time, _ time.Duration) (bool, time.Duration) {
+	return g.l.AllowN(now, 1), time.Duration(float64(time.Second) / float64(g.l.Limit()))
+}
+
+// maxWait is -max-wait.
+var maxWait time.Duration
 
 const bucket = 10 * time.Millisecond
 
@@ -219,6 +231,13 @@ func run(srv *redis, spec quota.Spec, sc scenario) result {
 		startPod(p, c.start)
 	}
 	res := result{sc: sc, rate: spec.RequestsPerSecond}
+	time.Sleep(time.Until(c.start))
+	opsBefore := uint64(0) // the first leases and the ramp before the measured run
+	for _, p := range pods {
+		if p.client != nil {
+			opsBefore += p.client.Stats().Operations
+		}
+	}
 	if sc.grow > 0 {
 		time.Sleep(time.Until(c.start.Add(sc.d / 2)))
 		for _, p := range pods[sc.pods:] {
@@ -251,7 +270,7 @@ func run(srv *redis, spec quota.Spec, sc scenario) result {
 	res.admitted, res.maxWindow = c.sum(0, sc.d)
 	res.busyPct = 100 * float64(pods[0].taken.Load()) / float64(max(pods[0].offered.Load(), 1))
 	var lat []time.Duration
-	var ops uint64
+	ops := -opsBefore
 	for _, p := range pods {
 		lat = append(lat, p.lat...)
 		if p.client != nil {
@@ -284,29 +303,61 @@ func allReachable(pods []*pod) bool {
 	return true
 }
 
-// drive offers the pod's attempts evenly spaced from at until ctx ends; an
-// attempt is admitted or dropped at once. Latency is the time TakeAt took.
+// drive offers the pod's attempts evenly spaced from at until ctx ends. An
+// attempt that finds no token waits in the pod's line (oldest first) and asks
+// again when the gate said a token may be there (the next lease, as the
+// sidecar's admission does); it is shed after maxWait. Latency is the time one
+// TakeAt took.
 func (p *pod) drive(ctx context.Context, c *counts, at time.Time) {
 	gap := time.Duration(float64(time.Second) / p.rate)
 	next := at
+	var line []time.Time // arrival times of the attempts waiting
+	var retry time.Time  // when the head of the line asks again
+	take := func(arrived time.Time) bool {
+		t0 := time.Now()
+		ok, wait := p.gate.take(t0, t0.Sub(arrived))
+		took := time.Since(t0)
+		if len(p.lat) < 1<<20 {
+			p.lat = append(p.lat, took)
+		}
+		if int64(took) > p.maxTake.Load() {
+			p.maxTake.Store(int64(took))
+		}
+		if ok {
+			p.taken.Add(1)
+			c.add(t0)
+		} else {
+			retry = t0.Add(wait)
+		}
+		return ok
+	}
 	for ctx.Err() == nil {
-		if d := time.Until(next); d > 0 {
+		wake := next
+		if len(line) > 0 && retry.Before(wake) {
+			wake = retry
+		}
+		if d := time.Until(wake); d > 0 {
 			time.Sleep(d)
 		}
-		for now := time.Now(); !next.After(now) && ctx.Err() == nil; next = next.Add(gap) {
+		now := time.Now()
+		for len(line) > 0 && now.Sub(line[0]) > maxWait {
+			line = line[1:] // shed
+		}
+		if len(line) > 0 && !now.Before(retry) {
+			// Every waiter asks again, as each request waiting in a sidecar
+			// does after a lease; those without a token wait on.
+			kept := line[:0]
+			for _, arrived := range line {
+				if !take(arrived) {
+					kept = append(kept, arrived)
+				}
+			}
+			line = kept
+		}
+		for ; !next.After(now) && ctx.Err() == nil; next = next.Add(gap) {
 			p.offered.Add(1)
-			t0 := time.Now()
-			ok := p.gate.take(t0)
-			took := time.Since(t0)
-			if len(p.lat) < 1<<20 {
-				p.lat = append(p.lat, took)
-			}
-			if int64(took) > p.maxTake.Load() {
-				p.maxTake.Store(int64(took))
-			}
-			if ok {
-				p.taken.Add(1)
-				c.add(t0)
+			if !take(next) {
+				line = append(line, next)
 			}
 		}
 	}

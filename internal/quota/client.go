@@ -94,6 +94,7 @@ type Client struct {
 	stepMu    sync.Mutex // one step at a time
 	timerMu   sync.Mutex
 	timer     clock.Timer
+	gen       uint64 // of timer; under timerMu
 	loopState // touched only by step, under stepMu
 }
 
@@ -203,7 +204,16 @@ func (c *Client) kick(now time.Time) {
 	if now.UnixNano()-c.lastOp.Load() < int64(Interval) || !c.kicked.CompareAndSwap(false, true) {
 		return
 	}
-	c.clk.AfterFunc(0, func() { _ = c.step() })
+	c.clk.AfterFunc(0, c.kickedStep)
+}
+
+// kickedStep is a step asked for by kick, unless a step ran meanwhile.
+func (c *Client) kickedStep() {
+	if c.clk.Now().UnixNano()-c.lastOp.Load() < int64(Interval) {
+		c.kicked.Store(false)
+		return
+	}
+	_ = c.step()
 }
 
 // Untake implements retrypolicy.Quota.
@@ -258,7 +268,7 @@ func (c *Client) Stats() Stats {
 func (c *Client) step() error {
 	c.stepMu.Lock()
 	defer c.stepMu.Unlock()
-	c.kicked.Store(false)
+	defer c.kicked.Store(false) // after lastOp moved: one kick per interval
 	if c.closed.Load() {
 		return nil
 	}
@@ -327,7 +337,16 @@ func (c *Client) schedule(now time.Time, d time.Duration) {
 	if c.timer != nil {
 		c.timer.Stop() // a kick ran the step early: one chain of steps only
 	}
-	c.timer = c.clk.AfterFunc(d, func() { _ = c.step() })
+	c.gen++
+	gen := c.gen
+	c.timer = c.clk.AfterFunc(d, func() {
+		c.timerMu.Lock()
+		stale := gen != c.gen // fired as a kicked step rescheduled
+		c.timerMu.Unlock()
+		if !stale {
+			_ = c.step()
+		}
+	})
 }
 
 // apply takes in a successful lease operation.

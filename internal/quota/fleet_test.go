@@ -25,7 +25,7 @@ type fleetResult struct {
 	ops       uint64
 }
 
-func fleetRun(t testing.TB, spec Spec, pods, skew int, demand float64, d time.Duration, down func(clk *clocktest.Clock, m *Model)) fleetResult {
+func fleetRun(t testing.TB, spec Spec, pods, skew int, demand float64, d, waitFor time.Duration, down func(clk *clocktest.Clock, m *Model)) fleetResult {
 	clk := clocktest.NewClock(t0)
 	m := NewModel(clk)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -50,7 +50,24 @@ func fleetRun(t testing.TB, spec Spec, pods, skew int, demand float64, d time.Du
 			if now.Sub(t0) >= d {
 				return
 			}
-			if _, v := c.TakeAt(now, 0); v == retrypolicy.QuotaGranted {
+			if waitFor > 0 {
+				var ask func(arrived time.Time)
+				ask = func(arrived time.Time) {
+					now := clk.Now()
+					if now.Sub(arrived) > waitFor || now.Sub(t0) >= d {
+						return
+					}
+					wait, v := c.TakeAt(now, now.Sub(arrived))
+					if v == retrypolicy.QuotaGranted {
+						res.admitted[i]++
+						res.total++
+						perBucket[int(now.Sub(t0)/bucket)]++
+						return
+					}
+					clk.AfterFunc(wait, func() { ask(arrived) })
+				}
+				ask(now)
+			} else if _, v := c.TakeAt(now, 0); v == retrypolicy.QuotaGranted {
 				res.admitted[i]++
 				res.total++
 				perBucket[int(now.Sub(t0)/bucket)]++
@@ -83,14 +100,17 @@ func fleetRun(t testing.TB, spec Spec, pods, skew int, demand float64, d time.Du
 func TestFleetSharesTheRateByDemand(t *testing.T) {
 	tests := map[string]struct {
 		pods, skew int
+		waitFor    time.Duration
 	}{
-		"ten pods with 10:1 skew at 1.2 times the rate":   {pods: 10, skew: 10},
-		"fifty pods with 10:1 skew at 1.2 times the rate": {pods: 50, skew: 10},
+		"ten pods with 10:1 skew at 1.2 times the rate":                    {pods: 10, skew: 10},
+		"fifty pods with 10:1 skew at 1.2 times the rate":                  {pods: 50, skew: 10},
+		"ten pods whose attempts wait up to a second for the next lease":   {pods: 10, skew: 10, waitFor: time.Second},
+		"fifty pods whose attempts wait up to a second for the next lease": {pods: 50, skew: 10, waitFor: time.Second},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			spec := Spec{Name: "q", RequestsPerSecond: 1000, Burst: 200, OnStoreLoss: StoreLossLastShare}
-			r := fleetRun(t, spec, tc.pods, tc.skew, 1.2, 60*time.Second, nil)
+			r := fleetRun(t, spec, tc.pods, tc.skew, 1.2, 60*time.Second, tc.waitFor, nil)
 			// The busy pod's fair share: its demand scaled by rate / fleet demand.
 			busyFair := 1000 * float64(tc.skew) / float64(tc.skew+tc.pods-1) * 60
 			t.Logf("admitted %d (%.1f%% of R), busy pod %d (fair %.0f), max 1s window %d, ops/s/pod %.1f",

@@ -21,8 +21,10 @@ import (
 //  2. the bucket fills at the rate for the time since the last operation,
 //     and takes back the tokens p returns, up to burst − the tokens every pod holds (so bucket + tokens on hand ≤
 //     burst, and the fleet starts at most rate × t + burst in any window t);
-//  3. p gets min(want, whole tokens in the bucket), and min(slots asked,
-//     concurrency − slots of the other pods) slots;
+//  3. p gets min(want, whole tokens in the bucket), and as much again from
+//     what is left above half the burst (tokens the other pods did not ask
+//     for, which would overflow), and min(slots asked, concurrency − slots
+//     of the other pods) slots;
 //  4. p's held tokens, demand and slots are recorded with its lease time;
 //  5. a hold later than the fleet's replaces it.
 type Model struct {
@@ -91,6 +93,13 @@ func (m *Model) Lease(_ context.Context, spec Spec, r LeaseRequest) (LeaseReply,
 	m.tokens = math.Min(m.tokens, math.Max(float64(int64(spec.Burst)-othersHeld-r.Held), 0))
 	reply.Granted = max(min(r.Want, int64(m.tokens)), 0)
 	m.tokens -= float64(reply.Granted)
+	if over := int64(m.tokens - float64(spec.Burst)/2); over > 0 && r.Want > 0 {
+		// More than half the burst is left: other pods did not ask for it
+		// (late, or idle), and it would overflow. p may take as much again.
+		extra := min(over, r.Want)
+		reply.Granted += extra
+		m.tokens -= float64(extra)
+	}
 	if spec.Concurrency > 0 {
 		reply.Slots = max(min(r.Slots, int64(spec.Concurrency)-othersSlots), 0)
 	}

@@ -45,6 +45,14 @@ tokens = math.min(tokens, math.max(burst - othersHeld - held, 0))
 -- 3. grant tokens and slots
 local granted = math.max(math.min(want, math.floor(tokens)), 0)
 tokens = tokens - granted
+-- more than half the burst left: tokens the others did not ask for, which
+-- would overflow; this pod may take as much again
+local over = math.floor(tokens - burst / 2)
+if over > 0 and want > 0 then
+  local extra = math.min(over, want)
+  granted = granted + extra
+  tokens = tokens - extra
+end
 local slots = 0
 if conc > 0 then
   slots = math.max(math.min(swant, conc - othersSlots), 0)
