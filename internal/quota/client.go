@@ -87,6 +87,7 @@ type Client struct {
 	hold      atomic.Int64 // fleet hold end, Unix ns; 0 = none
 	wantHold  atomic.Int64 // a hold seen here, not yet told to the store
 	nextStep  atomic.Int64 // Unix ns of the next step
+	leaseRTT  atomic.Int64 // ns the last lease operation took
 	lastOp    atomic.Int64 // Unix ns of the last lease operation
 	kicked    atomic.Bool
 	stateNow  atomic.Uint32
@@ -193,7 +194,16 @@ func (c *Client) TakeAt(now time.Time, waited time.Duration) (time.Duration, ret
 		c.waited.Add(1)
 	}
 	c.kick(now)
-	wait := time.Duration(c.nextStep.Load() - now.UnixNano())
+	// The next tokens land when the next lease operation has come back: its
+	// time plus the store's round trip (a waiter that woke at the step
+	// itself would find nothing yet and sleep a whole interval while its
+	// tokens sat unspent), and a millisecond for the step to apply them (none
+	// on a virtual clock, where the store takes no time and the step's timer
+	// fires before the waiters').
+	wait := max(time.Duration(c.nextStep.Load()-now.UnixNano()), 0)
+	if rtt := time.Duration(c.leaseRTT.Load()); rtt > 0 {
+		wait += rtt + time.Millisecond
+	}
 	return max(wait, time.Millisecond), retrypolicy.QuotaWait
 }
 
@@ -315,6 +325,7 @@ func (c *Client) step() error {
 	ctx, cancel := context.WithTimeout(context.Background(), StoreTimeout)
 	reply, err := c.store.Lease(ctx, spec, req)
 	cancel()
+	c.leaseRTT.Store(int64(c.clk.Now().Sub(now)))
 	if c.obs.Lease != nil {
 		c.obs.Lease(spec.Name, c.clk.Now().Sub(now), reply.Granted, err)
 	}
