@@ -96,7 +96,7 @@ type Client struct {
 	timerMu   sync.Mutex
 	timer     clock.Timer
 	gen       uint64 // of timer; under timerMu
-	loopState // touched only by step, under stepMu
+	loopState        // touched only by step, under stepMu
 }
 
 type loopState struct {
