@@ -50,43 +50,49 @@ func main() {
 	only := flag.Bool("steady-only", false, "run only the steady shared-quota scenarios (no comparison, growth or outage)")
 	flag.Parse()
 
+	os.Exit(benchmark(*duration, *outage, *r, *burst, *podCounts, *only))
+}
+
+// benchmark runs the scenarios and returns the exit code.
+func benchmark(duration, outage time.Duration, r float64, burst int, podCounts string, only bool) int {
 	srv, err := startRedis()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "redis-server:", err)
-		os.Exit(1)
+		return 1
 	}
 	defer srv.stop()
-	spec := quota.Spec{RequestsPerSecond: *r, Burst: *burst, OnStoreLoss: quota.StoreLossLastShare}
+	spec := quota.Spec{RequestsPerSecond: r, Burst: burst, OnStoreLoss: quota.StoreLossLastShare}
 	fmt.Printf("R = %.0f/s, burst %d, demand 1.2 R, skew 10:1, %s per scenario, attempts wait up to %s for a token\n\n",
-		*r, *burst, *duration, maxWait)
-	fmt.Println("| scenario | pods | admitted (% of R) | max in any 1 s (R + burst = " + strconv.Itoa(int(*r)+*burst) + ") | busy pod admitted (% of its demand) | added latency p50 / p99 / max | store ops/s per pod |")
+		r, burst, duration, maxWait)
+	fmt.Println("| scenario | pods | admitted (% of R) | max in any 1 s (R + burst = " + strconv.Itoa(int(r)+burst) + ") | busy pod admitted (% of its demand) | added latency p50 / p99 / max | store ops/s per pod |")
 	fmt.Println("|---|---|---|---|---|---|---|")
-	for _, f := range strings.Split(*podCounts, ",") {
+	for _, f := range strings.Split(podCounts, ",") {
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 {
 			fmt.Fprintln(os.Stderr, "-pods: want a comma-separated list of counts")
-			os.Exit(2)
+			return 2
 		}
 		for _, shared := range []bool{true, false} {
-			if !shared && *only {
+			if !shared && only {
 				continue
 			}
-			res := run(srv, spec, scenario{name: fmt.Sprintf("q%d-%t", n, shared), pods: n, shared: shared, d: *duration})
+			res := run(srv, spec, scenario{name: fmt.Sprintf("q%d-%t", n, shared), pods: n, shared: shared, d: duration})
 			res.print()
 		}
 	}
-	if *only {
-		return
+	if only {
+		return 0
 	}
-	grow := run(srv, spec, scenario{name: "grow", pods: 10, grow: 10, shared: true, d: *duration})
+	grow := run(srv, spec, scenario{name: "grow", pods: 10, grow: 10, shared: true, d: duration})
 	grow.print()
-	loss := run(srv, spec, scenario{name: "loss", pods: 10, shared: true, d: *duration, outage: *outage})
+	loss := run(srv, spec, scenario{name: "loss", pods: 10, shared: true, d: duration, outage: outage})
 	loss.print()
 	fmt.Println()
 	fmt.Printf("10 → 20 pods at %s: admitted after the growth %.1f %% of R (max 1 s window %d)\n",
-		*duration/2, grow.afterPct, grow.afterMax)
+		duration/2, grow.afterPct, grow.afterMax)
 	fmt.Printf("Redis stopped for %s: admitted during the outage %.1f %% of R (overshoot %+.1f %%), max TakeAt during it %s; all pods back in step %s after it returned\n",
-		*outage, loss.outagePct, loss.outagePct-100, loss.outageMaxTake, loss.backInStep)
+		outage, loss.outagePct, loss.outagePct-100, loss.outageMaxTake, loss.backInStep)
+	return 0
 }
 
 type scenario struct {
@@ -192,7 +198,6 @@ type pod struct {
 	offered atomic.Int64
 	taken   atomic.Int64
 	lat     []time.Duration
-	maxIn   func(time.Time) bool // records the TakeAt time of calls for which it is true
 	maxTake atomic.Int64
 }
 
@@ -257,8 +262,7 @@ func run(srv *redis, spec quota.Spec, sc scenario) result {
 			res.outageMaxTake = max(res.outageMaxTake, time.Duration(p.maxTake.Load()))
 		}
 		if err := srv.start(); err != nil {
-			fmt.Fprintln(os.Stderr, "redis-server restart:", err)
-			os.Exit(1)
+			panic("redis-server restart: " + err.Error()) // nothing can be measured without it
 		}
 		back := time.Now()
 		for !allReachable(pods) && time.Since(back) < 5*time.Second {
@@ -370,7 +374,7 @@ type redis struct {
 }
 
 func startRedis() (*redis, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -386,13 +390,13 @@ func startRedis() (*redis, error) {
 
 func (s *redis) start() error {
 	_, port, _ := net.SplitHostPort(s.addr)
-	s.cmd = exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--dir", s.dir,
+	s.cmd = exec.CommandContext(context.Background(), "redis-server", "--bind", "127.0.0.1", "--port", port, "--dir", s.dir,
 		"--save", "", "--appendonly", "no", "--loglevel", "warning")
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if c, err := net.Dial("tcp", s.addr); err == nil {
+		if c, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", s.addr); err == nil {
 			c.Close()
 			return nil
 		}

@@ -124,15 +124,6 @@ func (q *quotaClients) retain(names []string) {
 	}
 }
 
-// each calls yield with every client.
-func (q *quotaClients) each(yield func(*quota.Client)) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for _, c := range q.m {
-		yield(c.client)
-	}
-}
-
 // quotaLeaseBuckets: a lease operation on loopback takes ~100 µs; the store
 // timeout is quota.StoreTimeout.
 var quotaLeaseBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25}
