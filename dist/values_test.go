@@ -69,6 +69,13 @@ func TestEveryValueReachesItsObject(t *testing.T) {
 				{obj: serviceMonitor, absent: true},
 			},
 		},
+		"tracing.otlpEndpoint and samplingRatio reach the manager's tracing flags": {
+			values: "tracing: {otlpEndpoint: 'http://otel-collector.observability.svc:4318', samplingRatio: 0.1}",
+			expect: []expect{
+				{obj: deployment, path: args, want: "--tracing-otlp-endpoint=http://otel-collector.observability.svc:4318", contains: true},
+				{obj: deployment, path: args, want: "--tracing-sampling-ratio=0.1", contains: true},
+			},
+		},
 		"image.manager.repository, tag and pullPolicy set the manager container": {
 			values: "image: {manager: {repository: registry.example/retry/manager, tag: v0.1.0, pullPolicy: Always}}",
 			expect: []expect{
@@ -232,6 +239,10 @@ func TestWrongValuesFailNamingTheKey(t *testing.T) {
 			values: "image: {sidecar: {digest: latest}}", want: []string{"at '/image/sidecar/digest': 'latest' does not match pattern"}},
 		"both PodDisruptionBudget fields": {
 			values: "podDisruptionBudget: {minAvailable: 1, maxUnavailable: 1}", want: []string{"podDisruptionBudget: set minAvailable or maxUnavailable, not both"}},
+		"a sampling ratio above 1": {
+			values: "tracing: {samplingRatio: 2}", want: []string{"at '/tracing/samplingRatio': maximum: got 2, want 1"}},
+		"an OTLP endpoint without a scheme": {
+			values: "tracing: {otlpEndpoint: 'otel-collector:4318'}", want: []string{"at '/tracing/otlpEndpoint': 'otel-collector:4318' does not match pattern"}},
 		"an unknown key of a monitor": {
 			values: "prometheus: {enabled: true}", want: []string{"at '/prometheus': additional properties 'enabled' not allowed"}},
 	}

@@ -192,7 +192,7 @@ var flagRE = regexp.MustCompile(`(?:^|[\s` + "`" + `(\[=])(--[a-z][a-z0-9-]+)`)
 // otherTools' flags are named in the docs on the command lines of other
 // programs (kubectl, helm, curl, scripts of hack/): not ours to check.
 var otherTools = map[string]string{
-	"--server-side": "kubectl apply", "--from-file": "kubectl create", "--field-selector": "kubectl get",
+	"--server-side": "kubectl apply", "--from-file": "kubectl create", "--from-literal": "kubectl create", "--field-selector": "kubectl get",
 	"--ignore-not-found": "kubectl delete", "--kubeconfig": "kubectl", "--context": "kubectl",
 	"--all": "kubectl delete", "--namespace": "kubectl, helm", "--set": "helm", "--reuse-values": "helm upgrade",
 	"--create-namespace": "helm install", "--wait": "helm install", "--image": "kubectl create deployment",
@@ -310,11 +310,14 @@ var otherKinds = map[string]string{
 	"tls.crt": "a Secret's key", "tls.key": "a Secret's key",
 }
 
+// A path may also be a SharedQuota's (of the object or its spec): it passes
+// when it resolves in either kind.
 func TestAPIFieldsExist(t *testing.T) {
 	root := crdSchema(t)
 	spec := root.Properties["spec"]
 	upstream := *spec.Properties["upstreams"].Items.Schema
-	starts := []apiextensionsv1.JSONSchemaProps{root, spec, upstream}
+	quota := *crdVersion(t, "policy.retry.dev_sharedquotas.yaml").Schema.OpenAPIV3Schema
+	starts := []apiextensionsv1.JSONSchemaProps{root, spec, upstream, quota, quota.Properties["spec"]}
 	n := 0
 	for _, p := range pages(t) {
 		if p.path == "api.md" {
@@ -325,15 +328,21 @@ func TestAPIFieldsExist(t *testing.T) {
 				continue
 			}
 			segs := segments(p.text[m[2]:m[3]])
+			checked, missing := false, ""
 			for _, s := range starts {
 				if _, ok := s.Properties[segs[0]]; !ok {
 					continue
 				}
-				n++
-				if missing := resolve(s, segs); missing != "" {
-					t.Errorf("%s:%d: `%s`: the RetryPolicy schema has no %s", p.path, lineOf(p.text, m[0]), p.text[m[2]:m[3]], missing)
+				checked = true
+				if missing = resolve(s, segs); missing == "" {
+					break
 				}
-				break
+			}
+			if checked {
+				n++
+			}
+			if missing != "" {
+				t.Errorf("%s:%d: `%s`: neither the RetryPolicy nor the SharedQuota schema has %s", p.path, lineOf(p.text, m[0]), p.text[m[2]:m[3]], missing)
 			}
 		}
 	}
@@ -375,7 +384,13 @@ func crdSchema(t *testing.T) apiextensionsv1.JSONSchemaProps {
 // retryPolicyVersion is the served version of the generated RetryPolicy CRD.
 func retryPolicyVersion(t *testing.T) apiextensionsv1.CustomResourceDefinitionVersion {
 	t.Helper()
-	b, err := os.ReadFile("../config/crd/bases/policy.retry.dev_retrypolicies.yaml")
+	return crdVersion(t, "policy.retry.dev_retrypolicies.yaml")
+}
+
+// crdVersion is the served version of the generated CRD in file.
+func crdVersion(t *testing.T, file string) apiextensionsv1.CustomResourceDefinitionVersion {
+	t.Helper()
+	b, err := os.ReadFile("../config/crd/bases/" + file)
 	if err != nil {
 		t.Fatal(err)
 	}

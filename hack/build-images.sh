@@ -11,8 +11,8 @@
 #
 # IMG and SIDECAR_IMG name the manager and sidecar images (the Makefile's
 # variables; hack/pushimages pushes the tarballs under any name). The test
-# images (flaky-upstream, demo-app, pause) keep their retry.dev/… names: only
-# the e2e suite runs them.
+# images (flaky-upstream, demo-app, trace-receiver, pause) keep their
+# retry.dev/… names: only the e2e suite and the demo run them.
 #
 # A program directory that does not exist yet is skipped with a message; one that
 # exists but does not compile fails the script.
@@ -32,6 +32,7 @@ TABLE=(
   "retry-sidecar|./cmd/retry-sidecar|$SIDECAR_IMG"
   "flaky-upstream|./test/e2e/flaky-upstream|retry.dev/flaky-upstream:dev"
   "demo-app|./test/e2e/demo-app|retry.dev/demo-app:dev"
+  "trace-receiver|./test/e2e/trace-receiver|retry.dev/trace-receiver:dev"
   "pause|./hack/pause|$PAUSE_IMAGE"
 )
 

@@ -11,7 +11,9 @@
 #     demo, a flaky upstream, a demo app (which gets the retry-sidecar injected)
 #     and a RetryPolicy for the upstream (test/e2e/testdata);
 #  5. makes one logical request that meets a 429 with Retry-After: 2, then a 503,
-#     then succeeds, and prints its timeline as the upstream measured it;
+#     then succeeds, and prints its timeline as the upstream measured it, and its
+#     trace as the demo's OTLP receiver (test/e2e/trace-receiver) printed it:
+#     the manager runs with --tracing-otlp-endpoint pointing at that receiver;
 #  6. shows `kubectl get rp -A` and how to tear down.
 #
 # Re-running is safe and quick: everything is applied again, pods restart only
@@ -81,8 +83,20 @@ if [[ -n "$want" && -n "$running" && "$running" != *"$want"* ]]; then
 fi
 k -n retry-operator-system rollout status deployment/retry-operator-controller-manager --timeout=180s | sed -u "s/^/    /"
 
-step "namespace $NS with retry.dev/injection=enabled; the flaky upstream, the demo app and their RetryPolicy"
+step "namespace $NS: an OTLP receiver; the manager traces injected sidecars to it (--tracing-otlp-endpoint)"
 k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
+fill() { sed -e "s/\${NAMESPACE}/$NS/g" -e "s/\${UPSTREAM_IP}/${UPSTREAM_IP:-}/g" "test/e2e/testdata/$1"; }
+fill trace-receiver.yaml | k apply -f - | sed -u "s/^/    /"
+TRACE_URL="http://$(k -n "$NS" get service trace-receiver -o jsonpath='{.spec.clusterIP}'):4318"
+args="$(k -n retry-operator-system get deployment retry-operator-controller-manager -o jsonpath='{.spec.template.spec.containers[0].args}')"
+if [[ "$args" != *"--tracing-otlp-endpoint=$TRACE_URL"* ]]; then
+  k -n retry-operator-system patch deployment retry-operator-controller-manager --type=json \
+    -p "[{\"op\":\"add\",\"path\":\"/spec/template/spec/containers/0/args/-\",\"value\":\"--tracing-otlp-endpoint=$TRACE_URL\"}]" | sed -u "s/^/    /"
+fi
+k -n retry-operator-system rollout status deployment/retry-operator-controller-manager --timeout=180s | sed -u "s/^/    /"
+k -n "$NS" rollout status deployment/trace-receiver --timeout=120s | sed -u "s/^/    /"
+
+step "namespace $NS with retry.dev/injection=enabled; the flaky upstream, the demo app and their RetryPolicy"
 k label namespace "$NS" retry.dev/injection=enabled --overwrite >/dev/null
 # Wait until the webhook injects (the manager is ready, its caBundle is in place).
 for i in $(seq 120); do
@@ -93,7 +107,6 @@ for i in $(seq 120); do
   sleep 0.5
 done
 existed="$(k -n "$NS" get deployment demo-app flaky-upstream --ignore-not-found -o name | wc -l)"
-fill() { sed -e "s/\${NAMESPACE}/$NS/g" -e "s/\${UPSTREAM_IP}/${UPSTREAM_IP:-}/g" "test/e2e/testdata/$1"; }
 fill upstream.yaml | k apply -f - | sed -u "s/^/    /"
 UPSTREAM_IP="$(k -n "$NS" get service flaky-upstream -o jsonpath='{.spec.clusterIP}')"
 fill app.yaml | k apply -f - | sed -u "s/^/    /"
@@ -129,6 +142,16 @@ go build -o bin/demo-timeline ./test/e2e/demo-timeline
 echo
 bin/demo-timeline -report "$tmp/call.json" -sidecar-log "$tmp/sidecar.log"
 
+step "its trace, as the OTLP receiver printed it: one SERVER span, one CLIENT span per attempt, each wait an event"
+info "(docs/observability.md#tracing; spans are exported within 5 s, the receiver prints a trace 1 s after its last span)"
+for i in $(seq 40); do
+  k -n "$NS" logs deploy/trace-receiver >"$tmp/traces.log" 2>/dev/null || true
+  grep -q "retry.attempts=3" "$tmp/traces.log" && break
+  sleep 0.5
+done
+# The last trace printed: from its "trace" line to the end.
+awk '/^trace /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$tmp/traces.log" | sed -u "s/^/    /"
+
 step "the RetryPolicies (kubectl get rp -A)"
 k get rp -A | sed -u "s/^/    /"
 
@@ -136,6 +159,7 @@ step "done in $((SECONDS - START))s"
 info "try more:   kubectl get --raw '/api/v1/namespaces/$NS/services/demo-app:8080/proxy/call?url=http://flaky-upstream.$NS.svc/retry-after/120'"
 info "            (paths: /retry-after/{s} /flaky /always-503 /sequence/429:2,503,200 /echo; add &method=POST&key=K)"
 info "kubectl:    export KUBECONFIG=$KUBECONFIG; $KUBECTL -n $NS logs deploy/demo-app -c retry-sidecar"
+info "traces:     $KUBECTL -n $NS logs deploy/trace-receiver"
 if [[ "$MODE" == local ]]; then
   info "tear down:  make cluster-down   (stops the local cluster and removes everything it created)"
 else

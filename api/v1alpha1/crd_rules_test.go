@@ -13,15 +13,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/rules"
 	"github.com/retrydev/retry-operator/internal/testenv"
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 // constraintKeys are the OpenAPI keywords the kubebuilder markers write.
 var constraintKeys = []string{"minimum", "maximum", "minItems", "maxItems", "minLength", "maxLength", "pattern", "enum"}
 
 // TestCRDMarkersEqualRules pins every bound, enum and pattern of an upstream in
-// the generated CRD (config/crd/bases) to pkg/retrypolicy's rules: markers hold
+// the generated CRD (config/crd/bases) to internal/rules: markers hold
 // literals, so without this test the schema and the Go rules could drift apart.
 // Every constraint of the upstream schema must be listed here, so a new marker
 // cannot be added without naming the Go value it repeats.
@@ -30,53 +30,53 @@ func TestCRDMarkersEqualRules(t *testing.T) {
 		"retryAfter.maxWait", "retryAfter.spread", "concurrency.queueTimeout"}
 	want := map[string]string{
 		"name minLength":                         "1",
-		"name maxLength":                         itoa(retrypolicy.MaxNameLength),
-		"name pattern":                           retrypolicy.NamePattern,
+		"name maxLength":                         itoa(rules.MaxNameLength),
+		"name pattern":                           rules.NamePattern,
 		"hosts minItems":                         "1",
-		"hosts maxItems":                         itoa(retrypolicy.MaxHosts),
-		"hosts[] maxLength":                      itoa(retrypolicy.MaxHostPatternLength),
-		"replayableMethods maxItems":             itoa(retrypolicy.MaxReplayableMethods),
-		"replayableMethods[] maxLength":          itoa(retrypolicy.MaxMethodTokenLength),
+		"hosts maxItems":                         itoa(rules.MaxHosts),
+		"hosts[] maxLength":                      itoa(rules.MaxHostPatternLength),
+		"replayableMethods maxItems":             itoa(rules.MaxReplayableMethods),
+		"replayableMethods[] maxLength":          itoa(rules.MaxMethodTokenLength),
 		"idempotencyKey.header minLength":        "1",
-		"idempotencyKey.header maxLength":        itoa(retrypolicy.MaxHeaderNameLength),
-		"retryOn.statusCodes maxItems":           itoa(len(retrypolicy.RetryableStatuses())),
-		"retryOn.statusCodes[] enum":             fmt.Sprint(retrypolicy.RetryableStatuses()),
-		"backoff.jitter enum":                    fmt.Sprint(retrypolicy.Jitters()),
+		"idempotencyKey.header maxLength":        itoa(rules.MaxHeaderNameLength),
+		"retryOn.statusCodes maxItems":           itoa(len(rules.RetryableStatuses())),
+		"retryOn.statusCodes[] enum":             fmt.Sprint(rules.RetryableStatuses()),
+		"backoff.jitter enum":                    fmt.Sprint(rules.Jitters()),
 		"tls.hostname minLength":                 "1",
-		"tls.hostname maxLength":                 itoa(retrypolicy.MaxDNSNameLength),
-		"tls.hostname pattern":                   retrypolicy.DNSNamePattern,
+		"tls.hostname maxLength":                 itoa(rules.MaxDNSNameLength),
+		"tls.hostname pattern":                   rules.DNSNamePattern,
 		"tls.caCertificateRefs maxItems":         itoa(v1alpha1.MaxCACertificateRefs),
 		"tls.caCertificateRefs[].name minLength": "1",
-		"tls.caCertificateRefs[].name maxLength": itoa(retrypolicy.MaxDNSNameLength),
-		"tls.caCertificateRefs[].name pattern":   retrypolicy.DNSNamePattern,
+		"tls.caCertificateRefs[].name maxLength": itoa(rules.MaxDNSNameLength),
+		"tls.caCertificateRefs[].name pattern":   rules.DNSNamePattern,
 		"tls.wellKnownCACertificates enum":       fmt.Sprint([]v1alpha1.WellKnownCACertificates{v1alpha1.WellKnownCACertificatesSystem}),
 		"quotaRef.name minLength":                "1",
-		"quotaRef.name maxLength":                itoa(retrypolicy.MaxDNSNameLength),
-		"quotaRef.name pattern":                  retrypolicy.DNSNamePattern,
+		"quotaRef.name maxLength":                itoa(rules.MaxDNSNameLength),
+		"quotaRef.name pattern":                  rules.DNSNamePattern,
 	}
-	for _, r := range retrypolicy.Ranges() {
+	for _, r := range rules.Ranges() {
 		want[r.Path+" minimum"] = strconv.FormatInt(r.Min, 10)
 		want[r.Path+" maximum"] = strconv.FormatInt(r.Max, 10)
 	}
 	for _, d := range durations {
-		want[d+" maxLength"] = itoa(retrypolicy.MaxDurationLength)
-		want[d+" pattern"] = retrypolicy.DurationPattern()
+		want[d+" maxLength"] = itoa(rules.MaxDurationLength)
+		want[d+" pattern"] = rules.DurationPattern()
 	}
 
-	if got, want := fmt.Sprint([]v1alpha1.Jitter{v1alpha1.JitterFull, v1alpha1.JitterEqual, v1alpha1.JitterNone}), fmt.Sprint(retrypolicy.Jitters()); got != want {
-		t.Errorf("v1alpha1's jitter constants are %s, pkg/retrypolicy's %s", got, want)
+	if got, want := fmt.Sprint([]v1alpha1.Jitter{v1alpha1.JitterFull, v1alpha1.JitterEqual, v1alpha1.JitterNone}), fmt.Sprint(rules.Jitters()); got != want {
+		t.Errorf("v1alpha1's jitter constants are %s, internal/rules' %s", got, want)
 	}
 	crd := readCRD(t)
 	version := crd["spec"].(map[string]any)["versions"].([]any)[0].(map[string]any)
 	root := version["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)
 	spec := child(t, root, "spec", "upstreams")
 	if got, want := constraints(spec, "spec.upstreams"), map[string]string{
-		"spec.upstreams minItems": "1", "spec.upstreams maxItems": itoa(retrypolicy.MaxUpstreams),
+		"spec.upstreams minItems": "1", "spec.upstreams maxItems": itoa(rules.MaxUpstreams),
 	}; !cmp.Equal(got, want) {
 		t.Errorf("spec.upstreams constraints = %v, want %v", got, want)
 	}
-	if got := constraints(child(t, root, "status", "lastAccepted", "upstreams"), "upstreams"); got["upstreams maxItems"] != itoa(retrypolicy.MaxUpstreams) {
-		t.Errorf("status.lastAccepted.upstreams maxItems = %q, want %d", got["upstreams maxItems"], retrypolicy.MaxUpstreams)
+	if got := constraints(child(t, root, "status", "lastAccepted", "upstreams"), "upstreams"); got["upstreams maxItems"] != itoa(rules.MaxUpstreams) {
+		t.Errorf("status.lastAccepted.upstreams maxItems = %q, want %d", got["upstreams maxItems"], rules.MaxUpstreams)
 	}
 	for name, schema := range map[string]map[string]any{
 		"spec.upstreams[]":                spec["items"].(map[string]any),
@@ -85,7 +85,7 @@ func TestCRDMarkersEqualRules(t *testing.T) {
 		got := map[string]string{}
 		walk(schema, "", got)
 		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("the markers of %s differ from pkg/retrypolicy's rules (-go +crd):\n%s", name, diff)
+			t.Errorf("the markers of %s differ from internal/rules (-go +crd):\n%s", name, diff)
 		}
 	}
 }
@@ -99,8 +99,8 @@ func TestSharedQuotaCRDMarkersEqualRules(t *testing.T) {
 		"store.redis.address minLength":                   "3",
 		"store.redis.address maxLength":                   itoa(v1alpha1.MaxRedisAddressLength),
 		"store.redis.credentialsSecretRef.name minLength": "1",
-		"store.redis.credentialsSecretRef.name maxLength": itoa(retrypolicy.MaxDNSNameLength),
-		"store.redis.credentialsSecretRef.name pattern":   retrypolicy.DNSNamePattern,
+		"store.redis.credentialsSecretRef.name maxLength": itoa(rules.MaxDNSNameLength),
+		"store.redis.credentialsSecretRef.name pattern":   rules.DNSNamePattern,
 		"onStoreLoss enum":                                fmt.Sprint(v1alpha1.StoreLossPolicies()),
 	}
 	for _, r := range v1alpha1.QuotaRanges() {

@@ -38,7 +38,7 @@ import (
 // +kubebuilder:validation:Enum=Full;Equal;None
 type Jitter string
 
-// The jitter modes: pkg/retrypolicy's Jitters (TestCRDMarkersEqualRules).
+// The jitter modes: internal/rules' Jitters (TestCRDMarkersEqualRules).
 const (
 	JitterFull  Jitter = "Full"
 	JitterEqual Jitter = "Equal"

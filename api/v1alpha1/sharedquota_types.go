@@ -199,7 +199,7 @@ type SharedQuotaStatus struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,shortName=sq,categories=retry
+// +kubebuilder:resource:scope=Cluster,shortName=sq
 // +kubebuilder:printcolumn:name="Per-Minute",type=integer,JSONPath=`.spec.requestsPerMinute`
 // +kubebuilder:printcolumn:name="Per-Second",type=integer,JSONPath=`.spec.requestsPerSecond`
 // +kubebuilder:printcolumn:name="Burst",type=integer,JSONPath=`.spec.burst`

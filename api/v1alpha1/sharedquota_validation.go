@@ -25,21 +25,21 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/internal/rules"
 )
 
 // The integer fields of a SharedQuota spec and their ranges; the schema
 // markers of sharedquota_types.go repeat them (TestCRDMarkersEqualRules).
 var (
-	QuotaRequestsPerMinuteRange = retrypolicy.Range{Path: "requestsPerMinute", Min: 1, Max: 6_000_000}
-	QuotaRequestsPerSecondRange = retrypolicy.Range{Path: "requestsPerSecond", Min: 1, Max: 100_000}
-	QuotaBurstRange             = retrypolicy.Range{Path: "burst", Min: 1, Max: 10_000}
-	QuotaConcurrencyRange       = retrypolicy.Range{Path: "concurrency", Min: 1, Max: 10_000}
+	QuotaRequestsPerMinuteRange = rules.Range{Path: "requestsPerMinute", Min: 1, Max: 6_000_000}
+	QuotaRequestsPerSecondRange = rules.Range{Path: "requestsPerSecond", Min: 1, Max: 100_000}
+	QuotaBurstRange             = rules.Range{Path: "burst", Min: 1, Max: 10_000}
+	QuotaConcurrencyRange       = rules.Range{Path: "concurrency", Min: 1, Max: 10_000}
 )
 
 // QuotaRanges lists the ranges of a SharedQuota spec's integer fields.
-func QuotaRanges() []retrypolicy.Range {
-	return []retrypolicy.Range{QuotaRequestsPerMinuteRange, QuotaRequestsPerSecondRange, QuotaBurstRange, QuotaConcurrencyRange}
+func QuotaRanges() []rules.Range {
+	return []rules.Range{QuotaRequestsPerMinuteRange, QuotaRequestsPerSecondRange, QuotaBurstRange, QuotaConcurrencyRange}
 }
 
 // Defaults of a SharedQuota, identical to its +kubebuilder:default markers.
@@ -107,7 +107,7 @@ func RedisAddressProblem(addr string) string {
 	if err != nil || host == "" {
 		return allowed
 	}
-	if n, err := strconv.Atoi(port); err != nil || retrypolicy.PortRange.Problem(int64(n)) != "" {
+	if n, err := strconv.Atoi(port); err != nil || rules.PortRange.Problem(int64(n)) != "" {
 		return "port " + strconv.Quote(port) + " must be between 1 and 65535; " + allowed
 	}
 	if net.ParseIP(host) != nil {
@@ -116,7 +116,7 @@ func RedisAddressProblem(addr string) string {
 		}
 		return ""
 	}
-	if msg := retrypolicy.DNSNameProblem(host); msg != "" {
+	if msg := rules.DNSNameProblem(host); msg != "" {
 		return "host " + strconv.Quote(host) + ": " + msg + "; " + allowed
 	}
 	return ""
@@ -148,7 +148,7 @@ func isStoreLossPolicy(l StoreLossPolicy) bool {
 }
 
 // appendQuotaRange adds an error at spec + r.Path if v is set and outside r.
-func appendQuotaRange(errs field.ErrorList, spec *field.Path, r retrypolicy.Range, v *int32) field.ErrorList {
+func appendQuotaRange(errs field.ErrorList, spec *field.Path, r rules.Range, v *int32) field.ErrorList {
 	if v == nil {
 		return errs
 	}

@@ -27,10 +27,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/internal/rules"
 )
 
-// Every bound, enum and grammar below is pkg/retrypolicy's (rules.go there), the
+// Every bound, enum and grammar below is internal/rules', the
 // ones Compile applies in every sidecar. The schema markers of
 // retrypolicy_types.go cannot reference Go constants: TestCRDMarkersEqualRules
 // reads the generated CRD and requires each marker to equal the Go value.
@@ -60,8 +60,8 @@ func validateUpstreams(ups []Upstream, path *field.Path) field.ErrorList {
 	switch {
 	case len(ups) == 0:
 		errs = append(errs, field.Required(path, "at least one upstream is required"))
-	case len(ups) > retrypolicy.MaxUpstreams:
-		errs = append(errs, field.TooMany(path, len(ups), retrypolicy.MaxUpstreams))
+	case len(ups) > rules.MaxUpstreams:
+		errs = append(errs, field.TooMany(path, len(ups), rules.MaxUpstreams))
 	}
 	names := map[string]int{}
 	hosts := map[string]*field.Path{}
@@ -88,7 +88,7 @@ func validateUpstreams(ups []Upstream, path *field.Path) field.ErrorList {
 
 // validateUpstream checks one upstream. The rules it shares with the sidecar's
 // Compile (statuses, methods, header names, attempts, duration relations) are
-// pkg/retrypolicy's checkers (rules.go there); this adds the field paths.
+// internal/rules' checkers; this adds the field paths.
 func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
 	errs := validateIdentity(u, p)
 	errs = append(errs, validateTiming(u, p)...)
@@ -104,7 +104,7 @@ func validateUpstream(u *Upstream, p *field.Path) field.ErrorList {
 		if u.RetryOn != nil && u.RetryOn.StatusCodes != nil {
 			statuses = len(u.RetryOn.StatusCodes)
 		}
-		if msg := retrypolicy.HoldOnDeferralProblem(attempts, statuses); msg != "" {
+		if msg := rules.HoldOnDeferralProblem(attempts, statuses); msg != "" {
 			errs = append(errs, field.Invalid(p.Child("pacing", "holdOnDeferral"), true, msg))
 		}
 	}
@@ -122,14 +122,14 @@ func validateIdentity(u *Upstream, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if u.Name == "" {
 		errs = append(errs, field.Required(p.Child("name"), "a DNS-1123 label such as payments-api"))
-	} else if msg := retrypolicy.NameProblem(u.Name); msg != "" {
+	} else if msg := rules.NameProblem(u.Name); msg != "" {
 		errs = append(errs, field.Invalid(p.Child("name"), u.Name, msg))
 	}
 	switch {
 	case len(u.Hosts) == 0:
 		errs = append(errs, field.Required(p.Child("hosts"), `at least one of "host", "host:port" or "*.suffix"`))
-	case len(u.Hosts) > retrypolicy.MaxHosts:
-		errs = append(errs, field.TooMany(p.Child("hosts"), len(u.Hosts), retrypolicy.MaxHosts))
+	case len(u.Hosts) > rules.MaxHosts:
+		errs = append(errs, field.TooMany(p.Child("hosts"), len(u.Hosts), rules.MaxHosts))
 	}
 	for j, h := range u.Hosts {
 		if msg := ValidateHostPattern(h); msg != "" {
@@ -143,7 +143,7 @@ func validateIdentity(u *Upstream, p *field.Path) field.ErrorList {
 func validateTiming(u *Upstream, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if u.MaxAttempts != nil {
-		if msg := retrypolicy.AttemptsProblem(int(*u.MaxAttempts)); msg != "" {
+		if msg := rules.AttemptsProblem(int(*u.MaxAttempts)); msg != "" {
 			errs = append(errs, field.Invalid(p.Child("maxAttempts"), *u.MaxAttempts, msg))
 		}
 	}
@@ -152,12 +152,12 @@ func validateTiming(u *Upstream, p *field.Path) field.ErrorList {
 	perTry, pErrs := parseDuration(u.PerTryTimeout, p.Child("perTryTimeout"))
 	errs = append(errs, pErrs...)
 	if deadline > 0 && perTry > 0 {
-		errs = appendProblem(errs, p.Child("perTryTimeout"), u.PerTryTimeout, retrypolicy.PerTryTimeoutProblem(perTry, deadline))
+		errs = appendProblem(errs, p.Child("perTryTimeout"), u.PerTryTimeout, rules.PerTryTimeoutProblem(perTry, deadline))
 	}
 	connect, cErrs := parseDuration(u.ConnectTimeout, p.Child("connectTimeout"))
 	errs = append(errs, cErrs...)
 	if deadline > 0 && connect > 0 {
-		errs = appendProblem(errs, p.Child("connectTimeout"), u.ConnectTimeout, retrypolicy.ConnectTimeoutProblem(connect, deadline))
+		errs = appendProblem(errs, p.Child("connectTimeout"), u.ConnectTimeout, rules.ConnectTimeoutProblem(connect, deadline))
 	}
 	b := u.Backoff
 	if b == nil {
@@ -168,15 +168,15 @@ func validateTiming(u *Upstream, p *field.Path) field.ErrorList {
 	maxD, e2 := parseDuration(b.Max, bp.Child("max"))
 	errs = append(append(errs, e1...), e2...)
 	if base > 0 && maxD > 0 {
-		errs = appendProblem(errs, bp.Child("max"), b.Max, retrypolicy.BackoffMaxProblem(base, maxD))
+		errs = appendProblem(errs, bp.Child("max"), b.Max, rules.BackoffMaxProblem(base, maxD))
 	}
-	if b.Jitter != nil && retrypolicy.JitterProblem(retrypolicy.Jitter(*b.Jitter)) != "" {
-		errs = append(errs, field.NotSupported(bp.Child("jitter"), *b.Jitter, retrypolicy.Jitters()))
+	if b.Jitter != nil && rules.JitterProblem(string(*b.Jitter)) != "" {
+		errs = append(errs, field.NotSupported(bp.Child("jitter"), *b.Jitter, rules.Jitters()))
 	}
 	return errs
 }
 
-// appendProblem adds problem (a relation checked by pkg/retrypolicy) about the
+// appendProblem adds problem (a relation checked by internal/rules) about the
 // duration d at path, if there is one.
 func appendProblem(errs field.ErrorList, path *field.Path, d *Duration, problem string) field.ErrorList {
 	if problem == "" {
@@ -194,9 +194,9 @@ func validateRetryOn(u *Upstream, p *field.Path) field.ErrorList {
 	rp := p.Child("retryOn", "statusCodes")
 	seen := map[StatusCode]bool{}
 	for i, c := range u.RetryOn.StatusCodes {
-		if retrypolicy.StatusProblem(int(c)) != "" {
+		if rules.StatusProblem(int(c)) != "" {
 			allowed := []string{}
-			for _, s := range retrypolicy.RetryableStatuses() {
+			for _, s := range rules.RetryableStatuses() {
 				allowed = append(allowed, strconv.Itoa(s))
 			}
 			errs = append(errs, field.NotSupported(rp.Index(i), strconv.Itoa(int(c)), allowed))
@@ -214,12 +214,12 @@ func validateRetryOn(u *Upstream, p *field.Path) field.ErrorList {
 func validateReplay(u *Upstream, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	mp := p.Child("replayableMethods")
-	if len(u.ReplayableMethods) > retrypolicy.MaxReplayableMethods {
-		errs = append(errs, field.TooMany(mp, len(u.ReplayableMethods), retrypolicy.MaxReplayableMethods))
+	if len(u.ReplayableMethods) > rules.MaxReplayableMethods {
+		errs = append(errs, field.TooMany(mp, len(u.ReplayableMethods), rules.MaxReplayableMethods))
 	}
 	seenMethods := sets.New[string]()
 	for i, m := range u.ReplayableMethods {
-		switch problem, forbidden := retrypolicy.MethodProblem(m); {
+		switch problem, forbidden := rules.MethodProblem(m); {
 		case forbidden:
 			errs = append(errs, field.Forbidden(mp.Index(i), problem))
 		case problem != "":
@@ -234,12 +234,12 @@ func validateReplay(u *Upstream, p *field.Path) field.ErrorList {
 		hp := p.Child("idempotencyKey", "header")
 		if k.Header == "" {
 			errs = append(errs, field.Required(hp, "an HTTP header name such as Idempotency-Key"))
-		} else if msg := retrypolicy.HeaderNameProblem(k.Header); msg != "" {
+		} else if msg := rules.HeaderNameProblem(k.Header); msg != "" {
 			errs = append(errs, field.Invalid(hp, k.Header, msg))
 		}
 	}
 	if n := u.MaxReplayBodyBytes; n != nil {
-		errs = appendRange(errs, p, retrypolicy.MaxReplayBodyBytesRange, *n)
+		errs = appendRange(errs, p, rules.MaxReplayBodyBytesRange, *n)
 	}
 	return errs
 }
@@ -255,22 +255,22 @@ func validateLimits(u *Upstream, p *field.Path) field.ErrorList {
 	}
 	if b := u.Budget; b != nil {
 		if v := b.RetryPercent; v != nil {
-			errs = appendRange(errs, p, retrypolicy.RetryPercentRange, int64(*v))
+			errs = appendRange(errs, p, rules.RetryPercentRange, int64(*v))
 		}
 		if v := b.MinRetriesPerSecond; v != nil {
-			errs = appendRange(errs, p, retrypolicy.MinRetriesPerSecondRange, int64(*v))
+			errs = appendRange(errs, p, rules.MinRetriesPerSecondRange, int64(*v))
 		}
 	}
 	if r := u.RateLimit; r != nil {
-		errs = appendRange(errs, p, retrypolicy.RequestsPerMinuteRange, int64(r.RequestsPerMinute))
+		errs = appendRange(errs, p, rules.RequestsPerMinuteRange, int64(r.RequestsPerMinute))
 		if v := r.Burst; v != nil {
-			errs = appendRange(errs, p, retrypolicy.BurstRange, int64(*v))
+			errs = appendRange(errs, p, rules.BurstRange, int64(*v))
 		}
 	}
 	if c := u.Concurrency; c != nil {
-		errs = appendRange(errs, p, retrypolicy.MaxInFlightRange, int64(c.MaxInFlight))
+		errs = appendRange(errs, p, rules.MaxInFlightRange, int64(c.MaxInFlight))
 		if v := c.MaxQueued; v != nil {
-			errs = appendRange(errs, p, retrypolicy.MaxQueuedRange, int64(*v))
+			errs = appendRange(errs, p, rules.MaxQueuedRange, int64(*v))
 		}
 		_, e := parseDuration(c.QueueTimeout, p.Child("concurrency", "queueTimeout"))
 		errs = append(errs, e...)
@@ -279,7 +279,7 @@ func validateLimits(u *Upstream, p *field.Path) field.ErrorList {
 }
 
 // appendRange adds an error at upstream path p + r.Path if v is outside r.
-func appendRange(errs field.ErrorList, p *field.Path, r retrypolicy.Range, v int64) field.ErrorList {
+func appendRange(errs field.ErrorList, p *field.Path, r rules.Range, v int64) field.ErrorList {
 	if msg := r.Problem(v); msg != "" {
 		for part := range strings.SplitSeq(r.Path, ".") {
 			p = p.Child(part)
@@ -307,13 +307,13 @@ func ValidateTLS(t *UpstreamTLS, p *field.Path) field.ErrorList {
 		case *h != strings.ToLower(*h):
 			errs = append(errs, field.Invalid(p.Child("hostname"), *h, "must be lower-case ("+strings.ToLower(*h)+")"))
 		default:
-			if msg := retrypolicy.DNSNameProblem(*h); msg != "" {
+			if msg := rules.DNSNameProblem(*h); msg != "" {
 				errs = append(errs, field.Invalid(p.Child("hostname"), *h, "must be a DNS name such as api.partner.example: "+msg))
 			}
 		}
 	}
 	if v := t.Port; v != nil {
-		if msg := retrypolicy.PortRange.Problem(int64(*v)); msg != "" {
+		if msg := rules.PortRange.Problem(int64(*v)); msg != "" {
 			errs = append(errs, field.Invalid(p.Child("port"), *v, msg))
 		}
 	}
@@ -345,7 +345,7 @@ func parseDuration(d *Duration, p *field.Path) (time.Duration, field.ErrorList) 
 	if d == nil {
 		return 0, nil
 	}
-	v, msg := retrypolicy.ParseDuration(string(*d))
+	v, msg := rules.ParseDuration(string(*d))
 	if msg != "" {
 		return 0, field.ErrorList{field.Invalid(p, string(*d), msg)}
 	}
@@ -353,12 +353,12 @@ func parseDuration(d *Duration, p *field.Path) (time.Duration, field.ErrorList) 
 }
 
 // ValidateHostPattern checks one entry of hosts and returns "" when it is valid.
-// The grammar is pkg/retrypolicy's (HostPatternProblem), so the API server and
+// The grammar is internal/rules' (HostPatternProblem), so the API server and
 // every sidecar accept exactly the same patterns; this adds the allowed forms
 // to the message.
 func ValidateHostPattern(h string) string {
 	const allowed = `must be "host", "host:port", an IP literal ("10.0.0.7", "[fd00::7]:8080") or "*.suffix", lower-case`
-	switch problem := retrypolicy.HostPatternProblem(h); problem {
+	switch problem := rules.HostPatternProblem(h); problem {
 	case "":
 		return ""
 	case "empty":

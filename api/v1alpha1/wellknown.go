@@ -73,6 +73,7 @@ const (
 	InjectWebhookName                  = "inject.retry.dev"
 	PodOptInInjectWebhookName          = "pod-inject.retry.dev"
 	ValidateWebhookName                = "validate.retrypolicy.retry.dev"
+	ValidateQuotaWebhookName           = "validate.sharedquota.retry.dev"
 )
 
 // ExcludedNamespaces are the namespaces whose pods are never injected, with

@@ -67,7 +67,7 @@ func TestGeneratedManifestsUseTheWellKnownNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{InjectWebhookName, PodOptInInjectWebhookName, ValidateWebhookName} {
+	for _, name := range []string{InjectWebhookName, PodOptInInjectWebhookName, ValidateWebhookName, ValidateQuotaWebhookName} {
 		if !bytes.Contains(manifests, []byte("name: "+name+"\n")) {
 			t.Errorf("config/webhook/manifests.yaml has no webhook %q", name)
 		}

@@ -19,6 +19,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/retrydev/retry-operator/internal/admission"
 	"io"
 	"log/slog"
 	"net"
@@ -36,7 +37,6 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/quota"
 	"github.com/retrydev/retry-operator/internal/quota/redisstore"
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
 
@@ -147,7 +147,7 @@ type clientGate struct{ c *quota.Client }
 
 func (g clientGate) take(now time.Time, waited time.Duration) (bool, time.Duration) {
 	wait, v := g.c.TakeAt(now, waited)
-	return v == retrypolicy.QuotaGranted, wait
+	return v == admission.QuotaGranted, wait
 }
 
 type limiterGate struct{ l *rate.Limiter }

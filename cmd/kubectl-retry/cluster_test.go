@@ -25,6 +25,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/manager"
+	"github.com/retrydev/retry-operator/internal/polltest"
 	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
@@ -54,14 +55,14 @@ func TestCluster(t *testing.T) {
 	must(t, err)
 	_, err = manager.Setup(mgr, manager.SetupOptions{Webhooks: true, Inject: podinject.Config{Image: "retry.dev/retry-sidecar:test",
 		NoProxy: podinject.DefaultNoProxy, Resources: podinject.DefaultResources(),
-		ExcludedNamespaces: []string{"kube-system", defaultOperatorNamespace}}})
+		ExcludedNamespaces: v1alpha1.ExcludedNamespaces(defaultOperatorNamespace)}})
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	started := mgr.GetWebhookServer().StartedChecker()
-	eventually(t, func() bool { return started(nil) == nil })
+	polltest.UntilTrue(t, 30*time.Second, func() bool { return started(nil) == nil })
 
 	c, err := client.New(cfg, client.Options{Scheme: clusterScheme()})
 	must(t, err)
@@ -80,7 +81,7 @@ func TestCluster(t *testing.T) {
 	must(t, c.Create(bg, pod("late", "early", nil)))
 	late.Labels = map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"}
 	must(t, c.Update(bg, late))
-	eventually(t, func() bool {
+	polltest.UntilTrue(t, 30*time.Second, func() bool {
 		var b v1alpha1.RetryPolicy
 		if c.Get(bg, client.ObjectKey{Namespace: "shop", Name: "payments-b"}, &b) != nil {
 			return false
@@ -206,17 +207,6 @@ func assertJSONEqual(t *testing.T, want, got any) {
 	g, _ := json.MarshalIndent(got, "", "  ")
 	if !bytes.Equal(w, g) {
 		t.Errorf("got\n%s\nwant\n%s", g, w)
-	}
-}
-
-func eventually(t *testing.T, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,9 +19,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/retrydev/retry-operator/internal/polltest"
 	"github.com/retrydev/retry-operator/internal/testenv"
 )
 
@@ -31,22 +30,10 @@ import (
 // replicas agree on it, the CA reaches both webhook configurations' caBundle,
 // and the serving certificate names the webhook Service.
 func TestReplicasShareOneRotatedCertificate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kube-apiserver and etcd")
-	}
-	logs := io.Discard
-	if os.Getenv("TEST_LOG") != "" {
-		logs = os.Stderr
-	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(logs)))
 	env := &envtest.Environment{WebhookInstallOptions: envtest.WebhookInstallOptions{
 		Paths: []string{filepath.Join(testenv.ModuleRoot(), "config", "webhook", "manifests.yaml")},
 	}}
-	cfg := testenv.Start(t, env)
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := startAPI(t, env)
 	ctx := context.Background()
 	const ns, secret = "retry-operator-system", "webhook-server-cert"
 	for _, o := range []client.Object{
@@ -124,21 +111,21 @@ func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 
 	eventuallyCA := func(get func() ([][]byte, error), what string) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		polltest.Until(t, 30*time.Second, func() error {
 			bundles, err := get()
-			ok := err == nil && len(bundles) > 0
+			if err != nil {
+				return err
+			}
+			if len(bundles) == 0 {
+				return fmt.Errorf("%s: no webhooks", what)
+			}
 			for _, b := range bundles {
-				ok = ok && bytes.Equal(b, s.Data["ca.crt"])
+				if !bytes.Equal(b, s.Data["ca.crt"]) {
+					return fmt.Errorf("%s: caBundle is not the Secret's ca.crt", what)
+				}
 			}
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: caBundle is not the Secret's ca.crt after 30s (err %v)", what, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	eventuallyCA(func() ([][]byte, error) {
 		var m admissionv1.MutatingWebhookConfiguration

@@ -39,3 +39,39 @@ func TestSidecarImagePullSecretsFlag(t *testing.T) {
 		})
 	}
 }
+
+// TestTracingFlags: --tracing-otlp-endpoint and --tracing-sampling-ratio
+// become the injector's tracing settings; a ratio outside 0..1 or an endpoint
+// that is no http(s) URL is refused naming the flag.
+func TestTracingFlags(t *testing.T) {
+	tests := map[string]struct {
+		endpoint string
+		ratio    float64
+		wantErr  string
+	}{
+		"no endpoint leaves tracing off":    {endpoint: "", ratio: 1},
+		"an endpoint and a ratio are taken": {endpoint: "http://otel-collector.observability.svc:4318", ratio: 0.1},
+		"a ratio above 1 is refused":        {endpoint: "http://c:4318", ratio: 1.5, wantErr: "--tracing-sampling-ratio: 1.5 is not a number from 0 to 1"},
+		"a negative ratio is refused":       {ratio: -0.1, wantErr: "--tracing-sampling-ratio: -0.1 is not a number from 0 to 1"},
+		"a host without a scheme is refused": {endpoint: "otel-collector:4318", ratio: 1,
+			wantErr: `--tracing-otlp-endpoint: "otel-collector:4318" is not an http:// or https:// URL with a host`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o := options{sidecarImage: "retry.dev/retry-sidecar:dev", tracingEndpoint: tc.endpoint, tracingSamplingRatio: tc.ratio}
+			cfg, err := o.injectConfig()
+			if tc.wantErr != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
+					t.Fatalf("injectConfig() error = %v, want one starting %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Tracing.OTLPEndpoint != tc.endpoint || cfg.Tracing.SamplingRatio != tc.ratio {
+				t.Errorf("Tracing = %+v, want endpoint %q ratio %v", cfg.Tracing, tc.endpoint, tc.ratio)
+			}
+		})
+	}
+}

@@ -24,12 +24,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/manifests"
+	"github.com/retrydev/retry-operator/internal/polltest"
 	"github.com/retrydev/retry-operator/internal/testenv"
 )
 
@@ -110,19 +113,7 @@ func TestCertControllerWritesAnIPAsADNSName(t *testing.T) {
 // certificate signed by the CA it writes into the Secret and both caBundles,
 // and the API server calls both webhooks through it.
 func TestLocalRunServesTheCertificateItWrites(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kube-apiserver and etcd")
-	}
-	logs := io.Discard
-	if os.Getenv("TEST_LOG") != "" {
-		logs = os.Stderr
-	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(logs)))
-	cfg := testenv.Start(t, nil)
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := startAPI(t, nil)
 	ctx := context.Background()
 	const ns, secret = "retry-operator-system", "retry-operator-webhook-local-cert"
 	installWebhookConfigurations(t, c)
@@ -148,7 +139,15 @@ func TestLocalRunServesTheCertificateItWrites(t *testing.T) {
 			t.Errorf("manager: %v", err)
 		}
 	})
-	waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", probe), done)
+	// cert-controller's first certificate takes a few seconds.
+	polltest.Until(t, 90*time.Second, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("manager stopped before it was ready: %v", err)
+		default:
+		}
+		return httpOK(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
+	})
 
 	var s corev1.Secret
 	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secret}, &s); err != nil {
@@ -259,27 +258,37 @@ func parseFlags(t *testing.T, args ...string) options {
 	return o
 }
 
-// waitReady polls url until it answers 200, the manager stops, or 90 s pass
-// (cert-controller's first certificate takes a few seconds).
-func waitReady(t *testing.T, url string, stopped <-chan error) {
+// startAPI starts an API server with the project's CRDs (and env's options)
+// and returns a client of it with the manager's scheme. The manager's logs go
+// to stderr with TEST_LOG set.
+func startAPI(t *testing.T, env *envtest.Environment) (*rest.Config, client.Client) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case err := <-stopped:
-			t.Fatalf("manager stopped before it was ready: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not 200 after 90s", url)
-		}
+	if testing.Short() {
+		t.Skip("starts kube-apiserver and etcd")
 	}
+	logs := io.Discard
+	if os.Getenv("TEST_LOG") != "" {
+		logs = os.Stderr
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logs)))
+	cfg := testenv.Start(t, env)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, c
+}
+
+func httpOK(url string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
 }
 
 func freePort(t *testing.T) int {

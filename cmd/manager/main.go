@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,6 +67,8 @@ type options struct {
 	sidecarMemoryLimit      string
 	maxConcurrentReconciles int
 	sidecarClusterRole      string
+	tracingEndpoint         string
+	tracingSamplingRatio    float64
 }
 
 func main() {
@@ -153,6 +156,12 @@ func (o *options) bindInjectFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Namespaces reconciled in parallel.")
 	fs.StringVar(&o.sidecarClusterRole, "sidecar-cluster-role", controller.DefaultSidecarClusterRole,
 		"ClusterRole bound in every namespace with injected pods so their sidecars can watch retry-policies (docs/fleet.md).")
+	fs.StringVar(&o.tracingEndpoint, "tracing-otlp-endpoint", "",
+		"OTLP/HTTP base URL of the collector that injected sidecars send their spans to (OTEL_EXPORTER_OTLP_ENDPOINT); "+
+			"empty: tracing off (docs/observability.md#tracing).")
+	fs.Float64Var(&o.tracingSamplingRatio, "tracing-sampling-ratio", 1,
+		"Share of the requests without a sampled parent that injected sidecars trace, 0 to 1; a request whose traceparent "+
+			"is sampled is always traced (OTEL_TRACES_SAMPLER parentbased_traceidratio).")
 }
 
 // run runs the manager with the API server of cfg until ctx ends.
@@ -365,6 +374,19 @@ func (o options) addCertRotator(mgr ctrl.Manager, certDir, name string, ready ch
 	})
 }
 
+// checkOTLPEndpoint accepts an empty endpoint (tracing off) or an http or
+// https URL with a host.
+func checkOTLPEndpoint(endpoint string) error {
+	if endpoint == "" {
+		return nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--tracing-otlp-endpoint: %q is not an http:// or https:// URL with a host, such as http://otel-collector.observability.svc:4318", endpoint)
+	}
+	return nil
+}
+
 func (o options) injectConfig() (podinject.Config, error) {
 	cfg := podinject.Config{
 		Image:              o.sidecarImage,
@@ -373,6 +395,13 @@ func (o options) injectConfig() (podinject.Config, error) {
 		TokenAudience:      o.sidecarTokenAudience,
 		ExcludedNamespaces: v1alpha1.ExcludedNamespaces(o.operatorNamespace),
 		Resources:          corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}},
+	}
+	if r := o.tracingSamplingRatio; !(r >= 0 && r <= 1) {
+		return cfg, fmt.Errorf("--tracing-sampling-ratio: %v is not a number from 0 to 1", r)
+	}
+	cfg.Tracing = podinject.Tracing{OTLPEndpoint: o.tracingEndpoint, SamplingRatio: o.tracingSamplingRatio}
+	if err := checkOTLPEndpoint(o.tracingEndpoint); err != nil {
+		return cfg, err
 	}
 	switch cfg.ImagePullPolicy {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/policyset/policysettest"
 	"github.com/retrydev/retry-operator/internal/testenv"
 )
 
@@ -28,16 +29,7 @@ import (
 // host with maxAttempts, at revision rev.
 func renderedDoc(t *testing.T, host string, maxAttempts int, rev int64) string {
 	t.Helper()
-	d, err := policyset.FromPolicyYAML([]byte(policyYAML("p", "up", host, fields("maxAttempts: "+itoa(maxAttempts))...)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Revision = rev
-	b, err := policyset.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return policysettest.Rendered(t, policyYAML("p", "up", host, fields("maxAttempts: "+itoa(maxAttempts))...), rev)
 }
 
 // config reads GET /config from the stats port (the pod-IP one).

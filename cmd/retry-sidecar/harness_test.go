@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/retrydev/retry-operator/internal/polltest"
 )
 
 // The tests drive the real binary, built once, as a forward proxy against real
@@ -328,10 +330,10 @@ func policyHost(t *testing.T, upstreamHost string, withPolicy bool) string {
 }
 
 // waitForArrivals waits until the upstream has received n requests (at most
-// 10s, as waitFor).
+// 10s).
 func (u *upstream) waitForArrivals(t *testing.T, n int) {
 	t.Helper()
-	waitFor(t, func() bool { return len(u.got()) >= n })
+	polltest.UntilTrue(t, 10*time.Second, func() bool { return len(u.got()) >= n })
 }
 
 func status(code int, header ...string) func(int, http.ResponseWriter, *http.Request) {

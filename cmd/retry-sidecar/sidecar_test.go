@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/policyset/policysettest"
+	"github.com/retrydev/retry-operator/internal/polltest"
 )
 
 // Fast retries unless a test says otherwise.
@@ -454,15 +456,7 @@ func TestConfigDirFollowsKubeletSwapsAndPodLabels(t *testing.T) {
 			"  podSelector: {matchLabels: {app: a}}\n---\n" +
 			policyYAML("b", "up-b", up.host(), fields("maxAttempts: "+itoa(attemptsB))...) +
 			"  podSelector: {matchLabels: {app: b}}\n"
-		d, err := policyset.FromPolicyYAML([]byte(y))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := policyset.Marshal(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
+		return policysettest.Rendered(t, y, 0)
 	}
 	cmDir, labelsDir := t.TempDir(), t.TempDir()
 	kubeletWrite(t, cmDir, map[string]string{"policies.json": doc(2, 4)})
@@ -614,18 +608,9 @@ func TestStatsPortServesMetricsAndConfigOnEveryInterface(t *testing.T) {
 			<-release
 		}
 	})
-	d, err := policyset.FromPolicyYAML([]byte(policyYAML("p", "up", up.host(),
-		fields("concurrency: {maxInFlight: 1, maxQueued: 1, queueTimeout: 5s}")...)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The manager stamps a revision on the document; /config echoes it.
-	d.Revision = 7
-	rendered, err := policyset.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	withRevision := string(rendered)
+	withRevision := policysettest.Rendered(t, policyYAML("p", "up", up.host(),
+		fields("concurrency: {maxInFlight: 1, maxQueued: 1, queueTimeout: 5s}")...), 7)
 	dir := t.TempDir()
 	kubeletWrite(t, dir, map[string]string{"policies.json": withRevision})
 	s := startSidecar(t, "--config-dir="+dir, "--stats-listen=:0")
@@ -649,14 +634,14 @@ func TestStatsPortServesMetricsAndConfigOnEveryInterface(t *testing.T) {
 	first := s.goGet(up.url("/held"))
 	up.waitForArrivals(t, 1)
 	second := s.goGet(up.url("/queued"))
-	waitFor(t, func() bool { return s.statsMetric(`retry_sidecar_queued_requests{upstream="up"}`) == 1 })
+	polltest.UntilTrue(t, 10*time.Second, func() bool { return s.statsMetric(`retry_sidecar_queued_requests{upstream="up"}`) == 1 })
 	if v := s.statsMetric(`retry_sidecar_in_flight_attempts{upstream="up"}`); v != 1 {
 		t.Errorf("in_flight_attempts = %v with one held, want 1", v)
 	}
 	close(release)
 	assertOutcome(t, <-first, 200, "success", "1")
 	assertOutcome(t, <-second, 200, "success", "1")
-	waitFor(t, func() bool {
+	polltest.UntilTrue(t, 10*time.Second, func() bool {
 		return s.statsMetric(`retry_sidecar_in_flight_attempts{upstream="up"}`) == 0 &&
 			s.statsMetric(`retry_sidecar_queued_requests{upstream="up"}`) == 0
 	})
@@ -671,16 +656,5 @@ func TestStatsPortServesMetricsAndConfigOnEveryInterface(t *testing.T) {
 	// Health, readiness and pprof stay on loopback.
 	if code, _ := s.statsGet("/healthz"); code != 404 {
 		t.Errorf("stats /healthz = %d, want 404", code)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met after 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/retrydev/retry-operator/internal/polltest"
 )
 
 // ---- cut-off bodies and timeouts by phase (docs/retry-semantics.md) ----
@@ -212,7 +214,7 @@ func TestFullQueueIsAQueueTimeout(t *testing.T) {
 	})
 	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), fields("concurrency: {maxInFlight: 1, maxQueued: 0, queueTimeout: 1s}")...))
 	first := s.goGet(up.url("/slow"))
-	waitFor(t, func() bool { return len(up.got()) == 1 })
+	polltest.UntilTrue(t, 10*time.Second, func() bool { return len(up.got()) == 1 })
 	r := s.get(up.url("/second"))
 	if r.status != 503 || r.header.Get("X-Retry-Timeout-Phase") != "queue" || r.header.Get("X-Retry-Outcome") != "shed" {
 		t.Fatalf("status %d, phase %q, outcome %q; want 503, queue, shed", r.status,

@@ -102,7 +102,7 @@ func (r *RetryPolicyReconciler) applyQuotaCredentials(ctx context.Context, ns st
 	var errs []error
 	for _, s := range previous {
 		if !slices.ContainsFunc(grants, func(g storeGrant) bool { return sameStore(g.Store, s) }) {
-			errs = append(errs, r.onStore(ctx, s, func(c storeClient) error { return quotastore.DelUser(ctx, c, ns) }))
+			errs = append(errs, r.onStore(ctx, s, func(ctx context.Context, c storeClient) error { return quotastore.DelUser(ctx, c, ns) }))
 		}
 	}
 	if len(grants) == 0 {
@@ -130,7 +130,7 @@ func (r *RetryPolicyReconciler) applyQuotaCredentials(ctx context.Context, ns st
 		return err
 	}
 	for _, g := range grants {
-		errs = append(errs, r.onStore(ctx, g.Store, func(c storeClient) error {
+		errs = append(errs, r.onStore(ctx, g.Store, func(ctx context.Context, c storeClient) error {
 			return quotastore.SetUser(ctx, c, ns, creds.Password, g.Quotas)
 		}))
 	}
@@ -141,7 +141,7 @@ func (r *RetryPolicyReconciler) applyQuotaCredentials(ctx context.Context, ns st
 type storeClient = *redis.Client
 
 // onStore runs f against the store s, connected as the admin, bounded in time.
-func (r *RetryPolicyReconciler) onStore(ctx context.Context, s v1alpha1.RedisStore, f func(storeClient) error) error {
+func (r *RetryPolicyReconciler) onStore(ctx context.Context, s v1alpha1.RedisStore, f func(context.Context, storeClient) error) error {
 	c, err := r.QuotaStore.Connect(ctx, s)
 	if err != nil {
 		return fmt.Errorf("store %s: %w", s.Address, err)
@@ -149,7 +149,7 @@ func (r *RetryPolicyReconciler) onStore(ctx context.Context, s v1alpha1.RedisSto
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, quotastore.Timeout)
 	defer cancel()
-	if err := f(c); err != nil {
+	if err := f(ctx, c); err != nil {
 		return fmt.Errorf("store %s: %w", s.Address, err)
 	}
 	return nil

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retrydev/retry-operator/internal/polltest"
 )
 
 // server is an httptest server that counts the TCP connections it accepted.
@@ -376,7 +378,7 @@ func TestServerClosedIdleConnection(t *testing.T) {
 					t.Fatalf("request %d: body %q", i, resp.Header.Get("X-Got"))
 				}
 				s.CloseClientConnections() // the server drops the idle connection
-				waitFor(t, func() bool { return s.conns.Load() == int32(i+1) && closedIdle(s) })
+				polltest.UntilTrue(t, time.Second, func() bool { return s.conns.Load() == int32(i+1) && closedIdle(s) })
 			}
 			if got := s.reqs.Load(); got != 3 {
 				t.Errorf("server handled %d requests, want 3 (no duplicate)", got)
@@ -387,17 +389,6 @@ func TestServerClosedIdleConnection(t *testing.T) {
 
 // closedIdle gives the server's close a moment to reach the client socket.
 func closedIdle(*server) bool { time.Sleep(5 * time.Millisecond); return true }
-
-func waitFor(t *testing.T, f func() bool) {
-	t.Helper()
-	for i := 0; i < 200; i++ {
-		if f() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("condition not reached")
-}
 
 // A reused connection that dies after the request was written is ambiguous for
 // a non-idempotent request: it is reported, never resent.
@@ -531,7 +522,7 @@ func TestIdleTimeoutAndPoolBounds(t *testing.T) {
 	if n := tr.idleCount(); n != 1 {
 		t.Fatalf("idle %d, want 1 (MaxIdleConnsPerHost)", n)
 	}
-	waitFor(t, func() bool { return tr.idleCount() == 0 })
+	polltest.UntilTrue(t, time.Second, func() bool { return tr.idleCount() == 0 })
 	do(t, tr, newReq(t, "GET", s.URL, nil))
 	if n := s.conns.Load(); n != 3 {
 		t.Errorf("connections %d, want 3", n)

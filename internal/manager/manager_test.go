@@ -39,6 +39,7 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/polltest"
 	"github.com/retrydev/retry-operator/internal/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
@@ -119,7 +120,7 @@ func startManager(t *testing.T) *harness {
 		}
 	})
 	started := mgr.GetWebhookServer().StartedChecker()
-	eventually(t, 20*time.Second, func() error { return started(nil) })
+	polltest.Until(t, 20*time.Second, func() error { return started(nil) })
 
 	warnings := &warningLog{}
 	direct := rest.CopyConfig(cfg)
@@ -203,7 +204,7 @@ func (h *harness) testUpdateAndNoOp(t *testing.T) {
 
 	p.Spec.Upstreams[0].MaxAttempts = ptr.To[int32](4)
 	must(t, h.c.Update(context.Background(), p))
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		cm := h.configMap(t, ns)
 		doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
 		if err != nil {
@@ -250,7 +251,7 @@ func (h *harness) testUpdateAndNoOp(t *testing.T) {
 	p = h.policy(t, ns, "api")
 	p.Spec.Upstreams[0].MaxAttempts = ptr.To[int32](5)
 	must(t, h.c.Update(context.Background(), p))
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		if got := revisionOf(t, h.configMap(t, ns)); got <= rev2 {
 			return fmt.Errorf("revision %d after the next edit, want more than %d", got, rev2)
 		}
@@ -264,10 +265,10 @@ func (h *harness) testDelete(t *testing.T) {
 	b := h.createPolicy(t, ns, "b", nil, upstream("b", "b.delete.svc"))
 	h.waitAccepted(t, ns, "a", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
 	h.waitAccepted(t, ns, "b", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
-	eventually(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "a", "b") })
+	polltest.Until(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "a", "b") })
 
 	must(t, h.c.Delete(context.Background(), a))
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		cm := h.configMap(t, ns)
 		if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != b.UID {
 			return fmt.Errorf("ownerReferences = %+v, want only b", cm.OwnerReferences)
@@ -276,7 +277,7 @@ func (h *harness) testDelete(t *testing.T) {
 	})
 
 	must(t, h.c.Delete(context.Background(), b))
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &corev1.ConfigMap{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("ConfigMap still there (err=%w)", err)
@@ -304,12 +305,12 @@ func (h *harness) testConflict(t *testing.T) {
 		t.Errorf("Programmed of the loser = %+v, want False/NotRendered", prog)
 	}
 	h.waitAccepted(t, ns, "disjoint", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
-	eventually(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "disjoint", "older") })
+	polltest.Until(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "disjoint", "older") })
 	h.waitEvent(t, ns, "newer", string(v1alpha1.ReasonConflict))
 
 	must(t, h.c.Delete(context.Background(), h.policy(t, ns, "older")))
 	h.waitAccepted(t, ns, "newer", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
-	eventually(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "disjoint", "newer") })
+	polltest.Until(t, 10*time.Second, func() error { return renderedNames(h.configMap(t, ns), "disjoint", "newer") })
 }
 
 func (h *harness) testWebhookRejects(t *testing.T) {
@@ -437,7 +438,7 @@ func (h *harness) testSidecarBinding(t *testing.T) {
 	orphan := rb.DeepCopy()
 	orphan.OwnerReferences = nil
 	must(t, h.c.Update(context.Background(), orphan))
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		var got rbacv1.RoleBinding
 		if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(rb), &got); err != nil {
 			return err
@@ -612,7 +613,7 @@ func (h *harness) testKubeSystem(t *testing.T) {
 // reads) has the namespace, so the webhook decides with its labels.
 func (h *harness) namespaceCached(t *testing.T, ns string) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		return h.reconciler.Get(context.Background(), types.NamespacedName{Name: ns}, &corev1.Namespace{})
 	})
 }
@@ -742,7 +743,7 @@ func (h *harness) testPrinterColumns(t *testing.T) {
 	h.createPolicy(t, ns, "loser", &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "batch"}}, upstream("a", "a.columns.svc"))
 	h.waitAccepted(t, ns, "loser", metav1.ConditionFalse, string(v1alpha1.ReasonConflict))
 	h.readyPod(t, ns, "web-0", map[string]string{"app": "web"})
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		if n := h.policy(t, ns, "three").Status.SelectedPods; n != 1 {
 			return fmt.Errorf("three: selectedPods %d, want 1", n)
 		}
@@ -777,19 +778,20 @@ func (h *harness) testPrinterColumns(t *testing.T) {
 		t.Errorf("rows = %q, want %q", rows, want)
 	}
 
-	// And kubectl itself, through the category: what a user types.
+	// And kubectl itself, by the short name: what a user types (the category
+	// "retry" also lists SharedQuotas, with kind-prefixed names).
 	user, err := h.env.ControlPlane.AddUser(envtest.User{Name: "printer-columns", Groups: []string{"system:masters"}}, nil)
 	must(t, err)
 	kubectl, err := user.Kubectl()
 	must(t, err)
 	kubectl.Path = filepath.Join(testenv.Assets(t), "kubectl")
-	stdout, stderr, err := kubectl.Run("get", "retry", "-n", ns)
+	stdout, stderr, err := kubectl.Run("get", "rp", "-n", ns)
 	if err != nil {
 		errOut, _ := io.ReadAll(stderr)
-		t.Fatalf("kubectl get retry: %v: %s", err, errOut)
+		t.Fatalf("kubectl get rp: %v: %s", err, errOut)
 	}
 	raw, _ := io.ReadAll(stdout)
-	t.Logf("kubectl get retry -n %s:\n%s", ns, raw)
+	t.Logf("kubectl get rp -n %s:\n%s", ns, raw)
 	var lines []string
 	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
 		f := strings.Fields(l)
@@ -800,7 +802,7 @@ func (h *harness) testPrinterColumns(t *testing.T) {
 		"loser False False 1 0 0",
 		"three True True 3 1 0", // no sidecar answers /config in this namespace
 	}; !slices.Equal(lines, want) {
-		t.Errorf("kubectl get retry:\n%s\nwant (AGE aside):\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+		t.Errorf("kubectl get rp:\n%s\nwant (AGE aside):\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 	if all, _, err := kubectl.Run("get", "rp", "-A"); err == nil { // every namespace of this run, for the log
 		raw, _ := io.ReadAll(all)
@@ -821,7 +823,7 @@ func (h *harness) testInvalidBypassingWebhook(t *testing.T) {
 	must(t, h.c.Delete(context.Background(), &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "validating-webhook-configuration"}}))
 	// The API server drops the webhook asynchronously: retry until the update
 	// (legal for the CRD schema, illegal for Validate) gets through.
-	eventually(t, 20*time.Second, func() error {
+	polltest.Until(t, 20*time.Second, func() error {
 		p := h.policy(t, ns, "api")
 		p.Spec.Upstreams[0].Hosts = []string{"API.bypass.svc"}
 		return h.c.Update(context.Background(), p)
@@ -889,7 +891,7 @@ func (h *harness) policy(t *testing.T, ns, name string) *v1alpha1.RetryPolicy {
 func (h *harness) configMap(t *testing.T, ns string) *corev1.ConfigMap {
 	t.Helper()
 	var cm corev1.ConfigMap
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		return h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm)
 	})
 	return &cm
@@ -898,7 +900,7 @@ func (h *harness) configMap(t *testing.T, ns string) *corev1.ConfigMap {
 func (h *harness) waitAccepted(t *testing.T, ns, name string, status metav1.ConditionStatus, reason string) *v1alpha1.RetryPolicy {
 	t.Helper()
 	var p *v1alpha1.RetryPolicy
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		p = h.policy(t, ns, name)
 		c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		if c == nil || c.Status != status || c.Reason != reason || c.ObservedGeneration != p.Generation {
@@ -912,7 +914,7 @@ func (h *harness) waitAccepted(t *testing.T, ns, name string, status metav1.Cond
 func (h *harness) waitObserved(t *testing.T, ns, name string, gen int64) *v1alpha1.RetryPolicy {
 	t.Helper()
 	var p *v1alpha1.RetryPolicy
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		p = h.policy(t, ns, name)
 		if p.Status.ObservedGeneration != gen {
 			return fmt.Errorf("observedGeneration %d, want %d", p.Status.ObservedGeneration, gen)
@@ -924,7 +926,7 @@ func (h *harness) waitObserved(t *testing.T, ns, name string, gen int64) *v1alph
 
 func (h *harness) waitShare(t *testing.T, ns string, share float64, burst, pods int32) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		doc, err := policyset.Unmarshal([]byte(h.configMap(t, ns).Data[v1alpha1.PoliciesConfigMapKey]))
 		if err != nil {
 			return err
@@ -948,7 +950,7 @@ func (h *harness) waitShare(t *testing.T, ns string, share float64, burst, pods 
 func (h *harness) waitRendering(t *testing.T, ns string, gone types.UID, prev policyset.Document) *corev1.ConfigMap {
 	t.Helper()
 	var cm corev1.ConfigMap
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm); err != nil {
 			return err
 		}
@@ -978,7 +980,7 @@ func (h *harness) waitRendering(t *testing.T, ns string, gone types.UID, prev po
 func (h *harness) waitProgrammed(t *testing.T, ns, name string, programmed, selected int32) *v1alpha1.RetryPolicy {
 	t.Helper()
 	var p *v1alpha1.RetryPolicy
-	eventually(t, 15*time.Second, func() error {
+	polltest.Until(t, 15*time.Second, func() error {
 		p = h.policy(t, ns, name)
 		prog := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionProgrammed))
 		want := fmt.Sprintf("%d/%d pods run generation %d ", programmed, selected, p.Generation)
@@ -994,7 +996,7 @@ func (h *harness) waitProgrammed(t *testing.T, ns, name string, programmed, sele
 func (h *harness) waitBinding(t *testing.T, ns string) *rbacv1.RoleBinding {
 	t.Helper()
 	var rb rbacv1.RoleBinding
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		return h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: controller.SidecarRoleBindingName}, &rb)
 	})
 	return &rb
@@ -1002,7 +1004,7 @@ func (h *harness) waitBinding(t *testing.T, ns string) *rbacv1.RoleBinding {
 
 func (h *harness) noBinding(t *testing.T, ns string) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: controller.SidecarRoleBindingName}, &rbacv1.RoleBinding{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("RoleBinding %s/%s still there (err=%w)", ns, controller.SidecarRoleBindingName, err)
@@ -1059,7 +1061,7 @@ func (f *fakeSidecars) calls(ns string) int {
 
 func (h *harness) waitEvent(t *testing.T, ns, regarding, reason string) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		var evs eventsv1.EventList
 		if err := h.c.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
 			return err
@@ -1108,7 +1110,7 @@ func (h *harness) installRelabeler(t *testing.T) {
 	}
 	must(t, h.c.Create(context.Background(), cfg))
 	// Wait until the API server calls it: a throwaway pod comes back relabelled.
-	eventually(t, 20*time.Second, func() error {
+	polltest.Until(t, 20*time.Second, func() error {
 		probe := testPod("inject", fmt.Sprintf("probe-%d", time.Now().UnixNano()), nil)
 		probe.Labels = map[string]string{v1alpha1.LabelPodInject: "false"}
 		if err := h.c.Create(context.Background(), probe); err != nil {
@@ -1162,21 +1164,6 @@ func renderedNames(cm *corev1.ConfigMap, want ...string) error {
 		return fmt.Errorf("rendered policies %v, want %v", got, want)
 	}
 	return nil
-}
-
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func must(t testing.TB, err error) {

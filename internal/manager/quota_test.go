@@ -18,11 +18,13 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/polltest"
 	"github.com/retrydev/retry-operator/internal/quotastore"
 	"github.com/retrydev/retry-operator/internal/redistest"
 )
 
-// testSharedQuota: a quotaRef is InvalidRef until the SharedQuota exists,
+// testSharedQuota: the webhook rejects an invalid quota; a quotaRef is
+// InvalidRef until the SharedQuota exists,
 // QuotaNotAllowed in a namespace its selector does not select until the
 // namespace is relabelled; the quota reports Ready, StoreReachable (against a
 // real redis-server, stopped and restarted), and its consumers.
@@ -44,6 +46,13 @@ func (h *harness) testSharedQuota(t *testing.T) {
 		Consumers: &v1alpha1.QuotaConsumers{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "payments"}}},
 		Store:     v1alpha1.QuotaStore{Redis: v1alpha1.RedisStore{Address: store.Addr, CredentialsSecretRef: &v1alpha1.SecretRef{Name: "quota-redis"}}},
 	}}
+	// The webhook applies the rules CEL cannot express, naming the field.
+	bad := q.DeepCopy()
+	bad.Spec.Store.Redis.Address = "redis.svc"
+	if err := h.c.Create(ctx, bad); err == nil || !strings.Contains(err.Error(),
+		`spec.store.redis.address: Invalid value: "redis.svc": must be host:port, such as redis.retry-operator-system.svc:6379, 10.0.0.7:6379 or [fd00::7]:6379`) {
+		t.Fatalf("creating a quota whose address has no port: %v; want the webhook's field error", err)
+	}
 	must(t, h.c.Create(ctx, q))
 	t.Cleanup(func() { _ = h.c.Delete(context.Background(), q) })
 	h.waitAcceptedMessage(t, a, "p", metav1.ConditionTrue, v1alpha1.ReasonValid, "1 upstream(s) accepted")
@@ -87,11 +96,11 @@ func (h *harness) testSharedQuota(t *testing.T) {
 	must(t, h.c.Update(ctx, &nsB))
 	h.waitAcceptedMessage(t, b, "p", metav1.ConditionFalse, v1alpha1.ReasonQuotaNotAllowed,
 		"spec.upstreams[0].quotaRef.name: Forbidden: SharedQuota partner-payments does not admit namespace quota-b: its spec.consumers.namespaceSelector does not select the namespace's labels; generation 1, the last accepted, stays in force")
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		var s corev1.Secret
 		err := h.c.Get(ctx, types.NamespacedName{Namespace: b, Name: v1alpha1.QuotaCredentialsSecretName}, &s)
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("Secret %s/%s: %v; want it deleted", b, v1alpha1.QuotaCredentialsSecretName, err)
+			return fmt.Errorf("Secret %s/%s: %w; want it deleted", b, v1alpha1.QuotaCredentialsSecretName, err)
 		}
 		return nil
 	})
@@ -131,7 +140,7 @@ func quotaConditions(st v1alpha1.SharedQuotaStatus, ready, store, storeMsg strin
 
 func (h *harness) waitQuota(t *testing.T, name string, check func(v1alpha1.SharedQuotaStatus) error) {
 	t.Helper()
-	eventually(t, 15*time.Second, func() error {
+	polltest.Until(t, 15*time.Second, func() error {
 		var q v1alpha1.SharedQuota
 		if err := h.c.Get(context.Background(), types.NamespacedName{Name: name}, &q); err != nil {
 			return err
@@ -145,7 +154,7 @@ func (h *harness) waitQuota(t *testing.T, name string, check func(v1alpha1.Share
 
 func (h *harness) waitAcceptedMessage(t *testing.T, ns, name string, status metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		p := h.policy(t, ns, name)
 		c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		if c == nil || c.Status != status || c.Reason != string(reason) || c.Message != msg || c.ObservedGeneration != p.Generation {
@@ -160,7 +169,7 @@ func (h *harness) waitAcceptedMessage(t *testing.T, ns, name string, status meta
 func (h *harness) waitQuotaCredentials(t *testing.T, ns string) policyset.Credentials {
 	t.Helper()
 	var creds policyset.Credentials
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		var s corev1.Secret
 		if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.QuotaCredentialsSecretName}, &s); err != nil {
 			return err
@@ -181,20 +190,20 @@ func (h *harness) checkQuotaUser(t *testing.T, store *redistest.Server, creds po
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		c := redis.NewClient(&redis.Options{Addr: store.Addr, Username: creds.Username, Password: creds.Password, MaxRetries: -1, DisableIdentity: true})
 		defer c.Close()
 		err := c.HSet(ctx, v1alpha1.QuotaKeys(quota)+"tokens", "n", 1).Err()
 		switch {
 		case usable && err != nil:
-			return fmt.Errorf("HSET on the quota's keys as %s: %v", creds.Username, err)
+			return fmt.Errorf("HSET on the quota's keys as %s: %w", creds.Username, err)
 		case !usable && (err == nil || !strings.HasPrefix(err.Error(), "WRONGPASS")):
-			return fmt.Errorf("HSET as the revoked %s: %v, want WRONGPASS", creds.Username, err)
+			return fmt.Errorf("HSET as the revoked %s: %w, want WRONGPASS", creds.Username, err)
 		case !usable:
 			return nil
 		}
 		if err := c.HSet(ctx, v1alpha1.QuotaKeys("other")+"tokens", "n", 1).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
-			return fmt.Errorf("HSET on another quota's keys as %s: %v, want NOPERM", creds.Username, err)
+			return fmt.Errorf("HSET on another quota's keys as %s: %w, want NOPERM", creds.Username, err)
 		}
 		return nil
 	})

@@ -111,6 +111,9 @@ func SetupWebhooks(mgr ctrl.Manager, o SetupOptions) error {
 	if err := webhookv1alpha1.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RetryPolicy webhook: %w", err)
 	}
+	if err := webhookv1alpha1.SetupQuotaWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the SharedQuota webhook: %w", err)
+	}
 	if err := podinject.WarmCache(mgr); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/polltest"
 	"github.com/retrydev/retry-operator/internal/testenv"
 )
 
@@ -96,7 +97,7 @@ func (h *harness) testTLS(t *testing.T) {
 // waitBundle waits until the partner upstream's rendered caBundle is want.
 func waitBundle(t *testing.T, h *harness, ns, want string) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	polltest.Until(t, 10*time.Second, func() error {
 		doc, err := policyset.Unmarshal([]byte(h.configMap(t, ns).Data[v1alpha1.PoliciesConfigMapKey]))
 		if err != nil {
 			return err

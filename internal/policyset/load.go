@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/rules"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -294,8 +295,8 @@ func CompileWithQuotas(policies []Policy, quotaOf func(name string) retrypolicy.
 	}
 	var compiled []*retrypolicy.Policy
 	for _, p := range policies {
-		if n := len(p.Upstreams); n > retrypolicy.MaxUpstreams {
-			return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams: must have at most %d items (got %d)", p.Namespace, p.Name, retrypolicy.MaxUpstreams, n)
+		if n := len(p.Upstreams); n > rules.MaxUpstreams {
+			return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams: must have at most %d items (got %d)", p.Namespace, p.Name, rules.MaxUpstreams, n)
 		}
 		for i, u := range p.Upstreams {
 			cfg, err := ToConfig(u)
@@ -332,7 +333,7 @@ func CompileWithQuotas(policies []Policy, quotaOf func(name string) retrypolicy.
 // and the allowed values, what the Config cannot carry and Compile therefore
 // cannot judge: the name (Compile's may be qualified), the text of durations,
 // the fleet-wide rate limit (Compile sees the pod's share) and tls. The rules
-// are the API's (pkg/retrypolicy's rules.go, v1alpha1.ValidateTLS).
+// are the API's (internal/rules, v1alpha1.ValidateTLS).
 func ToConfig(u Upstream) (retrypolicy.Config, error) {
 	up := u.DeepCopy()
 	p := &v1alpha1.RetryPolicy{Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{*up}}}
@@ -343,7 +344,7 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 		if v == nil || err != nil {
 			return 0
 		}
-		x, problem := retrypolicy.ParseDuration(string(*v))
+		x, problem := rules.ParseDuration(string(*v))
 		if problem != "" {
 			err = fieldError(field, problem, strconv.Quote(string(*v)))
 		}
@@ -438,11 +439,11 @@ func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewRe
 // retrypolicy.Config does not carry as written, so Compile cannot: the name
 // (Compile's may be qualified), an empty idempotency key header (Compile's ""
 // means none), the fleet-wide rate limit (Compile sees the pod's share) and
-// tls. The rules are the API's: pkg/retrypolicy's rules.go and
+// tls. The rules are the API's: internal/rules and
 // v1alpha1.ValidateTLS.
 func checkBeyondConfig(d v1alpha1.Upstream) error {
 	if d.Name != "" {
-		if problem := retrypolicy.NameProblem(d.Name); problem != "" {
+		if problem := rules.NameProblem(d.Name); problem != "" {
 			return fieldError("name", problem, strconv.Quote(d.Name))
 		}
 	}
@@ -450,11 +451,11 @@ func checkBeyondConfig(d v1alpha1.Upstream) error {
 		return fieldError("idempotencyKey.header", "must be an HTTP header name such as Idempotency-Key", `""`)
 	}
 	if r := d.RateLimit; r != nil {
-		if problem := retrypolicy.RequestsPerMinuteRange.Problem(int64(r.RequestsPerMinute)); problem != "" {
-			return fieldError(retrypolicy.RequestsPerMinuteRange.Path, problem, r.RequestsPerMinute)
+		if problem := rules.RequestsPerMinuteRange.Problem(int64(r.RequestsPerMinute)); problem != "" {
+			return fieldError(rules.RequestsPerMinuteRange.Path, problem, r.RequestsPerMinute)
 		}
-		if problem := retrypolicy.BurstRange.Problem(int64(*r.Burst)); problem != "" {
-			return fieldError(retrypolicy.BurstRange.Path, problem, *r.Burst)
+		if problem := rules.BurstRange.Problem(int64(*r.Burst)); problem != "" {
+			return fieldError(rules.BurstRange.Path, problem, *r.Burst)
 		}
 	}
 	if d.TLS != nil {

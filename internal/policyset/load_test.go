@@ -286,3 +286,32 @@ spec:
 		t.Errorf("without the ConfigMap file: got %v", err)
 	}
 }
+
+// Each boolean of retryOn is its condition, and one absent from a rendering
+// (written before the field existed) is the CRD's default.
+func TestToConfigRetryOnConditions(t *testing.T) {
+	tests := map[string]struct {
+		retryOn *v1alpha1.RetryOn
+		want    retrypolicy.Condition
+	}{
+		"absent retryOn: both defaults are on": {nil, retrypolicy.RetryConnectFailure | retrypolicy.RetryResetBeforeHeaders},
+		"connectFailure off, resetBeforeHeaders absent (an older rendering)": {
+			&v1alpha1.RetryOn{ConnectFailure: ptrTo(false)}, retrypolicy.RetryResetBeforeHeaders},
+		"both off":               {&v1alpha1.RetryOn{ConnectFailure: ptrTo(false), ResetBeforeHeaders: ptrTo(false)}, 0},
+		"resetBeforeHeaders off": {&v1alpha1.RetryOn{ResetBeforeHeaders: ptrTo(false)}, retrypolicy.RetryConnectFailure},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			u := Upstream{Upstream: v1alpha1.Upstream{Name: "api", Hosts: []string{"api.example"}, RetryOn: tc.retryOn}}
+			cfg, err := ToConfig(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.RetryOn != tc.want {
+				t.Fatalf("RetryOn = %b, want %b", cfg.RetryOn, tc.want)
+			}
+		})
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,12 +1,12 @@
 package quota
 
 import (
+	"github.com/retrydev/retry-operator/internal/admission"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
@@ -34,7 +34,7 @@ func BenchmarkTakeAt(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, v := c.TakeAt(now, 0); v != retrypolicy.QuotaGranted {
+			if _, v := c.TakeAt(now, 0); v != admission.QuotaGranted {
 				b.Fatal("no token")
 			}
 		}

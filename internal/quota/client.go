@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"errors"
+	"github.com/retrydev/retry-operator/internal/admission"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -10,7 +11,6 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
 
@@ -61,7 +61,7 @@ type Observer struct {
 }
 
 // Client is one pod's share of a SharedQuota: it implements
-// retrypolicy.Quota. Attempts spend the tokens it holds (one atomic
+// admission.Quota. Attempts spend the tokens it holds (one atomic
 // operation, no allocation); a background step every Interval (every
 // IdleInterval without demand) reports this pod's demand to the store and
 // leases the next batch, sized by Want. While the store is lost it admits
@@ -74,7 +74,7 @@ type Client struct {
 	log   *slog.Logger
 	obs   Observer
 	spec  atomic.Pointer[Spec]
-	slots *retrypolicy.Gate // nil without concurrency
+	slots *admission.Gate // nil without concurrency
 
 	tokens    atomic.Int64
 	arrivals  atomic.Int64 // attempts that asked since the last step
@@ -114,7 +114,7 @@ type fallbackLimiter struct {
 	lim  *rate.Limiter
 }
 
-var _ retrypolicy.Quota = (*Client)(nil)
+var _ admission.Quota = (*Client)(nil)
 
 // New returns a client of spec for pod (unique in the fleet) over store, on
 // clk. log gets one line per change of the store's state; obs may be zero.
@@ -125,15 +125,15 @@ func New(spec Spec, store Store, clk clock.Clock, pod string, log *slog.Logger, 
 	c := &Client{store: store, clk: clk, pod: pod, log: log, obs: obs}
 	c.spec.Store(&spec)
 	if spec.Concurrency > 0 {
-		c.slots = retrypolicy.NewGate(slotGate(0))
+		c.slots = admission.NewGate(slotGate(0))
 	}
 	return c
 }
 
 // slotGate is the local gate of n leased slots. Waiters queue up to the
 // caller's own deadline (the quota has no queue settings of its own).
-func slotGate(n int64) retrypolicy.ConcurrencyConfig {
-	return retrypolicy.ConcurrencyConfig{MaxInFlight: int(n), MaxQueued: 1 << 12, QueueTimeout: 30 * time.Second}
+func slotGate(n int64) admission.ConcurrencyConfig {
+	return admission.ConcurrencyConfig{MaxInFlight: int(n), MaxQueued: 1 << 12, QueueTimeout: 30 * time.Second}
 }
 
 // Spec is the quota in force.
@@ -163,9 +163,9 @@ func (c *Client) Close() {
 	c.timerMu.Unlock()
 }
 
-// TakeAt implements retrypolicy.Quota: a token on hand, else the fallback of
+// TakeAt implements admission.Quota: a token on hand, else the fallback of
 // a lost store, else a wait until the next lease.
-func (c *Client) TakeAt(now time.Time, waited time.Duration) (time.Duration, retrypolicy.QuotaVerdict) {
+func (c *Client) TakeAt(now time.Time, waited time.Duration) (time.Duration, admission.QuotaVerdict) {
 	// Demand counts every ask: an attempt that waits asks again after each
 	// lease and weighs 1 + (intervals waited)², so a pod's share follows its
 	// backlog and above all its oldest waiters, and the fleet serves long
@@ -177,17 +177,17 @@ func (c *Client) TakeAt(now time.Time, waited time.Duration) (time.Duration, ret
 	for n := c.tokens.Load(); n > 0; n = c.tokens.Load() {
 		if c.tokens.CompareAndSwap(n, n-1) {
 			c.admitted.Add(1)
-			return 0, retrypolicy.QuotaGranted
+			return 0, admission.QuotaGranted
 		}
 	}
 	if fb := c.fallback.Load(); fb != nil {
 		if fb.deny {
 			c.denied.Add(1)
-			return Interval, retrypolicy.QuotaDenied
+			return Interval, admission.QuotaDenied
 		}
 		if fb.lim.AllowN(now, 1) {
 			c.admitted.Add(1)
-			return 0, retrypolicy.QuotaGranted
+			return 0, admission.QuotaGranted
 		}
 	}
 	if !again {
@@ -204,7 +204,7 @@ func (c *Client) TakeAt(now time.Time, waited time.Duration) (time.Duration, ret
 	if rtt := time.Duration(c.leaseRTT.Load()); rtt > 0 {
 		wait += rtt + time.Millisecond
 	}
-	return max(wait, time.Millisecond), retrypolicy.QuotaWait
+	return max(wait, time.Millisecond), admission.QuotaWait
 }
 
 // kick leases at once when the tokens ran out and the last lease operation
@@ -226,13 +226,13 @@ func (c *Client) kickedStep() {
 	_ = c.step()
 }
 
-// Untake implements retrypolicy.Quota.
+// Untake implements admission.Quota.
 func (c *Client) Untake() { c.tokens.Add(1); c.admitted.Add(^uint64(0)) }
 
-// Slots implements retrypolicy.Quota.
-func (c *Client) Slots() *retrypolicy.Gate { return c.slots }
+// Slots implements admission.Quota.
+func (c *Client) Slots() *admission.Gate { return c.slots }
 
-// HoldUntil implements retrypolicy.Quota.
+// HoldUntil implements admission.Quota.
 func (c *Client) HoldUntil(now time.Time) time.Time {
 	if u := c.hold.Load(); u > now.UnixNano() {
 		return time.Unix(0, u)
@@ -240,7 +240,7 @@ func (c *Client) HoldUntil(now time.Time) time.Time {
 	return time.Time{}
 }
 
-// Hold implements retrypolicy.Quota: the hold goes to the store with the next
+// Hold implements admission.Quota: the hold goes to the store with the next
 // lease operation, which is made at once if the last is Interval old.
 func (c *Client) Hold(until time.Time) {
 	u := until.UnixNano()

@@ -1,12 +1,12 @@
 package quota
 
 import (
+	"github.com/retrydev/retry-operator/internal/admission"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
@@ -81,7 +81,7 @@ func TestStoreDownAtStartAdmitsNothing(t *testing.T) {
 		t.Fatal("Start with the store down returned no error")
 	}
 	defer c.Close()
-	if _, v := c.TakeAt(clk.Now(), 0); v != retrypolicy.QuotaDenied {
+	if _, v := c.TakeAt(clk.Now(), 0); v != admission.QuotaDenied {
 		t.Errorf("verdict %d, want QuotaDenied (no share known)", v)
 	}
 	if c.Stats().State != StateUnreachable {

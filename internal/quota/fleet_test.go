@@ -2,12 +2,12 @@ package quota
 
 import (
 	"fmt"
+	"github.com/retrydev/retry-operator/internal/admission"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
@@ -58,7 +58,7 @@ func fleetRun(t testing.TB, spec Spec, pods, skew int, demand float64, d, waitFo
 						return
 					}
 					wait, v := c.TakeAt(now, now.Sub(arrived))
-					if v == retrypolicy.QuotaGranted {
+					if v == admission.QuotaGranted {
 						res.admitted[i]++
 						res.total++
 						perBucket[int(now.Sub(t0)/bucket)]++
@@ -67,7 +67,7 @@ func fleetRun(t testing.TB, spec Spec, pods, skew int, demand float64, d, waitFo
 					clk.AfterFunc(wait, func() { ask(arrived) })
 				}
 				ask(now)
-			} else if _, v := c.TakeAt(now, 0); v == retrypolicy.QuotaGranted {
+			} else if _, v := c.TakeAt(now, 0); v == admission.QuotaGranted {
 				res.admitted[i]++
 				res.total++
 				perBucket[int(now.Sub(t0)/bucket)]++

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/internal/quota"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
@@ -328,7 +329,7 @@ func (u *quotaUpstream) track(now time.Time, delta int) {
 type sched struct {
 	clk   *clocktest.Clock
 	back  chan struct{} // the running proc parked or ended
-	gates []*retrypolicy.Gate
+	gates []*admission.Gate
 
 	mu      sync.Mutex
 	waiting []*proc // parked procs that also wake when their context ends

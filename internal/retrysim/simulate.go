@@ -274,8 +274,8 @@ func (r *recorder) Observe(e retryhttp.Event) {
 		s.notBefore = e.NotBefore.Sub(r.start)
 		s.NotBefore = s.notBefore.String()
 	}
-	if e.RetryAfter != "absent" {
-		s.RetryAfter, s.RetryAfterReason = e.RetryAfter, e.RetryAfterReason
+	if e.RetryAfter != retryhttp.RetryAfterAbsent {
+		s.RetryAfter, s.RetryAfterReason = string(e.RetryAfter), e.RetryAfterReason
 	}
 	if e.HasSkew {
 		s.Skew = e.Skew.String()

@@ -50,6 +50,8 @@ type Config struct {
 	Quotas []string
 	// tls holds the TLS origination of the policies that have one.
 	tls map[*retrypolicy.Policy]*tlsUpstream
+	// policies names the RetryPolicy (namespace/name) of each upstream name.
+	policies map[string]string
 	// Revision is the policies.json revision in force (docs/fleet.md): never
 	// lower than an earlier configuration's. 0 with policy files only.
 	Revision int64
@@ -215,7 +217,30 @@ func (r raw) compile(s Sources, q *quotaClients) (*Config, error) {
 	for _, pq := range used {
 		c.Quotas = append(c.Quotas, pq.Name)
 	}
+	c.policies = policyNames(selected)
 	return c, nil
+}
+
+// policyNames maps each upstream name, qualified as policyset.CompileUpstreams
+// qualifies a name two policies share, to its RetryPolicy's namespace/name.
+func policyNames(selected []policyset.Policy) map[string]string {
+	count := map[string]int{}
+	for _, p := range selected {
+		for _, u := range p.Upstreams {
+			count[u.Name]++
+		}
+	}
+	names := map[string]string{}
+	for _, p := range selected {
+		for _, u := range p.Upstreams {
+			name := u.Name
+			if count[name] > 1 {
+				name = p.Name + "/" + name
+			}
+			names[name] = p.Namespace + "/" + p.Name
+		}
+	}
+	return names
 }
 
 // ParseLabels reads a downward API labels file: one key="value" line per label,

@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/retrydev/retry-operator/internal/admission"
+	"github.com/retrydev/retry-operator/internal/tracing"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
@@ -46,6 +48,8 @@ import (
 //	retry_sidecar_replay_memory_bytes                           bytes reserved by replay buffers now (cap: --max-replay-memory)
 //	retry_sidecar_stats_connections                             connections open on the stats port now (cap: --stats-max-connections)
 //	retry_sidecar_stats_connections_refused_total               stats connections reset because the cap was reached
+//	retry_sidecar_trace_spans_exported_total                    spans the OTLP collector took (docs/observability.md#tracing)
+//	retry_sidecar_trace_spans_dropped_total{reason}             spans lost: queue_full (collector slow or down), export_failed
 //	retry_sidecar_quota_…{quota,…}                              shared quotas (quotametrics.go, docs/quota.md#metrics)
 //
 // plus the Go runtime and process collectors (process_resident_memory_bytes).
@@ -76,6 +80,8 @@ type Metrics struct {
 	tunnelsActive                 prometheus.Gauge
 	truncated                     prometheus.Counter
 	timeouts                      *prometheus.CounterVec
+	spansExported                 prometheus.Counter
+	spansDropped                  *prometheus.CounterVec
 
 	limits atomic.Pointer[EachLimits] // feeds the occupancy gauges
 
@@ -166,10 +172,18 @@ func NewMetrics() *Metrics {
 		Help: "CONNECT tunnels open now."})
 	m.timeouts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "timeouts_total",
 		Help: "Attempts (and shed requests) that ran out of time, by phase: queue, connect, tls, headers."}, []string{"upstream", "phase"})
+	m.spansExported = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "trace_spans_exported_total",
+		Help: "Spans the OTLP collector accepted (tracing on: OTEL_EXPORTER_OTLP_ENDPOINT)."})
+	m.spansDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "trace_spans_dropped_total",
+		Help: "Spans lost: queue_full when the export queue was full (collector slow or down), export_failed when the collector refused or timed out."},
+		[]string{"reason"})
+	for _, reason := range []string{tracing.DropQueueFull, tracing.DropExportFailed} {
+		m.spansDropped.WithLabelValues(reason)
+	}
 	m.truncated = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "truncated_responses_total",
 		Help: "Upstream response bodies cut off before their announced end; the response to the app was aborted."})
 	m.Registry.MustRegister(m.requests, m.duration, m.attempts, m.delay, m.budgetExhausted, m.shed, m.retryAfterFailures,
-		m.skew, m.held, m.holdEnd, m.rateLimitFailures, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.configRevision, m.configStale, m.apiUp, m.apiFallbacks, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts,
+		m.skew, m.held, m.holdEnd, m.rateLimitFailures, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.configRevision, m.configStale, m.apiUp, m.apiFallbacks, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts, m.spansExported, m.spansDropped,
 		newOccupancy(m), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registerWatched(ns)
 	m.quota = newQuotaSeries(ns)
@@ -180,6 +194,14 @@ func NewMetrics() *Metrics {
 // passthroughTimeout counts a timeout of a request to a host without a policy.
 func (m *Metrics) passthroughTimeout(phase retryhttp.Phase) {
 	m.timeouts.WithLabelValues("", string(phase)).Inc()
+}
+
+// traceCounters count what the span export queue does.
+func (m *Metrics) traceCounters() tracing.Counters {
+	return tracing.Counters{
+		Dropped:  func(reason string, n int) { m.spansDropped.WithLabelValues(reason).Add(float64(n)) },
+		Exported: func(n int) { m.spansExported.Add(float64(n)) },
+	}
 }
 
 // WatchReplayMemory makes replay_memory_bytes read the bytes rm has reserved.
@@ -250,7 +272,7 @@ func (m *Metrics) Observe(e retryhttp.Event) {
 		if e.Action == retrypolicy.Retry {
 			u.delay.Observe(e.Delay.Seconds())
 		}
-		if e.RetryAfter == "malformed" {
+		if e.RetryAfter == retryhttp.RetryAfterMalformed {
 			m.retryAfterFailures.WithLabelValues(e.Upstream, e.RetryAfterReason).Inc()
 		}
 		if e.HasSkew {
@@ -346,14 +368,14 @@ func (o *occupancy) Collect(ch chan<- prometheus.Metric) {
 	if each == nil {
 		return
 	}
-	(*each)(func(name string, l *retrypolicy.Limits) {
+	(*each)(func(name string, l *admission.Limits) {
 		ch <- prometheus.MustNewConstMetric(o.inFlight, prometheus.GaugeValue, float64(l.InFlight()), name)
 		ch <- prometheus.MustNewConstMetric(o.queued, prometheus.GaugeValue, float64(l.Queued()), name)
 	})
 }
 
 // EachLimits visits the admission state of every upstream in force.
-type EachLimits func(yield func(upstream string, l *retrypolicy.Limits))
+type EachLimits func(yield func(upstream string, l *admission.Limits))
 
 // WatchLimits makes the in-flight and queued gauges read from each at every
 // scrape (the Reloader's upstreams in force); until then they are empty.

@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/retrydev/retry-operator/internal/tracing"
+	"github.com/retrydev/retry-operator/pkg/retryotel"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
@@ -44,6 +46,12 @@ type Proxy struct {
 	// Self holds the sidecar's own listen addresses; a request for one of them
 	// is a loop (508), never forwarded.
 	Self *selfAddrs
+	// Tracing records a SERVER span per request forwarded through a
+	// *retryhttp.Transport whose Inner and Observer carry its Tracer
+	// (docs/observability.md#tracing); nil records nothing.
+	Tracing *tracing.Tracing
+	// PolicyName names the RetryPolicy of a policy, for the spans.
+	PolicyName func(*retrypolicy.Policy) string
 
 	tunnels tunnels
 }
@@ -92,9 +100,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 	var resp *http.Response
 	var err error
 	var passthrough bool
+	status := 0 // answered to the app, for the span
 	if rt, ok := p.Transport.(*retryhttp.Transport); ok {
 		// One lookup: the policy applied is the one counted.
 		pol := rt.Policy(out)
+		if span := p.startSpan(r, &out, pol); span != nil {
+			defer func() { span.End(status) }()
+		}
 		resp, err = rt.RoundTripPolicy(out, pol)
 		passthrough = p.Route != nil && pol == nil
 	} else {
@@ -105,7 +117,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 		if passthrough {
 			p.Metrics.passthroughErr.Inc()
 		}
-		p.writeError(w, r, err)
+		status = p.writeError(w, r, err)
 		return
 	}
 	if passthrough {
@@ -116,7 +128,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 		// Unrelayable (an upstream client that lets such a status through):
 		// answered like any malformed response, never a panic or a dropped
 		// connection. Upgrades are not proxied.
-		p.writeError(w, r, &retryhttp.Error{Outcome: retrypolicy.OutcomeUpstreamError, Attempts: 1,
+		status = p.writeError(w, r, &retryhttp.Error{Outcome: retrypolicy.OutcomeUpstreamError, Attempts: 1,
 			Err: retryhttp.ErrMalformedResponse})
 		return
 	}
@@ -132,6 +144,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
+	status = resp.StatusCode
 	if r.Method != http.MethodHead {
 		if err := copyBody(w, resp.Body, resp.ContentLength < 0); err != nil {
 			p.abort(w, r, err)
@@ -142,6 +155,26 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 			h[k] = vv
 		}
 	}
+}
+
+// startSpan starts the SERVER span of the app's request r, forwarded as *out
+// under policy pol, when tracing records it: *out then carries the span.
+func (p *Proxy) startSpan(r *http.Request, out **http.Request, pol *retrypolicy.Policy) *retryotel.Request {
+	if p.Tracing == nil {
+		return nil
+	}
+	policy, upstream := "", ""
+	if pol != nil {
+		upstream = pol.Name()
+		if p.PolicyName != nil {
+			policy = p.PolicyName(pol)
+		}
+	}
+	ctx, span := p.Tracing.Start(r.Context(), r.Header, r.Method, policy, upstream)
+	if span != nil {
+		*out = (*out).WithContext(ctx)
+	}
+	return span
 }
 
 // errClientGone: the app stopped reading the response.
@@ -228,10 +261,12 @@ func loopError(w http.ResponseWriter) {
 // A pass-through failure (no policy) is answered 502 with outcome
 // upstream-error too: the header is on a response the sidecar generated, not
 // added to anything the upstream sent. A loop is 508.
-func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) {
+//
+// It returns the status it answered.
+func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) int {
 	if errors.Is(err, errLoop) {
 		loopError(w)
-		return
+		return http.StatusLoopDetected
 	}
 	h := w.Header()
 	status, msg := http.StatusBadGateway, "retry-sidecar: upstream request failed\n"
@@ -274,6 +309,7 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		msg = "retry-sidecar: upstream-error: the upstream's TLS certificate did not verify: " + untrustedReason(err) + "\n"
 	}
 	plainError(w, status, msg)
+	return status
 }
 
 func plainError(w http.ResponseWriter, status int, msg string) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -70,6 +71,16 @@ func (r *Reloader) policy(rt routing, req *http.Request) *retrypolicy.Policy {
 	return rt.match(c.Set, req)
 }
 
+// PolicyName is the RetryPolicy (namespace/name) of p in the configuration
+// in force, or "".
+func (r *Reloader) PolicyName(p *retrypolicy.Policy) string {
+	c := r.current.Load()
+	if c == nil {
+		return ""
+	}
+	return c.policies[p.Name()]
+}
+
 // tlsUpstream is the TLS origination of the request's upstream, as rt names
 // it, in the configuration in force, or nil (one load: policy and origination
 // agree).
@@ -86,7 +97,7 @@ func (r *Reloader) tlsUpstream(rt routing, req *http.Request) *tlsUpstream {
 }
 
 // EachLimits calls yield with the admission state of every upstream in force.
-func (r *Reloader) EachLimits(yield func(upstream string, l *retrypolicy.Limits)) {
+func (r *Reloader) EachLimits(yield func(upstream string, l *admission.Limits)) {
 	c := r.current.Load()
 	if c == nil {
 		return

@@ -20,6 +20,7 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/h1client"
 	"github.com/retrydev/retry-operator/internal/h1server"
+	"github.com/retrydev/retry-operator/internal/tracing"
 )
 
 // Options are the sidecar's settings, one per command-line flag.
@@ -167,6 +168,10 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	metrics := NewMetrics()
+	tr, err := startTracing(ctx, metrics)
+	if err != nil {
+		return err
+	}
 	reloader := NewReloader(o.Sources, log, metrics)
 	metrics.WatchLimits(reloader.EachLimits)
 	if err := reloader.Reload(); err != nil {
@@ -176,7 +181,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	srv := newServers(o, log, ls, reloader, metrics)
+	srv := newServers(o, log, ls, reloader, metrics, tr)
 	serveErr := srv.serve(ls)
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
@@ -189,7 +194,24 @@ func Run(ctx context.Context, o Options) error {
 		log.Error("server stopped", "error", err.Error())
 	}
 	srv.drain(o.DrainTimeout, log)
+	tctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
+	defer cancel()
+	_ = tr.Shutdown(tctx) // what the collector has not taken by then is lost
 	return nil
+}
+
+// tracingShutdownTimeout bounds the export of the last spans at exit: a
+// collector that is down never holds a stopping sidecar up for long.
+const tracingShutdownTimeout = 500 * time.Millisecond
+
+// startTracing starts the OTLP export the OTEL_* environment asks for
+// (docs/observability.md#tracing), or returns nil when it asks for none.
+func startTracing(ctx context.Context, metrics *Metrics) (*tracing.Tracing, error) {
+	c, err := tracing.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return tracing.New(ctx, c, metrics.traceCounters())
 }
 
 // listeners are the sidecar's sockets; stats and transparent are nil when
@@ -274,8 +296,8 @@ type servers struct {
 
 // newServers builds the upstream stack once and a server over it per listener
 // of ls; the listeners differ only in how they name a request's upstream.
-func newServers(o Options, log *slog.Logger, ls *listeners, reloader *Reloader, metrics *Metrics) *servers {
-	stack := newUpstreamStack(o, log, ls.own(), reloader, metrics)
+func newServers(o Options, log *slog.Logger, ls *listeners, reloader *Reloader, metrics *Metrics, tr *tracing.Tracing) *servers {
+	stack := newUpstreamStack(o, log, ls.own(), reloader, metrics, tr)
 	proxy := stack.proxy(byURL)
 	admin := &Admin{Reloader: reloader, Metrics: metrics, Pprof: o.EnablePprof}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/h1client"
+	"github.com/retrydev/retry-operator/internal/tracing"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
@@ -35,12 +36,15 @@ type upstreamStack struct {
 	metrics      *Metrics
 	log          *slog.Logger
 	self         *selfAddrs
+	tracing      *tracing.Tracing
 	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // newUpstreamStack builds the stack over o's pool and dial settings; own are
 // the sidecar's listen addresses, which no request may loop back to.
-func newUpstreamStack(o Options, log *slog.Logger, own []net.Addr, reloader *Reloader, metrics *Metrics) *upstreamStack {
+//
+// With tracing (nil: off) every attempt is a span too (docs/observability.md#tracing).
+func newUpstreamStack(o Options, log *slog.Logger, own []net.Addr, reloader *Reloader, metrics *Metrics, tr *tracing.Tracing) *upstreamStack {
 	self := newSelfAddrs(own...)
 	replayMemory := o.MaxReplayMemory
 	if replayMemory <= 0 {
@@ -54,6 +58,10 @@ func newUpstreamStack(o Options, log *slog.Logger, own []net.Addr, reloader *Rel
 		metrics:      metrics,
 		log:          log,
 		self:         self,
+		tracing:      tr,
+	}
+	if t := tr.Tracer(); t != nil {
+		s.observer = retryhttp.Observers{metrics, NewLogObserver(log), t}
 	}
 	metrics.WatchReplayMemory(s.replayMemory)
 	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
@@ -66,9 +74,13 @@ func newUpstreamStack(o Options, log *slog.Logger, own []net.Addr, reloader *Rel
 // and the pass-through accounting of a request all follow rt.
 func (s *upstreamStack) proxy(rt routing) *Proxy {
 	route := rt.route(s.reloader)
+	var inner http.RoundTripper = originator{h1: s.client, reloader: s.reloader, routing: rt}
+	if t := s.tracing.Tracer(); t != nil {
+		inner = t.WrapInner(inner)
+	}
 	return &Proxy{
 		Transport: &retryhttp.Transport{
-			Inner:        originator{h1: s.client, reloader: s.reloader, routing: rt},
+			Inner:        inner,
 			Route:        route,
 			Observer:     s.observer,
 			ReplayMemory: s.replayMemory,
@@ -78,6 +90,9 @@ func (s *upstreamStack) proxy(rt routing) *Proxy {
 		Log:     s.log,
 		Route:   route,
 		Self:    s.self,
+
+		Tracing:    s.tracing,
+		PolicyName: s.reloader.PolicyName,
 	}
 }
 

@@ -51,7 +51,7 @@ func TestTransparent(t *testing.T) {
 	}
 	self := netip.MustParseAddrPort("127.0.0.1:15006")
 	handler := &Transparent{
-		Proxy: newUpstreamStack(DefaultOptions(), log, nil, rl, m).proxy(byHost),
+		Proxy: newUpstreamStack(DefaultOptions(), log, nil, rl, m, nil).proxy(byHost),
 		Self:  []netip.AddrPort{self},
 	}
 

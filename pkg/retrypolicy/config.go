@@ -3,12 +3,13 @@ package retrypolicy
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"net/textproto"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/retrydev/retry-operator/internal/admission"
+	"github.com/retrydev/retry-operator/internal/rules"
 )
 
 // Jitter selects how the local backoff is randomised (R2). With
@@ -88,26 +89,32 @@ type Config struct {
 	Quota Quota
 }
 
-// BudgetConfig is the outage budget (R6): over a sliding 10 s window, retries may
-// be at most RetryPercent % of first attempts plus MinRetriesPerSecond·10.
-type BudgetConfig struct {
-	RetryPercent        int
-	MinRetriesPerSecond int
-}
+// The limits of an upstream (R6, R7, docs/pacing.md). Their runtime state is
+// internal: a retrying executor reaches it through Policy.Limits.
+type (
+	// BudgetConfig is the outage budget (R6): over a sliding 10 s window,
+	// retries may be at most RetryPercent % of first attempts plus
+	// MinRetriesPerSecond·10.
+	BudgetConfig = admission.BudgetConfig
+	// RateLimitConfig bounds attempt starts, retries included, per pod.
+	RateLimitConfig = admission.RateLimitConfig
+	// ConcurrencyConfig bounds attempts in flight, with a bounded FIFO queue.
+	ConcurrencyConfig = admission.ConcurrencyConfig
+	// PacingConfig is quota-aware pacing; the zero value is off.
+	PacingConfig = admission.PacingConfig
+	// HoldReason says why an upstream is held; its String is the log and metric value.
+	HoldReason = admission.HoldReason
+	// Quota is a fleet-wide quota an upstream draws on (docs/quota.md); the
+	// sidecar's store client implements it.
+	Quota = admission.Quota
+)
 
-// RateLimitConfig bounds attempt starts, retries included. It is already divided
-// per pod by the controller.
-type RateLimitConfig struct {
-	RequestsPerSecond float64
-	Burst             int
-}
-
-// ConcurrencyConfig bounds attempts in flight, with a bounded FIFO queue whose
-// waiters each wait at most QueueTimeout.
-type ConcurrencyConfig struct {
-	MaxInFlight, MaxQueued int
-	QueueTimeout           time.Duration
-}
+// The reasons for a hold (Event.HoldReason of package retryhttp).
+const (
+	HoldNone      = admission.HoldNone
+	HoldRateLimit = admission.HoldRateLimit
+	HoldDeferral  = admission.HoldDeferral
+)
 
 // FieldError is one validation failure: the field path (API JSON names) and what
 // is allowed, e.g. "backoff.max: must be >= backoff.base (2s)".
@@ -138,7 +145,7 @@ type Policy struct {
 	idemKey    string   // canonical header key, "" = none
 	reserve    time.Duration
 	connect    time.Duration // effective connect timeout
-	limits     atomic.Pointer[Limits]
+	limits     atomic.Pointer[admission.Limits]
 }
 
 // Compile validates c and returns the compiled policy, or an error that joins one
@@ -176,7 +183,7 @@ func Compile(c Config) (*Policy, error) {
 	if p.connect == 0 {
 		p.connect = min(DefaultConnectTimeout, c.Deadline)
 	}
-	p.limits.Store(newLimits(p.cfg))
+	p.limits.Store(admission.New(p.cfg.limitSettings()))
 	return p, nil
 }
 
@@ -187,7 +194,7 @@ func (v *configErrors) bad(field, format string, args ...any) {
 	v.errs = append(v.errs, &FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
 }
 
-// check records problem (from a checker of rules.go) with the value it was
+// check records problem (from a checker of internal/rules) with the value it was
 // about; a relation between two fields (got == nil) names the other in problem.
 func (v *configErrors) check(field, problem string, got any) {
 	switch {
@@ -207,11 +214,11 @@ func (v *configErrors) identity(c Config) {
 	switch {
 	case len(c.Hosts) == 0:
 		v.bad("hosts", `must list at least one "host", "host:port" or "*.suffix"`)
-	case len(c.Hosts) > MaxHosts:
-		v.bad("hosts", "must have at most %d entries (got %d)", MaxHosts, len(c.Hosts))
+	case len(c.Hosts) > rules.MaxHosts:
+		v.bad("hosts", "must have at most %d entries (got %d)", rules.MaxHosts, len(c.Hosts))
 	}
 	for i, h := range c.Hosts {
-		if err := HostPatternProblem(h); err != "" {
+		if err := rules.HostPatternProblem(h); err != "" {
 			v.bad(fmt.Sprintf("hosts[%d]", i), `%s: must be "host", "host:port" or "*.suffix" in lower case (%q)`, err, h)
 		} else if j := indexOf(c.Hosts[:i], h); j >= 0 {
 			v.bad(fmt.Sprintf("hosts[%d]", i), "duplicate of hosts[%d] (%q)", j, h)
@@ -221,26 +228,26 @@ func (v *configErrors) identity(c Config) {
 
 // timing: attempts, deadline, timeouts and backoff.
 func (v *configErrors) timing(c Config) {
-	v.check("maxAttempts", AttemptsProblem(c.MaxAttempts), c.MaxAttempts)
+	v.check("maxAttempts", rules.AttemptsProblem(c.MaxAttempts), c.MaxAttempts)
 	if c.Deadline <= 0 {
 		v.bad("deadline", "must be > 0 (got %s)", c.Deadline)
 	}
 	if c.ConnectTimeout < 0 {
 		v.bad("connectTimeout", "must be >= 0, 0 = the default %s (got %s)", DefaultConnectTimeout, c.ConnectTimeout)
 	} else if c.ConnectTimeout > 0 && c.Deadline > 0 {
-		v.check("connectTimeout", ConnectTimeoutProblem(c.ConnectTimeout, c.Deadline), nil)
+		v.check("connectTimeout", rules.ConnectTimeoutProblem(c.ConnectTimeout, c.Deadline), nil)
 	}
 	if c.PerTryTimeout < 0 {
 		v.bad("perTryTimeout", "must be >= 0, 0 = none (got %s)", c.PerTryTimeout)
 	} else if c.PerTryTimeout > 0 && c.Deadline > 0 {
-		v.check("perTryTimeout", PerTryTimeoutProblem(c.PerTryTimeout, c.Deadline), nil)
+		v.check("perTryTimeout", rules.PerTryTimeoutProblem(c.PerTryTimeout, c.Deadline), nil)
 	}
 	if c.Backoff.Base <= 0 {
 		v.bad("backoff.base", "must be > 0 (got %s)", c.Backoff.Base)
 	} else {
-		v.check("backoff.max", BackoffMaxProblem(c.Backoff.Base, c.Backoff.Max), nil)
+		v.check("backoff.max", rules.BackoffMaxProblem(c.Backoff.Base, c.Backoff.Max), nil)
 	}
-	v.check("backoff.jitter", JitterProblem(c.Backoff.Jitter), strconv.Quote(string(c.Backoff.Jitter)))
+	v.check("backoff.jitter", rules.JitterProblem(string(c.Backoff.Jitter)), strconv.Quote(string(c.Backoff.Jitter)))
 }
 
 // replay: what is retried and what may be replayed. It returns the status
@@ -248,19 +255,19 @@ func (v *configErrors) timing(c Config) {
 func (v *configErrors) replay(c Config) (mask uint8, methods []string, idem string) {
 	for i, s := range c.RetryOnStatus {
 		field := fmt.Sprintf("retryOn.statusCodes[%d]", i)
-		v.check(field, StatusProblem(s), s)
+		v.check(field, rules.StatusProblem(s), s)
 		if j := indexOf(c.RetryOnStatus[:i], s); j >= 0 {
 			v.bad(field, "duplicate of retryOn.statusCodes[%d] (%d)", j, s)
 		}
 		mask |= statusBit(s)
 	}
-	if len(c.ReplayableMethods) > MaxReplayableMethods {
-		v.bad("replayableMethods", "must have at most %d entries (got %d)", MaxReplayableMethods, len(c.ReplayableMethods))
+	if len(c.ReplayableMethods) > rules.MaxReplayableMethods {
+		v.bad("replayableMethods", "must have at most %d entries (got %d)", rules.MaxReplayableMethods, len(c.ReplayableMethods))
 	}
 	methods = make([]string, 0, len(c.ReplayableMethods))
 	for i, m := range c.ReplayableMethods {
 		field := fmt.Sprintf("replayableMethods[%d]", i)
-		if problem, _ := MethodProblem(m); problem != "" {
+		if problem, _ := rules.MethodProblem(m); problem != "" {
 			v.check(field, problem, strconv.Quote(m))
 			continue
 		}
@@ -271,13 +278,13 @@ func (v *configErrors) replay(c Config) (mask uint8, methods []string, idem stri
 		methods = append(methods, m)
 	}
 	if h := c.IdempotencyKeyHeader; h != "" {
-		if problem := HeaderNameProblem(h); problem != "" {
+		if problem := rules.HeaderNameProblem(h); problem != "" {
 			v.check("idempotencyKey.header", problem, strconv.Quote(h))
 		} else {
 			idem = textproto.CanonicalMIMEHeaderKey(h)
 		}
 	}
-	v.checkRange(MaxReplayBodyBytesRange, c.MaxReplayBodyBytes)
+	v.checkRange(rules.MaxReplayBodyBytesRange, c.MaxReplayBodyBytes)
 	return mask, methods, idem
 }
 
@@ -290,33 +297,33 @@ func (v *configErrors) limits(c Config) {
 		v.bad("retryAfter.spread", "must be >= 0 (got %s)", c.RetryAfterSpread)
 	}
 	if b := c.Budget; b != nil {
-		v.checkRange(RetryPercentRange, int64(b.RetryPercent))
-		v.checkRange(MinRetriesPerSecondRange, int64(b.MinRetriesPerSecond))
+		v.checkRange(rules.RetryPercentRange, int64(b.RetryPercent))
+		v.checkRange(rules.MinRetriesPerSecondRange, int64(b.MinRetriesPerSecond))
 	}
 	if r := c.RateLimit; r != nil {
 		// The per-pod share of the fleet's quota: positive, and never more than
 		// the largest quota.
-		maxPerSecond := float64(RequestsPerMinuteRange.Max) / 60
+		maxPerSecond := float64(rules.RequestsPerMinuteRange.Max) / 60
 		if !(r.RequestsPerSecond > 0) || !(r.RequestsPerSecond <= maxPerSecond) {
 			v.bad("rateLimit.requestsPerSecond", "must be > 0 and <= %v (rateLimit.requestsPerMinute %d..%d) (got %v)",
-				maxPerSecond, RequestsPerMinuteRange.Min, RequestsPerMinuteRange.Max, r.RequestsPerSecond)
+				maxPerSecond, rules.RequestsPerMinuteRange.Min, rules.RequestsPerMinuteRange.Max, r.RequestsPerSecond)
 		}
-		v.checkRange(BurstRange, int64(r.Burst))
+		v.checkRange(rules.BurstRange, int64(r.Burst))
 	}
 	if q := c.Concurrency; q != nil {
-		v.checkRange(MaxInFlightRange, int64(q.MaxInFlight))
-		v.checkRange(MaxQueuedRange, int64(q.MaxQueued))
+		v.checkRange(rules.MaxInFlightRange, int64(q.MaxInFlight))
+		v.checkRange(rules.MaxQueuedRange, int64(q.MaxQueued))
 		if q.QueueTimeout < 0 {
 			v.bad("concurrency.queueTimeout", "must be >= 0 (got %s)", q.QueueTimeout)
 		}
 	}
 	if c.Pacing.HoldOnDeferral {
-		v.check("pacing.holdOnDeferral", HoldOnDeferralProblem(c.MaxAttempts, len(c.RetryOnStatus)), nil)
+		v.check("pacing.holdOnDeferral", rules.HoldOnDeferralProblem(c.MaxAttempts, len(c.RetryOnStatus)), nil)
 	}
 }
 
 // checkRange records a value outside r.
-func (v *configErrors) checkRange(r Range, got int64) { v.check(r.Path, r.Problem(got), got) }
+func (v *configErrors) checkRange(r rules.Range, got int64) { v.check(r.Path, r.Problem(got), got) }
 
 // indexOf is the index of the first x in s, or -1.
 func indexOf[T comparable](s []T, x T) int {
@@ -326,6 +333,14 @@ func indexOf[T comparable](s []T, x T) int {
 		}
 	}
 	return -1
+}
+
+// statusBit maps a retryable status to its bit in Policy.statusMask; 0 if none.
+func statusBit(code int) uint8 {
+	if i := rules.StatusIndex(code); i >= 0 {
+		return 1 << i
+	}
+	return 0
 }
 
 // Name is the upstream name (Config.Name).
@@ -341,8 +356,14 @@ func (p *Policy) Config() Config {
 }
 
 // Limits is the runtime state the policy currently uses (its own, or the one a
-// Registry bound to it).
-func (p *Policy) Limits() *Limits { return p.limits.Load() }
+// Registry bound to it), for a retrying executor.
+func (p *Policy) Limits() *admission.Limits { return p.limits.Load() }
+
+// limitSettings are the parts of c that the runtime state applies.
+func (c *Config) limitSettings() admission.Settings {
+	return admission.Settings{Budget: c.Budget, RateLimit: c.RateLimit, Concurrency: c.Concurrency, Pacing: c.Pacing,
+		Quota: c.Quota}
+}
 
 // RetriesStatus reports whether the policy retries responses with this status.
 func (p *Policy) RetriesStatus(code int) bool { return p.statusMask&statusBit(code) != 0 }
@@ -398,110 +419,3 @@ func (p *Policy) MaxReplayBodyBytes() int64 { return p.cfg.MaxReplayBodyBytes }
 
 // Pacing is Config.Pacing.
 func (p *Policy) Pacing() PacingConfig { return p.cfg.Pacing }
-
-// HostPatternProblem is the one grammar of a hosts entry, shared by the API's
-// validation and Compile: "" when h is valid, else what is wrong with it.
-// Accepted forms, always lower-case:
-//
-//	payments.shop.svc          any port
-//	api.partner.example:8443   that port only
-//	10.0.0.7, [fd00::7]:8080   IP literals, with or without a port
-//	*.partner.example          any subdomain of partner.example (not partner.example itself), any port
-func HostPatternProblem(h string) string {
-	if h == "" {
-		return "empty"
-	}
-	if len(h) > MaxHostPatternLength {
-		return fmt.Sprintf("longer than %d bytes", MaxHostPatternLength)
-	}
-	if h != strings.ToLower(h) {
-		return "must be lower-case (" + strings.ToLower(h) + ")"
-	}
-	if suffix, ok := strings.CutPrefix(h, "*."); ok {
-		if strings.ContainsAny(suffix, "*:[]") {
-			return `a wildcard is only allowed as the whole first label ("*.suffix") and takes no port`
-		}
-		if !isHostName(suffix) {
-			return "suffix " + notHostName
-		}
-		return ""
-	}
-	if strings.Contains(h, "*") {
-		return `a wildcard is only allowed as the whole first label ("*.suffix")`
-	}
-	host, port := h, ""
-	if strings.HasPrefix(h, "[") {
-		end := strings.IndexByte(h, ']')
-		if end < 0 {
-			return "unterminated IPv6 literal"
-		}
-		host = h[1:end]
-		if rest := h[end+1:]; rest != "" {
-			if rest[0] != ':' {
-				return "only a port may follow an IPv6 literal"
-			}
-			if port = rest[1:]; port == "" {
-				return "empty port"
-			}
-		}
-		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() || a.Zone() != "" {
-			return "invalid IPv6 literal (zones are not allowed)"
-		}
-	} else if i := strings.LastIndexByte(h, ':'); i >= 0 {
-		host, port = h[:i], h[i+1:]
-		if port == "" {
-			return "empty port"
-		}
-		if strings.IndexByte(host, ':') >= 0 {
-			return "IPv6 literals need brackets, as in [fd00::7]:8080"
-		}
-	}
-	if port != "" {
-		n, err := strconv.Atoi(port)
-		if err != nil || PortRange.Problem(int64(n)) != "" || port[0] == '0' || port[0] == '+' {
-			return fmt.Sprintf("port must be a number between %d and %d", PortRange.Min, PortRange.Max)
-		}
-	}
-	if h[0] == '[' {
-		return ""
-	}
-	if _, err := netip.ParseAddr(host); err == nil {
-		return ""
-	}
-	if !isHostName(host) {
-		return "host " + notHostName
-	}
-	return ""
-}
-
-const notHostName = "must be a DNS-1123 subdomain: labels of a-z, 0-9 and '-' (1-63 long, not starting or ending with '-'), separated by '.'"
-
-// isHostName: lower-case letters, digits, '-' and '.', labels non-empty, no
-// leading or trailing dot.
-func isHostName(s string) bool {
-	if s == "" || len(s) > MaxDNSNameLength {
-		return false
-	}
-	// DNS-1123 subdomain, as the API validates it: labels of [a-z0-9-], 1..63
-	// long, not starting or ending with '-'.
-	for label := range strings.SplitSeq(s, ".") {
-		if !isLabel(label) {
-			return false
-		}
-	}
-	return true
-}
-
-// isLabel: a DNS-1123 label, 1..63 of [a-z0-9-], not starting or ending with '-'.
-func isLabel(label string) bool {
-	if label == "" || len(label) > MaxNameLength || label[0] == '-' || label[len(label)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(label); i++ {
-		c := label[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
-}

@@ -123,10 +123,6 @@ type Decision struct {
 	NotBefore time.Time     // Defer: the earliest time a retry is allowed
 }
 
-// Decide is DecideAt with the current time. In retryhttp.Transport, "now" is the time the
-// response was received, which is what the hint is anchored to.
-func (p *Policy) Decide(a Attempt) Decision { return p.DecideAt(time.Now(), a) }
-
 // DecideAt is the retry decision (R2–R5), a pure function of the policy, the
 // attempt, and now. It does not allocate. Rules, first match wins:
 //

@@ -39,7 +39,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 				t.Fatalf("%q accepted as seconds", value)
 			}
 		case FormIMFFixdate, FormAsctime, FormRFC850:
-			d, _, err := ParseHTTPDate(v, at)
+			d, _, err := parseHTTPDate(v, at)
 			if err != nil {
 				t.Fatalf("date %q accepted then rejected: %v", v, err)
 			}

@@ -28,7 +28,7 @@ func FormatNotBefore(t time.Time) string { return t.UTC().Format(http.TimeFormat
 // time minus Date (positive: the local clock is ahead). ok is false when date is
 // not a valid HTTP-date. It does not allocate.
 func DateSkew(date string, received time.Time) (skew time.Duration, ok bool) {
-	d, _, err := ParseHTTPDate(trimOWS(date), received)
+	d, _, err := parseHTTPDate(trimOWS(date), received)
 	if err != nil {
 		return 0, false
 	}

@@ -31,10 +31,10 @@ func (f RateLimitForm) String() string {
 	return "none"
 }
 
-// EpochResetThreshold: a reset value of RateLimit-Reset or X-RateLimit-Reset at
+// epochResetThreshold: a reset value of RateLimit-Reset or X-RateLimit-Reset at
 // or above it is a Unix time in seconds (2001-09-09 onwards), below it a number of
 // seconds from receipt. No real window lasts 31 years, and no real epoch is older.
-const EpochResetThreshold = 1_000_000_000
+const epochResetThreshold = 1_000_000_000
 
 // RateLimitHint is what a response said about the upstream's remaining quota.
 // Only a hint with Remaining 0 and a reset in the future starts a hold (Hold).
@@ -92,7 +92,7 @@ const (
 //	RateLimit-Remaining / RateLimit-Reset  digits only
 //	X-RateLimit-Remaining / -Reset         digits only
 //
-// A reset of EpochResetThreshold or more is a Unix time: the wait is
+// A reset of epochResetThreshold or more is a Unix time: the wait is
 // max(reset − received, reset − Date), so a client clock that runs fast cannot
 // shorten it (as for Retry-After, R1); below it the reset is delta seconds.
 //
@@ -214,7 +214,7 @@ func secondsSat(n uint64) time.Duration {
 
 // resetWait converts a reset value to a wait from receipt (see ParseRateLimit).
 func resetWait(n uint64, received time.Time, h http.Header) time.Duration {
-	if n < EpochResetThreshold {
+	if n < epochResetThreshold {
 		return time.Duration(n) * time.Second
 	}
 	if n > maxResetSeconds {
@@ -223,7 +223,7 @@ func resetWait(n uint64, received time.Time, h http.Header) time.Duration {
 	at := time.Unix(int64(n), 0)
 	wait := max(satSub(at, received), 0)
 	if date := h["Date"]; len(date) > 0 {
-		if d, _, err := ParseHTTPDate(date[0], received); err == nil {
+		if d, _, err := parseHTTPDate(date[0], received); err == nil {
 			wait = max(wait, satSub(at, d))
 		}
 	}

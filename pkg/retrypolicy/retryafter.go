@@ -58,14 +58,14 @@ func (e *ParseError) Error() string { return "retry-after: " + e.Reason }
 
 // The parse failures. They are shared values, so a rejection does not allocate.
 var (
-	ErrEmpty        = &ParseError{Reason: "empty"}
-	ErrSignedNumber = &ParseError{Reason: "signed-number"}  // "+5", "-1"
-	ErrNotInteger   = &ParseError{Reason: "not-an-integer"} // "1.5", "1e3", "1 2", "0x10"
-	ErrDateFormat   = &ParseError{Reason: "bad-date-format"}
-	ErrNotGMT       = &ParseError{Reason: "not-gmt"}
-	ErrWeekday      = &ParseError{Reason: "weekday-mismatch"}
-	ErrDateRange    = &ParseError{Reason: "date-field-out-of-range"} // 31 Feb, 25:00:00
-	ErrUnrecognized = &ParseError{Reason: "unrecognized"}            // "soon", "１２"
+	errEmpty        = &ParseError{Reason: "empty"}
+	errSignedNumber = &ParseError{Reason: "signed-number"}  // "+5", "-1"
+	errNotInteger   = &ParseError{Reason: "not-an-integer"} // "1.5", "1e3", "1 2", "0x10"
+	errDateFormat   = &ParseError{Reason: "bad-date-format"}
+	errNotGMT       = &ParseError{Reason: "not-gmt"}
+	errWeekday      = &ParseError{Reason: "weekday-mismatch"}
+	errDateRange    = &ParseError{Reason: "date-field-out-of-range"} // 31 Feb, 25:00:00
+	errUnrecognized = &ParseError{Reason: "unrecognized"}            // "soon", "１２"
 )
 
 // ParseRetryAfter parses a Retry-After field value received at `received` (the
@@ -76,43 +76,44 @@ var (
 //	"120", "  120 "                    -                               120s, seconds
 //	"0"                                -                               0, seconds
 //	"99999999999999999999999"          -                               MaxDelay (saturated, not an error)
-//	"+5" "-1"                          -                               ErrSignedNumber
-//	"1.5" "1e3" "1 2" "0x1"            -                               ErrNotInteger
-//	"" "   "                           -                               ErrEmpty
-//	"１２" (fullwidth), "soon"          -                               ErrUnrecognized
+//	"+5" "-1"                          -                               ParseError signed-number
+//	"1.5" "1e3" "1 2" "0x1"            -                               ParseError not-an-integer
+//	"" "   "                           -                               ParseError empty
+//	"１２" (fullwidth), "soon"          -                               ParseError unrecognized
 //	"Sun, 06 Nov 1994 08:49:37 GMT"    08:49:00                        37s, imf-fixdate
 //	"Sunday, 06-Nov-94 08:49:37 GMT"   08:49:00                        37s, rfc850 (50-year rule)
 //	"Sun Nov  6 08:49:37 1994"         08:49:00                        37s, asctime
 //	"Sun, 06 Nov 1994 08:48:00 GMT"    08:49:00                        0 (past date: no wait)
-//	"Sun, 06 Nov 1994 08:49:37 UTC"    -                               ErrNotGMT
-//	"Mon, 06 Nov 1994 08:49:37 GMT"    -                               ErrWeekday
-//	"Sun, 06 nov 1994 08:49:37 GMT"    -                               ErrDateFormat (names are case-sensitive)
+//	"Sun, 06 Nov 1994 08:49:37 UTC"    -                               ParseError not-gmt
+//	"Mon, 06 Nov 1994 08:49:37 GMT"    -                               ParseError weekday-mismatch
+//	"Sun, 06 nov 1994 08:49:37 GMT"    -                               ParseError bad-date-format (names are case-sensitive)
 //
 // With Date "Sun, 06 Nov 1994 08:48:37 GMT" and a local clock one minute fast
 // (received 08:49:37), the IMF example above gives max(0, 60s) = 60s and Skew = +60s.
+// A *ParseError's Reason names the rejection (a log field and metric label).
 // Surrounding spaces and tabs are ignored. It does not allocate.
 func ParseRetryAfter(value string, received time.Time, date string) (Hint, error) {
 	var h Hint
 	if date != "" {
-		if d, _, err := ParseHTTPDate(date, received); err == nil {
+		if d, _, err := parseHTTPDate(date, received); err == nil {
 			h.Skew = satSub(received, d)
 			h.HasSkew = true
 		}
 	}
 	v := trimOWS(value)
 	if v == "" {
-		return Hint{}, ErrEmpty
+		return Hint{}, errEmpty
 	}
 	switch c := v[0]; {
 	case c == '+' || c == '-':
-		return Hint{}, ErrSignedNumber
+		return Hint{}, errSignedNumber
 	case '0' <= c && c <= '9':
 		var n uint64
 		sat := false
 		for i := 0; i < len(v); i++ {
 			d := v[i]
 			if d < '0' || d > '9' {
-				return Hint{}, ErrNotInteger
+				return Hint{}, errNotInteger
 			}
 			if n > (math.MaxInt64/uint64(time.Second)+1)/10 {
 				sat = true // keep scanning: "999…9x" is still malformed
@@ -128,7 +129,7 @@ func ParseRetryAfter(value string, received time.Time, date string) (Hint, error
 		}
 		return h, nil
 	}
-	t, form, err := ParseHTTPDate(v, received)
+	t, form, err := parseHTTPDate(v, received)
 	if err != nil {
 		return Hint{}, err
 	}
@@ -141,7 +142,7 @@ func ParseRetryAfter(value string, received time.Time, date string) (Hint, error
 	return h, nil
 }
 
-// ParseHTTPDate parses the three HTTP-date formats of RFC 9110 §5.6.7, strictly:
+// parseHTTPDate parses the three HTTP-date formats of RFC 9110 §5.6.7, strictly:
 // exact field widths, case-sensitive English names, GMT only, a weekday that
 // matches the date. now resolves the two-digit year of RFC 850 by the 50-year
 // rule: a date that appears more than 50 years in the future means the most
@@ -149,11 +150,11 @@ func ParseRetryAfter(value string, received time.Time, date string) (Hint, error
 // "70" → 2070, "77" → 1977 once 2077-… is more than 50 years ahead). It does not
 // rely on time.Parse or http.ParseTime (whose RFC 850 pivot differs) and does not
 // allocate.
-func ParseHTTPDate(s string, now time.Time) (time.Time, HintForm, error) {
+func parseHTTPDate(s string, now time.Time) (time.Time, HintForm, error) {
 	s = trimOWS(s)
 	switch {
 	case len(s) < 4:
-		return time.Time{}, FormNone, ErrUnrecognized
+		return time.Time{}, FormNone, errUnrecognized
 	case s[3] == ',':
 		return parseIMF(s)
 	case s[3] == ' ':
@@ -164,23 +165,23 @@ func ParseHTTPDate(s string, now time.Time) (time.Time, HintForm, error) {
 			return parseRFC850(s, i, now)
 		}
 	}
-	return time.Time{}, FormNone, ErrUnrecognized
+	return time.Time{}, FormNone, errUnrecognized
 }
 
 // parseIMF: "Sun, 06 Nov 1994 08:49:37 GMT" (fixed 29 bytes).
 func parseIMF(s string) (time.Time, HintForm, error) {
 	if len(s) >= 26 && s[25] == ' ' && s[26:] != "GMT" {
-		return time.Time{}, FormNone, ErrNotGMT
+		return time.Time{}, FormNone, errNotGMT
 	}
 	if len(s) != 29 || s[4] != ' ' || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' || s[25] != ' ' {
-		return time.Time{}, FormNone, ErrDateFormat
+		return time.Time{}, FormNone, errDateFormat
 	}
 	wd := weekdayShort(s[0:3])
 	day, ok1 := num2(s[5:7])
 	mon := month(s[8:11])
 	year, ok2 := num4(s[12:16])
 	if wd < 0 || !ok1 || mon == 0 || !ok2 {
-		return time.Time{}, FormNone, ErrDateFormat
+		return time.Time{}, FormNone, errDateFormat
 	}
 	return build(year, mon, day, s[17:25], wd, FormIMFFixdate)
 }
@@ -189,24 +190,24 @@ func parseIMF(s string) (time.Time, HintForm, error) {
 func parseRFC850(s string, comma int, now time.Time) (time.Time, HintForm, error) {
 	r := s[comma:] // ", 06-Nov-94 08:49:37 GMT"
 	if len(r) >= 21 && r[20] == ' ' && r[21:] != "GMT" {
-		return time.Time{}, FormNone, ErrNotGMT
+		return time.Time{}, FormNone, errNotGMT
 	}
 	if len(r) != 24 || r[1] != ' ' || r[4] != '-' || r[8] != '-' || r[11] != ' ' || r[20] != ' ' {
-		return time.Time{}, FormNone, ErrDateFormat
+		return time.Time{}, FormNone, errDateFormat
 	}
 	wd := weekdayLong(s[:comma])
 	day, ok1 := num2(r[2:4])
 	mon := month(r[5:8])
 	yy, ok2 := num2(r[9:11])
 	if wd < 0 || !ok1 || mon == 0 || !ok2 {
-		return time.Time{}, FormNone, ErrDateFormat
+		return time.Time{}, FormNone, errDateFormat
 	}
 	hh, mm, ss, ok := clockFields(r[12:20])
 	if !ok {
-		return time.Time{}, FormNone, ErrDateFormat
+		return time.Time{}, FormNone, errDateFormat
 	}
 	if day < 1 || day > 31 {
-		return time.Time{}, FormNone, ErrDateRange // the exact month length is checked once the year is known
+		return time.Time{}, FormNone, errDateRange // the exact month length is checked once the year is known
 	}
 	// The 50-year rule (RFC 9110 §5.6.7), on calendar fields so it is exact.
 	nu := now.UTC()
@@ -225,7 +226,7 @@ func parseRFC850(s string, comma int, now time.Time) (time.Time, HintForm, error
 // parseAsctime: "Sun Nov  6 08:49:37 1994" (24 bytes; day "SP DIGIT" or 2DIGIT).
 func parseAsctime(s string) (time.Time, HintForm, error) {
 	if len(s) != 24 || s[7] != ' ' || s[10] != ' ' || s[19] != ' ' {
-		return time.Time{}, FormNone, ErrDateFormat
+		return time.Time{}, FormNone, errDateFormat
 	}
 	wd := weekdayShort(s[0:3])
 	mon := month(s[4:7])
@@ -241,7 +242,7 @@ func parseAsctime(s string) (time.Time, HintForm, error) {
 	}
 	year, ok2 := num4(s[20:24])
 	if wd < 0 || mon == 0 || !ok1 || !ok2 {
-		return time.Time{}, FormNone, ErrDateFormat
+		return time.Time{}, FormNone, errDateFormat
 	}
 	return build(year, mon, day, s[11:19], wd, FormAsctime)
 }
@@ -250,14 +251,14 @@ func parseAsctime(s string) (time.Time, HintForm, error) {
 func build(year, mon, day int, hms string, wd int, form HintForm) (time.Time, HintForm, error) {
 	hh, mm, ss, ok := clockFields(hms)
 	if !ok {
-		return time.Time{}, FormNone, ErrDateFormat
+		return time.Time{}, FormNone, errDateFormat
 	}
 	if day < 1 || day > daysIn(year, mon) || hh > 23 || mm > 59 || ss > 60 {
-		return time.Time{}, FormNone, ErrDateRange
+		return time.Time{}, FormNone, errDateRange
 	}
 	days := daysFromCivil(year, mon, day)
 	if int((days%7+11)%7) != wd { // 1970-01-01 was a Thursday (4)
-		return time.Time{}, FormNone, ErrWeekday
+		return time.Time{}, FormNone, errWeekday
 	}
 	return time.Unix(days*86400+int64(hh*3600+mm*60+ss), 0).UTC(), form, nil
 }

@@ -29,54 +29,54 @@ func TestParseRetryAfter(t *testing.T) {
 		"the largest exact value is kept":                       {value: "9223372036", wantDelay: 9223372036 * time.Second, wantForm: FormSeconds},
 		"one more second than fits saturates":                   {value: "9223372037", wantDelay: MaxDelay, wantForm: FormSeconds},
 		"a huge number is a valid huge wait, not an error":      {value: "99999999999999999999999", wantDelay: MaxDelay, wantForm: FormSeconds},
-		"a plus sign is rejected":                               {value: "+5", wantErr: ErrSignedNumber},
-		"a minus sign is rejected":                              {value: "-1", wantErr: ErrSignedNumber},
-		"a decimal point is rejected":                           {value: "1.5", wantErr: ErrNotInteger},
-		"an exponent is rejected":                               {value: "1e3", wantErr: ErrNotInteger},
-		"an inner space is rejected":                            {value: "1 2", wantErr: ErrNotInteger},
-		"hex is rejected":                                       {value: "0x10", wantErr: ErrNotInteger},
-		"a unit suffix is rejected":                             {value: "12s", wantErr: ErrNotInteger},
-		"a huge number with junk at the end is still malformed": {value: "99999999999999999999999x", wantErr: ErrNotInteger},
-		"the empty string is rejected, not read as zero":        {value: "", wantErr: ErrEmpty},
-		"only spaces are rejected":                              {value: "   ", wantErr: ErrEmpty},
-		"fullwidth digits are rejected":                         {value: "１２", wantErr: ErrUnrecognized},
-		"arabic-indic digits are rejected":                      {value: "٣", wantErr: ErrUnrecognized},
-		"a word is rejected":                                    {value: "soon", wantErr: ErrUnrecognized},
+		"a plus sign is rejected":                               {value: "+5", wantErr: errSignedNumber},
+		"a minus sign is rejected":                              {value: "-1", wantErr: errSignedNumber},
+		"a decimal point is rejected":                           {value: "1.5", wantErr: errNotInteger},
+		"an exponent is rejected":                               {value: "1e3", wantErr: errNotInteger},
+		"an inner space is rejected":                            {value: "1 2", wantErr: errNotInteger},
+		"hex is rejected":                                       {value: "0x10", wantErr: errNotInteger},
+		"a unit suffix is rejected":                             {value: "12s", wantErr: errNotInteger},
+		"a huge number with junk at the end is still malformed": {value: "99999999999999999999999x", wantErr: errNotInteger},
+		"the empty string is rejected, not read as zero":        {value: "", wantErr: errEmpty},
+		"only spaces are rejected":                              {value: "   ", wantErr: errEmpty},
+		"fullwidth digits are rejected":                         {value: "１２", wantErr: errUnrecognized},
+		"arabic-indic digits are rejected":                      {value: "٣", wantErr: errUnrecognized},
+		"a word is rejected":                                    {value: "soon", wantErr: errUnrecognized},
 
 		// IMF-fixdate
 		"an IMF-fixdate in the future is the interval to it": {value: "Sun, 06 Nov 1994 08:49:37 GMT", wantDelay: 37 * time.Second, wantForm: FormIMFFixdate},
 		"an IMF-fixdate equal to now is no wait":             {value: "Sun, 06 Nov 1994 08:49:00 GMT", wantDelay: 0, wantForm: FormIMFFixdate},
 		"an IMF-fixdate in the past is no wait":              {value: "Sun, 06 Nov 1994 08:48:00 GMT", wantDelay: 0, wantForm: FormIMFFixdate},
 		"an IMF-fixdate with spaces around is accepted":      {value: " Sun, 06 Nov 1994 08:49:37 GMT ", wantDelay: 37 * time.Second, wantForm: FormIMFFixdate},
-		"an IMF-fixdate in UTC is rejected":                  {value: "Sun, 06 Nov 1994 08:49:37 UTC", wantErr: ErrNotGMT},
-		"an IMF-fixdate with a numeric zone is rejected":     {value: "Sun, 06 Nov 1994 08:49:37 +0000", wantErr: ErrNotGMT},
-		"an IMF-fixdate with the wrong weekday is rejected":  {value: "Mon, 06 Nov 1994 08:49:37 GMT", wantErr: ErrWeekday},
-		"a lower-case month is rejected":                     {value: "Sun, 06 nov 1994 08:49:37 GMT", wantErr: ErrDateFormat},
-		"a lower-case weekday is rejected":                   {value: "sun, 06 Nov 1994 08:49:37 GMT", wantErr: ErrDateFormat},
-		"a one-digit day is rejected in IMF-fixdate":         {value: "Sun, 6 Nov 1994 08:49:37 GMT", wantErr: ErrDateFormat},
-		"a two-digit year is rejected in IMF-fixdate":        {value: "Sun, 06 Nov 94 08:49:37 GMT", wantErr: ErrDateFormat},
-		"a German month name is rejected":                    {value: "Sun, 06 Okt 1994 08:49:37 GMT", wantErr: ErrDateFormat},
-		"the 31st of February is rejected":                   {value: "Tue, 31 Feb 1994 08:49:37 GMT", wantErr: ErrDateRange},
-		"hour 24 is rejected":                                {value: "Sun, 06 Nov 1994 24:00:00 GMT", wantErr: ErrDateRange},
+		"an IMF-fixdate in UTC is rejected":                  {value: "Sun, 06 Nov 1994 08:49:37 UTC", wantErr: errNotGMT},
+		"an IMF-fixdate with a numeric zone is rejected":     {value: "Sun, 06 Nov 1994 08:49:37 +0000", wantErr: errNotGMT},
+		"an IMF-fixdate with the wrong weekday is rejected":  {value: "Mon, 06 Nov 1994 08:49:37 GMT", wantErr: errWeekday},
+		"a lower-case month is rejected":                     {value: "Sun, 06 nov 1994 08:49:37 GMT", wantErr: errDateFormat},
+		"a lower-case weekday is rejected":                   {value: "sun, 06 Nov 1994 08:49:37 GMT", wantErr: errDateFormat},
+		"a one-digit day is rejected in IMF-fixdate":         {value: "Sun, 6 Nov 1994 08:49:37 GMT", wantErr: errDateFormat},
+		"a two-digit year is rejected in IMF-fixdate":        {value: "Sun, 06 Nov 94 08:49:37 GMT", wantErr: errDateFormat},
+		"a German month name is rejected":                    {value: "Sun, 06 Okt 1994 08:49:37 GMT", wantErr: errDateFormat},
+		"the 31st of February is rejected":                   {value: "Tue, 31 Feb 1994 08:49:37 GMT", wantErr: errDateRange},
+		"hour 24 is rejected":                                {value: "Sun, 06 Nov 1994 24:00:00 GMT", wantErr: errDateRange},
 		"the 29th of February of a leap year is accepted":    {value: "Tue, 29 Feb 2028 00:00:00 GMT", received: time.Date(2028, 2, 28, 23, 59, 0, 0, time.UTC), wantDelay: time.Minute, wantForm: FormIMFFixdate},
-		"the 29th of February of 2027 is rejected":           {value: "Mon, 29 Feb 2027 00:00:00 GMT", wantErr: ErrDateRange},
+		"the 29th of February of 2027 is rejected":           {value: "Mon, 29 Feb 2027 00:00:00 GMT", wantErr: errDateRange},
 		"a date centuries ahead saturates":                   {value: "Fri, 31 Dec 9999 23:59:59 GMT", wantDelay: MaxDelay, wantForm: FormIMFFixdate},
 
 		// RFC 850
 		"an RFC 850 date in the future is the interval to it": {value: "Sunday, 06-Nov-94 08:49:37 GMT", wantDelay: 37 * time.Second, wantForm: FormRFC850},
 		"an RFC 850 date equal to now is no wait":             {value: "Sunday, 06-Nov-94 08:49:00 GMT", wantDelay: 0, wantForm: FormRFC850},
 		"an RFC 850 date in the past is no wait":              {value: "Sunday, 06-Nov-94 08:40:00 GMT", wantDelay: 0, wantForm: FormRFC850},
-		"an RFC 850 date with the wrong weekday is rejected":  {value: "Monday, 06-Nov-94 08:49:37 GMT", wantErr: ErrWeekday},
-		"an RFC 850 date with a short weekday is rejected":    {value: "Sun, 06-Nov-94 08:49:37 GMT", wantErr: ErrDateFormat},
-		"an RFC 850 date in PST is rejected":                  {value: "Sunday, 06-Nov-94 08:49:37 PST", wantErr: ErrNotGMT},
+		"an RFC 850 date with the wrong weekday is rejected":  {value: "Monday, 06-Nov-94 08:49:37 GMT", wantErr: errWeekday},
+		"an RFC 850 date with a short weekday is rejected":    {value: "Sun, 06-Nov-94 08:49:37 GMT", wantErr: errDateFormat},
+		"an RFC 850 date in PST is rejected":                  {value: "Sunday, 06-Nov-94 08:49:37 PST", wantErr: errNotGMT},
 
 		// asctime
 		"an asctime date in the future is the interval to it": {value: "Sun Nov  6 08:49:37 1994", wantDelay: 37 * time.Second, wantForm: FormAsctime},
 		"an asctime date with a two-digit day is accepted":    {value: "Sun Nov 06 08:49:37 1994", wantDelay: 37 * time.Second, wantForm: FormAsctime},
 		"an asctime date equal to now is no wait":             {value: "Sun Nov  6 08:49:00 1994", wantDelay: 0, wantForm: FormAsctime},
 		"an asctime date in the past is no wait":              {value: "Sun Nov  6 07:00:00 1994", wantDelay: 0, wantForm: FormAsctime},
-		"an asctime date with the wrong weekday is rejected":  {value: "Sat Nov  6 08:49:37 1994", wantErr: ErrWeekday},
-		"an asctime date with a zone is rejected":             {value: "Sun Nov  6 08:49:37 1994 GMT", wantErr: ErrDateFormat},
+		"an asctime date with the wrong weekday is rejected":  {value: "Sat Nov  6 08:49:37 1994", wantErr: errWeekday},
+		"an asctime date with a zone is rejected":             {value: "Sun Nov  6 08:49:37 1994 GMT", wantErr: errDateFormat},
 
 		// Date header and skew
 		"a client clock running fast does not shorten the wait": {
@@ -141,15 +141,15 @@ func TestParseHTTPDateFiftyYearRule(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, form, err := ParseHTTPDate(tc.value, now)
+			got, form, err := parseHTTPDate(tc.value, now)
 			if err != nil || form != FormRFC850 || !got.Equal(tc.want) {
-				t.Fatalf("ParseHTTPDate(%q) = %v, %v, %v; want %v, rfc850, nil", tc.value, got, form, err, tc.want)
+				t.Fatalf("parseHTTPDate(%q) = %v, %v, %v; want %v, rfc850, nil", tc.value, got, form, err, tc.want)
 			}
 		})
 	}
 	// The rule looks at now: late in a century, small years belong to the next one.
 	late := time.Date(2095, 1, 1, 0, 0, 0, 0, time.UTC)
-	got, _, err := ParseHTTPDate(rfc850For(time.Date(2110, 1, 1, 0, 0, 0, 0, time.UTC)), late)
+	got, _, err := parseHTTPDate(rfc850For(time.Date(2110, 1, 1, 0, 0, 0, 0, time.UTC)), late)
 	if err != nil || got.Year() != 2110 {
 		t.Fatalf("two-digit year 10 seen in 2095 = %v, %v; want 2110", got, err)
 	}
@@ -170,9 +170,9 @@ func TestParseHTTPDateAgreesWithTheStandardLibrary(t *testing.T) {
 			if layout == time.RFC1123 {
 				s = at.Format("Mon, 02 Jan 2006 15:04:05 GMT")
 			}
-			got, _, err := ParseHTTPDate(s, now)
+			got, _, err := parseHTTPDate(s, now)
 			if err != nil || !got.Equal(at) {
-				t.Fatalf("ParseHTTPDate(%q) = %v, %v; want %v", s, got, err, at)
+				t.Fatalf("parseHTTPDate(%q) = %v, %v; want %v", s, got, err, at)
 			}
 		}
 	}

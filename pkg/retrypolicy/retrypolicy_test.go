@@ -1,6 +1,7 @@
 package retrypolicy
 
-// Which test fails when a rule of docs/retry-semantics.md is broken. Each was checked by breaking
+// Which test fails when a rule of docs/retry-semantics.md is broken
+// (admission.X is a test of internal/admission). Each was checked by breaking
 // the rule in the code and watching the test fail (see the closing note of
 // issue 3 for the mutations used).
 //
@@ -12,16 +13,16 @@ package retrypolicy
 //	R3 never shorten a wait     TestDecideWorkedExamples ("server asks 30s ...", "a 60s hint ..."),
 //	                            TestDecideRules (deadline and reserve rows),
 //	                            retryhttp.TestTransportOutcomes ("a hint over maxWait defers ..."), FuzzDecide
-//	R4 what is retryable        TestDecideRules (replayable/connect/ambiguous rows),
+//	R4 what is retryable        TestDecideRules (replayable/connect/ambiguous/reset rows),
 //	                            retryhttp.TestTransportOutcomes (POST/PUT rows),
 //	                            retryhttp.TestTransportReplaysTheSameIdempotencyKeyAndBody,
 //	                            retryhttp.TestTransportSendsANonRereadableBodyOnce, FuzzDecide
 //	R5 attempt budget           TestDecideWorkedExamples ("retry index 3 of 3 stops"),
 //	                            retryhttp.TestTransportOutcomes ("a 503 four times ...", "... already carries
 //	                            X-Retry-Attempt ..."), retryhttp.TestTransport503Then429Then200
-//	R6 outage budget            TestBudgetSteps, TestBudgetConcurrentUse,
+//	R6 outage budget            admission.TestBudgetSteps, admission.TestBudgetConcurrentUse,
 //	                            retryhttp.TestTransportOutcomes ("an exhausted budget ...")
-//	R7 admission                TestGateQueue, TestAdmitRateLimit, retryhttp.TestTransportShed,
+//	R7 admission                admission.TestGateQueue, admission.TestAdmitRateLimit, retryhttp.TestTransportShed,
 //	                            retryhttp.TestTransportRateLimitShedsWithTheTimeCapacityReturns,
 //	                            TestRegistryKeepsStateAcrossReload
 //	R8 cancellation             retryhttp.TestTransportCancellation (before / during / right after the wait,
@@ -32,8 +33,8 @@ package retrypolicy
 //
 // Pacing (docs/pacing.md)     TestParseRateLimit, TestParseRateLimitRepeatedFieldLines, TestRateLimitHintHold,
 //	                            FuzzRateLimitAgreesWithHTTPSFV, FuzzParseRateLimit,
-//	                            TestPacerHoldStartsAndEndsOnTheClock, TestPacerWaitsOrAnswersByDeadline,
-//	                            TestPacerReleasesInArrivalOrder, TestPacerExtensionRefusesWaitersItMakesLate,
+//	                            admission.TestPacerHoldStartsAndEndsOnTheClock, admission.TestPacerWaitsOrAnswersByDeadline,
+//	                            admission.TestPacerReleasesInArrivalOrder, admission.TestPacerExtensionRefusesWaitersItMakesLate,
 //	                            TestRegistryKeepsTheHoldAcrossReload, retryhttp.TestTransportRateLimitHeadersHoldTheUpstream,
 //	                            retryhttp.TestTransportHeldRequestWaitsWhenItsDeadlineAllows, retryhttp.TestTransportNotBeforeIsRoundedUp,
 //	                            retryhttp.TestTransportHoldOnDeferral, retryhttp.TestTransportPacingAddsNoAllocations

@@ -63,6 +63,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/polltest"
 
 	"github.com/retrydev/retry-operator/test/e2e/wire"
 )
@@ -1354,18 +1355,17 @@ func randomSuffix() string {
 // test with cond's last message.
 func (s *suite) eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	start := time.Now()
-	var msg string
-	for {
-		var ok bool
-		ok, msg = cond()
-		if ok {
-			return
+	polltest.UntilEvery(t, timeout, 500*time.Millisecond, explained(what, cond))
+}
+
+// explained is cond as polltest asks it: nil once it holds, else what is
+// awaited and cond's message.
+func explained(what string, cond func() (bool, string)) func() error {
+	return func() error {
+		if ok, msg := cond(); !ok {
+			return fmt.Errorf("waiting for %s: %s", what, msg)
 		}
-		if time.Since(start) > timeout {
-			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, msg)
-		}
-		time.Sleep(500 * time.Millisecond)
+		return nil
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/polltest"
 	"github.com/retrydev/retry-operator/test/e2e/wire"
 )
 
@@ -339,15 +340,5 @@ func (s *suite) arrivals(t *testing.T, id string) []wire.Arrival {
 // noticed, read from the pod itself.
 func (s *suite) eventuallyDirect(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	start := time.Now()
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.UntilEvery(t, timeout, 20*time.Millisecond, explained(what, cond))
 }

@@ -26,7 +26,7 @@ var leaseSource string
 var lease = redis.NewScript(leaseSource)
 
 // go-redis logs its dial failures itself; the quota client reports the
-// store's state once per change instead (docs/quota.md#store-loss), so the
+// store's state once per change instead (docs/quota.md#when-the-store-is-lost), so the
 // library's own lines are dropped.
 func init() { redis.SetLogger(quiet{}) }
 

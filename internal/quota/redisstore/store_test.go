@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"github.com/retrydev/retry-operator/internal/admission"
 	"io"
 	"log/slog"
 	"sync"
@@ -13,7 +14,6 @@ import (
 	"github.com/retrydev/retry-operator/internal/quota"
 	"github.com/retrydev/retry-operator/internal/quotastore"
 	"github.com/retrydev/retry-operator/internal/redistest"
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
 
@@ -171,7 +171,7 @@ func TestFleetAdmitsTheRateWhateverThePodClocks(t *testing.T) {
 				if now.Sub(start) >= d {
 					break
 				}
-				if _, v := c.TakeAt(now, 0); v == retrypolicy.QuotaGranted {
+				if _, v := c.TakeAt(now, 0); v == admission.QuotaGranted {
 					n++
 				}
 			}
@@ -205,11 +205,11 @@ func TestStoreStoppedAndBack(t *testing.T) {
 	tests := map[string]struct {
 		mode quota.StoreLoss
 		// while the store is down, after the tokens on hand expired
-		want retrypolicy.QuotaVerdict
+		want admission.QuotaVerdict
 	}{
-		"LastShare admits this pod's share": {mode: quota.StoreLossLastShare, want: retrypolicy.QuotaGranted},
-		"EvenShare admits the rate ÷ pods":  {mode: quota.StoreLossEvenShare, want: retrypolicy.QuotaGranted},
-		"Deny answers every attempt":        {mode: quota.StoreLossDeny, want: retrypolicy.QuotaDenied},
+		"LastShare admits this pod's share": {mode: quota.StoreLossLastShare, want: admission.QuotaGranted},
+		"EvenShare admits the rate ÷ pods":  {mode: quota.StoreLossEvenShare, want: admission.QuotaGranted},
+		"Deny answers every attempt":        {mode: quota.StoreLossDeny, want: admission.QuotaDenied},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -222,7 +222,7 @@ func TestStoreStoppedAndBack(t *testing.T) {
 			t.Cleanup(c.Close)
 			waitState(t, c, quota.StateReachable, time.Second)
 			for now := time.Now(); ; now = time.Now() { // spend what is on hand
-				if _, v := c.TakeAt(now, 0); v != retrypolicy.QuotaGranted {
+				if _, v := c.TakeAt(now, 0); v != admission.QuotaGranted {
 					break
 				}
 			}

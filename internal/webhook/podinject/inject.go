@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -111,6 +112,37 @@ type Config struct {
 	// binds it to the API server's own audience (its --api-audiences), the only
 	// one the API server accepts unless configured otherwise.
 	TokenAudience string
+	// Tracing, when its endpoint is set, makes every injected sidecar export
+	// its spans (docs/observability.md#tracing).
+	Tracing Tracing
+}
+
+// Tracing is what the injector gives sidecars of the manager's
+// --tracing-otlp-endpoint and --tracing-sampling-ratio: the standard
+// OpenTelemetry environment variables, which the sidecar alone reads.
+type Tracing struct {
+	// OTLPEndpoint is the collector's OTLP/HTTP base URL
+	// (OTEL_EXPORTER_OTLP_ENDPOINT); empty: tracing off, nothing is set.
+	OTLPEndpoint string
+	// SamplingRatio of the requests that arrive without a sampled parent
+	// (OTEL_TRACES_SAMPLER parentbased_traceidratio): 0 to 1.
+	SamplingRatio float64
+}
+
+// TracingServiceName is the service.name of the sidecars' spans.
+const TracingServiceName = "retry-sidecar"
+
+// env is the sidecar's OpenTelemetry environment (none when tracing is off).
+func (t Tracing) env() []corev1.EnvVar {
+	if t.OTLPEndpoint == "" {
+		return nil
+	}
+	return []corev1.EnvVar{
+		{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: t.OTLPEndpoint},
+		{Name: "OTEL_TRACES_SAMPLER", Value: "parentbased_traceidratio"},
+		{Name: "OTEL_TRACES_SAMPLER_ARG", Value: strconv.FormatFloat(t.SamplingRatio, 'g', -1, 64)},
+		{Name: "OTEL_SERVICE_NAME", Value: TracingServiceName},
+	}
 }
 
 // DefaultResources: sized for the targets of docs/performance.md (≤ 50 MiB at 2,000 req/s)
@@ -241,7 +273,7 @@ func (c Config) sidecarContainer(res corev1.ResourceRequirements) corev1.Contain
 			"--pod-labels=" + PodLabelsFile,
 			"--api-credentials-dir=" + APIDir,
 		},
-		Env:           sidecarEnv(res),
+		Env:           append(sidecarEnv(res), c.Tracing.env()...),
 		Ports:         []corev1.ContainerPort{{Name: StatsPortName, ContainerPort: v1alpha1.StatsPort, Protocol: corev1.ProtocolTCP}},
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		// The startup probe gates the app containers (a native sidecar counts as

@@ -18,7 +18,7 @@ import (
 )
 
 // go test ./internal/webhook/podinject -run TestGolden -update
-var update = flag.Bool("update", false, "rewrite testdata/inject/*.yaml.injected")
+var update = flag.Bool("update", false, "rewrite testdata/inject/*.yaml.injected and testdata/tracing/*.yaml.injected")
 
 func testConfig() Config {
 	return Config{
@@ -26,7 +26,7 @@ func testConfig() Config {
 		ImagePullSecrets:   []string{"retry-registry"},
 		NoProxy:            DefaultNoProxy,
 		Resources:          DefaultResources(),
-		ExcludedNamespaces: []string{"kube-system", "retry-operator-system"},
+		ExcludedNamespaces: v1alpha1.ExcludedNamespaces(v1alpha1.OperatorNamespace),
 	}
 }
 
@@ -34,14 +34,26 @@ func testConfig() Config {
 // Namespace and a Pod) and compares with X.yaml.injected: the decision, the
 // admission warnings and the resulting pod.
 func TestGolden(t *testing.T) {
-	inputs, err := filepath.Glob(filepath.Join("testdata", "inject", "*.yaml"))
+	golden(t, "inject", testConfig())
+}
+
+// TestGoldenTracing is TestGolden over testdata/tracing with the manager's
+// tracing flags set.
+func TestGoldenTracing(t *testing.T) {
+	cfg := testConfig()
+	cfg.Tracing = Tracing{OTLPEndpoint: "http://otel-collector.observability.svc:4318", SamplingRatio: 0.25}
+	golden(t, "tracing", cfg)
+}
+
+func golden(t *testing.T, dir string, cfg Config) {
+	inputs, err := filepath.Glob(filepath.Join("testdata", dir, "*.yaml"))
 	if err != nil || len(inputs) == 0 {
 		t.Fatalf("no inputs: %v", err)
 	}
 	for _, in := range inputs {
 		t.Run(filepath.Base(in), func(t *testing.T) {
 			ns, pod := readInput(t, in)
-			got := render(t, testConfig(), ns, pod)
+			got := render(t, cfg, ns, pod)
 			golden := in + ".injected"
 			if *update {
 				if err := os.WriteFile(golden, got, 0o644); err != nil {
@@ -62,7 +74,7 @@ func TestGolden(t *testing.T) {
 
 // TestGoldenFilesHaveInputs fails on a .injected file left behind by a removed input.
 func TestGoldenFilesHaveInputs(t *testing.T) {
-	outs, _ := filepath.Glob(filepath.Join("testdata", "inject", "*.yaml.injected"))
+	outs, _ := filepath.Glob(filepath.Join("testdata", "*", "*.yaml.injected"))
 	for _, o := range outs {
 		if _, err := os.Stat(strings.TrimSuffix(o, ".injected")); err != nil {
 			t.Errorf("%s has no input", o)

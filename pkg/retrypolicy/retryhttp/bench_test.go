@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/retrydev/retry-operator/internal/rules"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -77,8 +78,8 @@ func BenchmarkTransportNoRetryLimits(b *testing.B) {
 		return compile(b, func(c *retrypolicy.Config) {
 			c.Budget = &retrypolicy.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10}
 			c.RateLimit = &retrypolicy.RateLimitConfig{
-				RequestsPerSecond: float64(retrypolicy.RequestsPerMinuteRange.Max) / 60,
-				Burst:             int(retrypolicy.BurstRange.Max),
+				RequestsPerSecond: float64(rules.RequestsPerMinuteRange.Max) / 60,
+				Burst:             int(rules.BurstRange.Max),
 			}
 			c.Concurrency = &retrypolicy.ConcurrencyConfig{MaxInFlight: 64}
 		})
@@ -91,7 +92,7 @@ func BenchmarkTransportNoRetryLimits(b *testing.B) {
 	b.ReportAllocs()
 	sent := 0
 	for b.Loop() {
-		if sent++; sent == int(retrypolicy.BurstRange.Max) {
+		if sent++; sent == int(rules.BurstRange.Max) {
 			b.StopTimer()
 			p, sent = limited(), 0
 			b.StartTimer()

@@ -24,6 +24,10 @@ const (
 	// EventHeld: a request met a hold: it waited Delay in line (Outcome empty) or
 	// was answered locally at once (Outcome deferred, NotBefore the hold's end).
 	EventHeld
+	// EventAdmitted: transmission Attempt+1 waited for admission (R7) before
+	// it could start: Delay for a start token of the rate limit, QueueDelay in
+	// the concurrency queue. Sent only when it waited.
+	EventAdmitted
 )
 
 func (k EventKind) String() string {
@@ -36,15 +40,32 @@ func (k EventKind) String() string {
 		return "hold-end"
 	case EventHeld:
 		return "held"
+	case EventAdmitted:
+		return "admitted"
 	}
 	return "attempt"
 }
+
+// RetryAfterParse is how a response's Retry-After header parsed
+// (Event.RetryAfter): RetryAfterAbsent, RetryAfterMalformed, or the name of
+// its HintForm ("seconds", "imf-fixdate", "rfc850", "asctime"). Empty on an
+// attempt without a response.
+type RetryAfterParse string
+
+const (
+	RetryAfterAbsent    RetryAfterParse = "absent"
+	RetryAfterMalformed RetryAfterParse = "malformed"
+)
 
 // Event carries only the allow-listed fields of R10. It never holds header values
 // (other than the request id), bodies, query strings or error texts (a Go
 // *url.Error repeats the full URL), so an Observer cannot leak them by accident.
 type Event struct {
 	Kind EventKind
+	// Context is the logical request's context (nil on hold start and end
+	// events): an Observer that keeps state per request finds it there
+	// (pkg/retryotel's spans). Nothing of the request is read from it here.
+	Context context.Context
 	// RequestID is the X-Request-Id of the request, else one generated per
 	// logical request.
 	RequestID string
@@ -71,10 +92,9 @@ type Event struct {
 	NotBefore time.Time
 	// Outcome, on outcome events and on attempt events that end the request.
 	Outcome retrypolicy.Outcome
-	// RetryAfter is the parse result of the response's Retry-After: "absent", a
-	// HintForm name ("seconds", "imf-fixdate", "rfc850", "asctime") or
-	// "malformed", with RetryAfterReason the ParseError reason.
-	RetryAfter       string
+	// RetryAfter is the parse result of the response's Retry-After, with
+	// RetryAfterReason the ParseError reason when it is RetryAfterMalformed.
+	RetryAfter       RetryAfterParse
 	RetryAfterReason string
 	// Elapsed, on outcome events, is the time from the start of the logical
 	// request to its outcome (the response head the caller gets), waits and
@@ -89,6 +109,8 @@ type Event struct {
 	RateLimitReason    string
 	// HoldReason is why the upstream is held (hold events).
 	HoldReason retrypolicy.HoldReason
+	// QueueDelay is the time spent in the concurrency queue (admitted events).
+	QueueDelay time.Duration
 }
 
 // Observer receives one event per attempt decision and one per outcome. It is
@@ -129,7 +151,7 @@ func NewSlogObserver(l *slog.Logger) *SlogObserver {
 // Observe implements Observer.
 func (o *SlogObserver) Observe(e Event) {
 	switch e.Kind {
-	case EventHeld:
+	case EventHeld, EventAdmitted:
 		return // the request's outcome line says it; metrics count it
 	case EventHoldStart, EventHoldEnd:
 		o.observeHold(e)
@@ -173,7 +195,7 @@ func (o *SlogObserver) Observe(e Event) {
 		attrs = append(attrs, slog.String("outcome", string(e.Outcome)))
 	}
 	if e.RetryAfter != "" {
-		attrs = append(attrs, slog.String("retry_after", e.RetryAfter))
+		attrs = append(attrs, slog.String("retry_after", string(e.RetryAfter)))
 	}
 	if e.RetryAfterReason != "" {
 		attrs = append(attrs, slog.String("retry_after_reason", e.RetryAfterReason))

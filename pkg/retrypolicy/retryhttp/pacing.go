@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -37,13 +38,13 @@ func (c *call) awaitHold(ctx context.Context, n int) (*http.Response, error) {
 	start := c.clk.Now()
 	until, queued, err := pc.Wait(ctx, c.clk, c.deadline.Sub(start)-c.p.Reserve())
 	switch {
-	case errors.Is(err, retrypolicy.ErrHeld):
+	case errors.Is(err, admission.ErrHeld):
 		return c.answerHeld(n, until), nil
 	case err != nil:
 		return c.fail(retrypolicy.OutcomeCanceled, n-1, err)
 	case queued:
 		if o := c.t.Observer; o != nil {
-			o.Observe(Event{Kind: EventHeld, RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
+			o.Observe(Event{Kind: EventHeld, Context: c.req.Context(), RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
 				Path: c.req.URL.Path, Attempt: n - 1, Delay: c.clk.Now().Sub(start)})
 		}
 	}
@@ -75,7 +76,7 @@ func (c *call) startHolds(ev *Event, resp *http.Response, received time.Time, d 
 	}
 }
 
-func (c *call) hold(pc *retrypolicy.Pacer, now, until time.Time, reason retrypolicy.HoldReason) {
+func (c *call) hold(pc *admission.Pacer, now, until time.Time, reason retrypolicy.HoldReason) {
 	if c.holdLocal(pc, now, until, reason) {
 		if q := c.p.Limits().Quota(); q != nil {
 			q.Hold(until) // the whole fleet holds (docs/quota.md)
@@ -85,8 +86,8 @@ func (c *call) hold(pc *retrypolicy.Pacer, now, until time.Time, reason retrypol
 
 // holdLocal holds the upstream in this pod; true if the hold started or moved
 // later.
-func (c *call) holdLocal(pc *retrypolicy.Pacer, now, until time.Time, reason retrypolicy.HoldReason) bool {
-	var notify retrypolicy.HoldNotify
+func (c *call) holdLocal(pc *admission.Pacer, now, until time.Time, reason retrypolicy.HoldReason) bool {
+	var notify admission.HoldNotify
 	if o := c.t.Observer; o != nil {
 		name, id := c.p.Name(), c.id
 		notify = func(start bool, until time.Time, reason retrypolicy.HoldReason) {
@@ -111,7 +112,7 @@ func (c *call) answerHeld(n int, until time.Time) *http.Response {
 		"retry: upstream quota exhausted; request not sent before X-Retry-Not-Before\n", secs,
 		HeaderOutcome, string(retrypolicy.OutcomeDeferred), HeaderNotBefore, retrypolicy.FormatNotBefore(notBefore))
 	if o := c.t.Observer; o != nil {
-		o.Observe(Event{Kind: EventHeld, RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
+		o.Observe(Event{Kind: EventHeld, Context: c.req.Context(), RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
 			Path: c.req.URL.Path, Attempt: n - 1, Outcome: retrypolicy.OutcomeDeferred, NotBefore: notBefore})
 	}
 	c.observeOutcome(retrypolicy.OutcomeDeferred, n-1, resp.StatusCode, notBefore)

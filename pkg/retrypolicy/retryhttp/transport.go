@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
@@ -65,7 +66,7 @@ type Transport struct {
 	Clock clock.Clock
 	// Sleep waits between attempts; nil means a timer on Clock that ends at once
 	// when the request's context ends.
-	Sleep retrypolicy.Sleeper
+	Sleep func(ctx context.Context, d time.Duration) error
 	// Random returns numbers in [0, 1] for jitter; nil means math/rand/v2.
 	Random func() float64
 	// MaxDrainBytes bounds the drain of a retried response; 0 means
@@ -179,7 +180,10 @@ type call struct {
 	vals     [3]string    // backing of X-Retry-Attempt (first attempt), -Outcome, -Attempts
 	fired    atomic.Int32 // a bound: the attempt's timer sets it from another goroutine
 	firedWhy bound        // fired, read once the attempt's headers or error arrived
-	ticket   retrypolicy.Ticket
+	ticket   admission.Ticket
+	// tokenWait is the part of the current admission spent waiting for a start
+	// token of the rate limit (the rest of it was the concurrency queue).
+	tokenWait time.Duration
 
 	// the returned response body
 	rc       io.ReadCloser
@@ -316,7 +320,7 @@ func (c *call) begin(ctx context.Context) {
 // admit clears transmission n for sending (R7, R8, pacing): the caller is still
 // there, the upstream is not held, admission gave a slot within the deadline.
 // It returns the admission time, or done with what the request ends with.
-func (c *call) admit(ctx context.Context, limits *retrypolicy.Limits, n int) (admitted time.Time, resp *http.Response, err error, done bool) {
+func (c *call) admit(ctx context.Context, limits *admission.Limits, n int) (admitted time.Time, resp *http.Response, err error, done bool) {
 	// R8: the caller may have gone during the wait: nothing more is sent.
 	if err := ctx.Err(); err != nil {
 		resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
@@ -326,12 +330,13 @@ func (c *call) admit(ctx context.Context, limits *retrypolicy.Limits, n int) (ad
 		return time.Time{}, resp, err, true // the upstream is held (pacing.go)
 	}
 	now := c.clk.Now()
-	tk, ra, err := limits.Admit(ctx, c.clk, c.sleep, c.deadline.Sub(now)-c.p.Reserve())
+	c.tokenWait = 0
+	tk, ra, err := limits.Admit(ctx, c.clk, c.sleepForToken, c.deadline.Sub(now)-c.p.Reserve())
 	if err != nil {
 		switch {
-		case errors.Is(err, retrypolicy.ErrShed):
+		case errors.Is(err, admission.ErrShed):
 			resp, err = c.shed(n, ra)
-		case errors.Is(err, retrypolicy.ErrQuotaDenied):
+		case errors.Is(err, admission.ErrQuotaDenied):
 			resp, err = c.answerHeld(n, c.clk.Now().Add(ra)), nil
 		default:
 			resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
@@ -345,6 +350,7 @@ func (c *call) admit(ctx context.Context, limits *retrypolicy.Limits, n int) (ad
 	}
 	c.ticket = tk
 	admitted = c.clk.Now()
+	c.observeAdmitted(n, admitted.Sub(now), limits.Gate() != nil)
 	if !admitted.Before(c.deadline) {
 		c.endAttempt()
 		resp, err = c.failDecided(retrypolicy.Decision{Action: retrypolicy.Defer, Outcome: retrypolicy.OutcomeDeadlineExceeded, NotBefore: admitted}, n-1, errDeadline, "")
@@ -381,7 +387,7 @@ func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error
 		return a, ev
 	}
 	a.Status = resp.StatusCode
-	ev.RetryAfter = "absent"
+	ev.RetryAfter = RetryAfterAbsent
 	date := firstValue(resp.Header["Date"])
 	if date != "" {
 		// R1: the skew is reported whenever the response is dated.
@@ -391,10 +397,10 @@ func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error
 		h, perr := retrypolicy.ParseRetryAfter(v[0], received, date)
 		var pe *retrypolicy.ParseError
 		if errors.As(perr, &pe) {
-			ev.RetryAfter, ev.RetryAfterReason = "malformed", pe.Reason
+			ev.RetryAfter, ev.RetryAfterReason = RetryAfterMalformed, pe.Reason
 		} else {
 			a.Hint, a.HasHint = h, true
-			ev.RetryAfter = h.Form.String()
+			ev.RetryAfter = RetryAfterParse(h.Form.String())
 		}
 	}
 	return a, ev
@@ -622,7 +628,7 @@ func (c *call) endAttempt() {
 		c.cancel = nil
 	}
 	c.ticket.Release(c.clk.Now())
-	c.ticket = retrypolicy.Ticket{}
+	c.ticket = admission.Ticket{}
 }
 
 // classify says what became of an attempt without a response. An attempt
@@ -716,7 +722,7 @@ func (c *call) finish(resp *http.Response, d retrypolicy.Decision, n int) *http.
 	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil {
 		// An upgraded connection is not an attempt in flight any more.
 		c.ticket.Release(c.clk.Now())
-		c.ticket = retrypolicy.Ticket{}
+		c.ticket = admission.Ticket{}
 		return resp
 	}
 	c.rc = resp.Body
@@ -835,7 +841,7 @@ func (c *call) observeAttempt(ev *Event, n int, a retrypolicy.Attempt, d retrypo
 	if o == nil {
 		return
 	}
-	ev.Kind = EventAttempt
+	ev.Kind, ev.Context = EventAttempt, c.req.Context()
 	ev.RequestID, ev.Upstream = c.id, c.p.Name()
 	ev.Method, ev.Path = c.req.Method, c.req.URL.Path
 	ev.Attempt, ev.Status, ev.ErrorClass = n, a.Status, a.Err
@@ -843,6 +849,37 @@ func (c *call) observeAttempt(ev *Event, n int, a retrypolicy.Attempt, d retrypo
 	ev.Outcome = d.Outcome
 	o.Observe(*ev)
 }
+
+// sleepForToken is the Sleeper admission waits for a start token with; it
+// notes the wait so observers can tell it from the concurrency queue.
+func (c *call) sleepForToken(ctx context.Context, d time.Duration) error {
+	c.tokenWait += d
+	return c.sleep(ctx, d)
+}
+
+// observeAdmitted reports an admission that made transmission n wait: the
+// token wait as slept, the rest as the concurrency queue's when the policy
+// has one (gated) and the rest is at least minQueueWait (a slot taken at
+// once costs well under it; a queued one needs a wake-up, far over it).
+func (c *call) observeAdmitted(n int, waited time.Duration, gated bool) {
+	if c.t.Observer == nil {
+		return
+	}
+	token := min(c.tokenWait, waited)
+	queue := waited - token
+	if !gated || queue < minQueueWait {
+		queue = 0
+	}
+	if token <= 0 && queue <= 0 {
+		return
+	}
+	c.t.Observer.Observe(Event{Kind: EventAdmitted, Context: c.req.Context(), RequestID: c.id,
+		Upstream: c.p.Name(), Method: c.req.Method, Path: c.req.URL.Path, Attempt: n - 1,
+		Delay: token, QueueDelay: queue})
+}
+
+// minQueueWait is the shortest admission wait reported as queueing.
+const minQueueWait = 100 * time.Microsecond
 
 func (c *call) observeOutcome(o retrypolicy.Outcome, attempts, status int, notBefore time.Time) {
 	c.observeOutcomePhase(o, attempts, status, notBefore, "")
@@ -853,7 +890,7 @@ func (c *call) observeOutcomePhase(o retrypolicy.Outcome, attempts, status int, 
 	if obs == nil {
 		return
 	}
-	obs.Observe(Event{Kind: EventOutcome, RequestID: c.id, Upstream: c.p.Name(),
+	obs.Observe(Event{Kind: EventOutcome, Context: c.req.Context(), RequestID: c.id, Upstream: c.p.Name(),
 		Method: c.req.Method, Path: c.req.URL.Path, Attempt: attempts, Status: status,
 		Outcome: o, NotBefore: notBefore, Phase: phase, Elapsed: c.clk.Now().Sub(c.start)})
 }

@@ -1,4 +1,4 @@
-package retrypolicy
+package admission
 
 import (
 	"context"

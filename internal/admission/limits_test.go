@@ -1,4 +1,4 @@
-package retrypolicy
+package admission
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
+
+var now = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 // TestBudgetSteps is a step table (R6): retryPercent 20 and no floor, so 10 first
 // attempts buy exactly 2 retries, and the window forgets them after 10 s.
@@ -154,7 +156,7 @@ func TestGateQueue(t *testing.T) {
 // is shed at once with the exact time the next token comes (R7).
 func TestAdmitRateLimit(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	l := newLimits(Config{RateLimit: &RateLimitConfig{RequestsPerSecond: 0.5, Burst: 1}})
+	l := New(Settings{RateLimit: &RateLimitConfig{RequestsPerSecond: 0.5, Burst: 1}})
 	var slept []time.Duration
 	sleep := func(_ context.Context, d time.Duration) error { slept = append(slept, d); clk.Advance(d); return nil }
 	ctx := context.Background()
@@ -171,51 +173,6 @@ func TestAdmitRateLimit(t *testing.T) {
 	// The shed caller gave its reservation back: the next token is still 2s away.
 	if _, _, err := l.Admit(ctx, clk, sleep, time.Minute); err != nil || slept[1] != 2*time.Second {
 		t.Fatalf("after a shed: %v, slept %v; want a 2s wait", err, slept)
-	}
-}
-
-// TestRegistryKeepsStateAcrossReload: a reload compiles new policies; adopting
-// them keeps the budget counts and in-flight slots of each upstream.
-func TestRegistryKeepsStateAcrossReload(t *testing.T) {
-	reg := NewRegistry()
-	cfg := func(c *Config) {
-		c.Budget = &BudgetConfig{RetryPercent: 20}
-		c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1}
-	}
-	old := compile(t, cfg)
-	s1, _ := NewSet(old)
-	reg.AdoptAt(now, s1)
-	for range 10 {
-		old.Limits().Budget().RecordFirstAt(now)
-	}
-	if !old.Limits().Gate().TryAcquire() {
-		t.Fatal("could not take the only slot")
-	}
-
-	fresh := compile(t, func(c *Config) { cfg(c); c.Concurrency.MaxInFlight = 2 })
-	s2, _ := NewSet(fresh)
-	reg.AdoptAt(now, s2)
-	if fresh.Limits() != old.Limits() {
-		t.Fatal("the reloaded policy did not adopt the upstream's state")
-	}
-	if f, _ := fresh.Limits().Budget().CountsAt(now); f != 10 {
-		t.Fatalf("budget after reload counts %d first attempts, want 10", f)
-	}
-	if g := fresh.Limits().Gate(); g.InFlight() != 1 || !g.TryAcquire() || g.TryAcquire() {
-		t.Fatal("gate after reload: want the held slot kept and the new limit of 2 applied")
-	}
-
-	other := compile(t, func(c *Config) { c.Name = "other"; c.Hosts = []string{"other.example"} })
-	s3, _ := NewSet(other)
-	reg.AdoptAt(now, s3)
-	if reg.Get("payments-api") != nil || reg.Get("other") == nil {
-		t.Fatal("the registry did not forget the removed upstream or learn the new one")
-	}
-	noLimits := compile(t, nil)
-	s4, _ := NewSet(noLimits)
-	reg.AdoptAt(now, s4)
-	if noLimits.Limits().Budget() != nil || noLimits.Limits().Gate() != nil {
-		t.Fatal("a policy without budget and concurrency got them")
 	}
 }
 
@@ -265,29 +222,6 @@ func TestGateShedsAtOnceWhenTheQueueWaitWouldPassTheDeadline(t *testing.T) {
 	}
 }
 
-// TestAdmitGivesTheStartTokenBackWhenTheGateSheds: an attempt shed by the
-// concurrency gate never started, so it does not spend a rate-limit token.
-func TestAdmitGivesTheStartTokenBackWhenTheGateSheds(t *testing.T) {
-	clk := clocktest.NewClock(now)
-	p := compile(t, func(c *Config) {
-		c.RateLimit = &RateLimitConfig{RequestsPerSecond: 1, Burst: 2}
-		c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 0, QueueTimeout: time.Second}
-	})
-	l := p.limits.Load()
-	sleep := func(context.Context, time.Duration) error { t.Fatal("no wait expected"); return nil }
-	held, _, err := l.Admit(context.Background(), clk, sleep, time.Minute)
-	if err != nil {
-		t.Fatalf("first Admit: %v", err)
-	}
-	if _, _, err := l.Admit(context.Background(), clk, sleep, time.Minute); !errors.Is(err, ErrShed) {
-		t.Fatalf("second Admit with the gate full = %v, want ErrShed", err)
-	}
-	if got := l.Limiter().TokensAt(clk.Now()); got != 1 {
-		t.Fatalf("tokens left after the shed = %v, want 1 (the shed attempt's token given back)", got)
-	}
-	held.Release(clk.Now())
-}
-
 // TestLimitsOccupancy: InFlight counts every admitted attempt until it is
 // released, limited upstream or not; Queued counts callers pacing for a start
 // token and callers in the gate's queue (the sidecar's gauges).
@@ -295,7 +229,7 @@ func TestLimitsOccupancy(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("an upstream without limits counts its attempts in flight", func(t *testing.T) {
-		l := newLimits(Config{})
+		l := New(Settings{})
 		a, _, _ := l.Admit(ctx, clocktest.NewClock(now), nil, time.Second)
 		b, _, _ := l.Admit(ctx, clocktest.NewClock(now), nil, time.Second)
 		if l.InFlight() != 2 || l.Queued() != 0 {
@@ -311,7 +245,7 @@ func TestLimitsOccupancy(t *testing.T) {
 
 	t.Run("a caller pacing for a start token is queued, then in flight", func(t *testing.T) {
 		clk := clocktest.NewClock(now)
-		l := newLimits(Config{RateLimit: &RateLimitConfig{RequestsPerSecond: 1, Burst: 1}})
+		l := New(Settings{RateLimit: &RateLimitConfig{RequestsPerSecond: 1, Burst: 1}})
 		var queuedWhileSleeping int
 		sleep := func(_ context.Context, d time.Duration) error {
 			queuedWhileSleeping = l.Queued()
@@ -329,7 +263,7 @@ func TestLimitsOccupancy(t *testing.T) {
 
 	t.Run("a caller in the gate's queue is queued; a shed caller is neither", func(t *testing.T) {
 		clk := clocktest.NewClock(now)
-		l := newLimits(Config{Concurrency: &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second}})
+		l := New(Settings{Concurrency: &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Second}})
 		held, _, _ := l.Admit(ctx, clk, nil, time.Minute)
 		done := make(chan Ticket)
 		go func() { tk, _, _ := l.Admit(ctx, clk, nil, time.Minute); done <- tk }()

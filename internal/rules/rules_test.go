@@ -1,4 +1,4 @@
-package retrypolicy
+package rules
 
 import (
 	"strings"

@@ -1,22 +1,24 @@
-package retrypolicy
+// Package rules holds the rules an upstream's fields obey, each defined once
+// (docs/policy.md#where-the-rules-live): the API's validation (api/v1alpha1),
+// the sidecar's reading of a rendered policy (internal/policyset) and
+// pkg/retrypolicy's Compile all apply these, so the API server accepts exactly
+// what every sidecar compiles. It imports only the standard library, as
+// pkg/retrypolicy must.
+package rules
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// The rules an upstream's fields obey, each defined once (docs/policy.md#where-the-rules-live):
-// Compile applies them to a Config, the sidecar's reading of a rendered
-// policy (internal/policyset) to what a Config cannot carry (duration text,
-// the fleet-wide rate limit, the name), and the API's validation (api/v1alpha1)
-// to a RetryPolicy, so the API server accepts exactly what every sidecar
-// compiles. The CRD's schema markers must hold literals; a test of api/v1alpha1
-// reads the generated CRD and requires every marker to equal the value here.
-// Each checker returns "" when the value is allowed, else what is allowed
-// (without the field path, which the caller knows).
+// The CRD's schema markers must hold literals; a test of api/v1alpha1 reads
+// the generated CRD and requires every marker to equal the value here. Each
+// checker returns "" when the value is allowed, else what is allowed (without
+// the field path, which the caller knows).
 
 // Bounds of an upstream's fields and lists.
 const (
@@ -85,19 +87,20 @@ var retryableStatuses = [...]int{408, 425, 429, 500, 502, 503, 504}
 // ascending order.
 func RetryableStatuses() []int { return append([]int(nil), retryableStatuses[:]...) }
 
-// statusBit maps a retryable status to its bit in Policy.statusMask; 0 if none.
-func statusBit(code int) uint8 {
+// StatusIndex is the index of code in RetryableStatuses, or -1: a retrying
+// executor keeps the retried statuses as one bit each.
+func StatusIndex(code int) int {
 	for i, s := range retryableStatuses {
 		if s == code {
-			return 1 << i
+			return i
 		}
 	}
-	return 0
+	return -1
 }
 
 // StatusProblem checks one retryOn.statusCodes entry.
 func StatusProblem(code int) string {
-	if statusBit(code) != 0 {
+	if StatusIndex(code) >= 0 {
 		return ""
 	}
 	allowed := make([]string, len(retryableStatuses))
@@ -108,12 +111,12 @@ func StatusProblem(code int) string {
 }
 
 // Jitters returns the jitter modes backoff.jitter may name.
-func Jitters() []Jitter { return []Jitter{JitterFull, JitterEqual, JitterNone} }
+func Jitters() []string { return []string{"Full", "Equal", "None"} }
 
 // JitterProblem checks backoff.jitter.
-func JitterProblem(j Jitter) string {
+func JitterProblem(j string) string {
 	switch j {
-	case JitterFull, JitterEqual, JitterNone:
+	case "Full", "Equal", "None":
 		return ""
 	}
 	return "must be one of Full, Equal, None"
@@ -241,6 +244,113 @@ func IsToken(s string) bool {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
 		default:
+			return false
+		}
+	}
+	return true
+}
+
+// HostPatternProblem is the one grammar of a hosts entry, shared by the API's
+// validation and Compile: "" when h is valid, else what is wrong with it.
+// Accepted forms, always lower-case:
+//
+//	payments.shop.svc          any port
+//	api.partner.example:8443   that port only
+//	10.0.0.7, [fd00::7]:8080   IP literals, with or without a port
+//	*.partner.example          any subdomain of partner.example (not partner.example itself), any port
+func HostPatternProblem(h string) string {
+	if h == "" {
+		return "empty"
+	}
+	if len(h) > MaxHostPatternLength {
+		return fmt.Sprintf("longer than %d bytes", MaxHostPatternLength)
+	}
+	if h != strings.ToLower(h) {
+		return "must be lower-case (" + strings.ToLower(h) + ")"
+	}
+	if suffix, ok := strings.CutPrefix(h, "*."); ok {
+		if strings.ContainsAny(suffix, "*:[]") {
+			return `a wildcard is only allowed as the whole first label ("*.suffix") and takes no port`
+		}
+		if !isHostName(suffix) {
+			return "suffix " + notHostName
+		}
+		return ""
+	}
+	if strings.Contains(h, "*") {
+		return `a wildcard is only allowed as the whole first label ("*.suffix")`
+	}
+	host, port := h, ""
+	if strings.HasPrefix(h, "[") {
+		end := strings.IndexByte(h, ']')
+		if end < 0 {
+			return "unterminated IPv6 literal"
+		}
+		host = h[1:end]
+		if rest := h[end+1:]; rest != "" {
+			if rest[0] != ':' {
+				return "only a port may follow an IPv6 literal"
+			}
+			if port = rest[1:]; port == "" {
+				return "empty port"
+			}
+		}
+		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() || a.Zone() != "" {
+			return "invalid IPv6 literal (zones are not allowed)"
+		}
+	} else if i := strings.LastIndexByte(h, ':'); i >= 0 {
+		host, port = h[:i], h[i+1:]
+		if port == "" {
+			return "empty port"
+		}
+		if strings.IndexByte(host, ':') >= 0 {
+			return "IPv6 literals need brackets, as in [fd00::7]:8080"
+		}
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || PortRange.Problem(int64(n)) != "" || port[0] == '0' || port[0] == '+' {
+			return fmt.Sprintf("port must be a number between %d and %d", PortRange.Min, PortRange.Max)
+		}
+	}
+	if h[0] == '[' {
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	if !isHostName(host) {
+		return "host " + notHostName
+	}
+	return ""
+}
+
+const notHostName = "must be a DNS-1123 subdomain: labels of a-z, 0-9 and '-' (1-63 long, not starting or ending with '-'), separated by '.'"
+
+// isHostName: lower-case letters, digits, '-' and '.', labels non-empty, no
+// leading or trailing dot.
+func isHostName(s string) bool {
+	if s == "" || len(s) > MaxDNSNameLength {
+		return false
+	}
+	// DNS-1123 subdomain, as the API validates it: labels of [a-z0-9-], 1..63
+	// long, not starting or ending with '-'.
+	for label := range strings.SplitSeq(s, ".") {
+		if !isLabel(label) {
+			return false
+		}
+	}
+	return true
+}
+
+// isLabel: a DNS-1123 label, 1..63 of [a-z0-9-], not starting or ending with '-'.
+func isLabel(label string) bool {
+	if label == "" || len(label) > MaxNameLength || label[0] == '-' || label[len(label)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(label); i++ {
+		c := label[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
 			return false
 		}
 	}

@@ -1,4 +1,4 @@
-package retrypolicy
+package admission
 
 import (
 	"context"
@@ -70,7 +70,7 @@ func TestAdmitDrawsOnTheQuota(t *testing.T) {
 			if tc.slots >= 0 {
 				q.slots = NewGate(ConcurrencyConfig{MaxInFlight: tc.slots, QueueTimeout: time.Second})
 			}
-			l := newLimits(Config{Quota: q, Concurrency: tc.gate})
+			l := New(Settings{Quota: q, Concurrency: tc.gate})
 			sleep := func(_ context.Context, d time.Duration) error { clk.Advance(d); return nil }
 			tk, ra, err := l.Admit(context.Background(), clk, sleep, tc.maxWait)
 			if !errors.Is(err, tc.wantErr) || ra != tc.wantRA {

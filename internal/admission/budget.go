@@ -1,4 +1,4 @@
-package retrypolicy
+package admission
 
 import (
 	"sync"
@@ -49,9 +49,6 @@ func (b *Budget) SetConfig(cfg BudgetConfig) {
 	b.mu.Unlock()
 }
 
-// RecordFirst counts a first attempt now.
-func (b *Budget) RecordFirst() { b.RecordFirstAt(time.Now()) }
-
 // RecordFirstAt counts a first attempt at now.
 func (b *Budget) RecordFirstAt(now time.Time) {
 	if b == nil {
@@ -63,9 +60,6 @@ func (b *Budget) RecordFirstAt(now time.Time) {
 	b.nFirst++
 	b.mu.Unlock()
 }
-
-// TryRetry is TryRetryAt(time.Now()).
-func (b *Budget) TryRetry() bool { return b.TryRetryAt(time.Now()) }
 
 // TryRetryAt spends one retry at now if the budget allows it and reports whether
 // it did.

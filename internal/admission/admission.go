@@ -1,4 +1,10 @@
-package retrypolicy
+// Package admission is the long-lived runtime state of an upstream that a
+// retrying executor (pkg/retrypolicy/retryhttp) consults before each attempt:
+// outage budget, start-rate limiter, concurrency gate and pacer (R6, R7,
+// docs/pacing.md). pkg/retrypolicy's Policy carries one Limits, and its
+// Registry keeps them across reloads; nothing here is part of the library's
+// public API.
+package admission
 
 import (
 	"context"
@@ -36,7 +42,7 @@ type waiter struct {
 	gone    bool
 }
 
-// NewGate returns an idle gate.
+// newGate returns an idle gate.
 func NewGate(cfg ConcurrencyConfig) *Gate { return &Gate{cfg: cfg} }
 
 // SetConfig changes the limits in place; attempts in flight and waiters are kept
@@ -216,14 +222,45 @@ type limitParts struct {
 	quota   Quota
 }
 
-func newLimits(c Config) *Limits {
+// BudgetConfig is the outage budget (R6): over a sliding 10 s window, retries may
+// be at most RetryPercent % of first attempts plus MinRetriesPerSecond·10.
+type BudgetConfig struct {
+	RetryPercent        int
+	MinRetriesPerSecond int
+}
+
+// RateLimitConfig bounds attempt starts, retries included. It is already divided
+// per pod by the controller.
+type RateLimitConfig struct {
+	RequestsPerSecond float64
+	Burst             int
+}
+
+// ConcurrencyConfig bounds attempts in flight, with a bounded FIFO queue whose
+// waiters each wait at most QueueTimeout.
+type ConcurrencyConfig struct {
+	MaxInFlight, MaxQueued int
+	QueueTimeout           time.Duration
+}
+
+// Settings are the limits of one upstream, from its compiled policy.
+type Settings struct {
+	Budget      *BudgetConfig      // nil = no outage budget
+	RateLimit   *RateLimitConfig   // nil = unlimited
+	Concurrency *ConcurrencyConfig // nil = unlimited
+	Pacing      PacingConfig
+	Quota       Quota // nil = none (docs/quota.md)
+}
+
+// New returns fresh Limits for c.
+func New(c Settings) *Limits {
 	l := &Limits{}
-	l.reconfigure(time.Now(), c)
+	l.Reconfigure(time.Now(), c)
 	return l
 }
 
-// reconfigure applies c in place: existing parts keep their state.
-func (l *Limits) reconfigure(now time.Time, c Config) {
+// Reconfigure applies c in place: existing parts keep their state.
+func (l *Limits) Reconfigure(now time.Time, c Settings) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var cur limitParts
@@ -412,48 +449,4 @@ func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxW
 		t.start = clk.Now()
 	}
 	return t, 0, nil
-}
-
-// Registry keeps the Limits of each upstream, keyed by Config.Name, for the life
-// of the process. After compiling a new Set on a config reload, call Adopt: every
-// policy of the new set then shares the state its upstream already had. Safe for
-// concurrent use.
-type Registry struct {
-	mu sync.Mutex
-	m  map[string]*Limits
-}
-
-// NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{m: make(map[string]*Limits)} }
-
-// Adopt is AdoptAt(time.Now(), s).
-func (r *Registry) Adopt(s *Set) { r.AdoptAt(time.Now(), s) }
-
-// AdoptAt binds every policy of s to its upstream's long-lived Limits: an
-// upstream seen before keeps its budget counts, tokens and in-flight slots, with
-// the new limits applied in place; a new upstream keeps the fresh state Compile
-// gave it. Upstreams that s no longer has are forgotten (requests still in flight
-// keep their own reference and release into it). Call it before publishing s.
-func (r *Registry) AdoptAt(now time.Time, s *Set) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	next := make(map[string]*Limits, len(s.policies))
-	for _, p := range s.policies {
-		l := r.m[p.cfg.Name]
-		if l == nil {
-			l = p.limits.Load()
-		} else {
-			l.reconfigure(now, p.cfg)
-			p.limits.Store(l)
-		}
-		next[p.cfg.Name] = l
-	}
-	r.m = next
-}
-
-// Get returns the Limits of an upstream name, or nil.
-func (r *Registry) Get(name string) *Limits {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m[name]
 }

@@ -1,4 +1,4 @@
-package retrypolicy
+package admission
 
 import (
 	"context"
@@ -150,7 +150,7 @@ func TestPacerReleasesInArrivalOrder(t *testing.T) {
 			t.Fatalf("release order %v, want 0..%d", order, n-1)
 		}
 	}
-	if p.active.Load() || p.Queued() != 0 {
+	if p.Active() || p.Queued() != 0 {
 		t.Fatal("pacer still active after every waiter left")
 	}
 }
@@ -183,34 +183,6 @@ func TestPacerExtensionRefusesWaitersItMakesLate(t *testing.T) {
 	clk.Advance(10 * time.Second)
 	if err := <-results[2]; err != nil {
 		t.Fatalf("last waiter: %v, want to go after the hold", err)
-	}
-}
-
-// TestRegistryKeepsTheHoldAcrossReload: the pacer is part of the upstream's
-// Limits, so a reloaded policy is still held.
-func TestRegistryKeepsTheHoldAcrossReload(t *testing.T) {
-	clk := clocktest.NewClock(now)
-	reg := NewRegistry()
-	paced := func(c *Config) { c.Pacing = PacingConfig{RateLimitHeaders: true} }
-	old := compile(t, paced)
-	s1, _ := NewSet(old)
-	reg.AdoptAt(now, s1)
-	old.Limits().Pacer().HoldAt(now, clk, now.Add(time.Minute), HoldRateLimit, nil)
-
-	fresh := compile(t, func(c *Config) { paced(c); c.MaxAttempts = 2 })
-	s2, _ := NewSet(fresh)
-	reg.AdoptAt(now, s2)
-	if u, r := fresh.Limits().Pacer().Hold(); !u.Equal(now.Add(time.Minute)) || r != HoldRateLimit {
-		t.Fatalf("hold after reload = %v, %v; want now+1m, rate-limit", u, r)
-	}
-	if _, _, err := fresh.Limits().Pacer().Wait(context.Background(), clk, time.Second); !errors.Is(err, ErrHeld) {
-		t.Fatalf("Wait on the reloaded policy = %v, want ErrHeld", err)
-	}
-	off := compile(t, nil)
-	s3, _ := NewSet(off)
-	reg.AdoptAt(now, s3)
-	if off.Limits().Pacer() != nil {
-		t.Fatal("a policy without pacing kept a pacer")
 	}
 }
 

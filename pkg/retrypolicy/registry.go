@@ -1,0 +1,52 @@
+package retrypolicy
+
+import (
+	"sync"
+	"time"
+
+	"github.com/retrydev/retry-operator/internal/admission"
+)
+
+// Registry keeps the Limits of each upstream, keyed by Config.Name, for the life
+// of the process. After compiling a new Set on a config reload, call Adopt: every
+// policy of the new set then shares the state its upstream already had. Safe for
+// concurrent use.
+type Registry struct {
+	mu sync.Mutex
+	m  map[string]*admission.Limits
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{m: make(map[string]*admission.Limits)} }
+
+// Adopt is AdoptAt(time.Now(), s).
+func (r *Registry) Adopt(s *Set) { r.AdoptAt(time.Now(), s) }
+
+// AdoptAt binds every policy of s to its upstream's long-lived Limits: an
+// upstream seen before keeps its budget counts, tokens and in-flight slots, with
+// the new limits applied in place; a new upstream keeps the fresh state Compile
+// gave it. Upstreams that s no longer has are forgotten (requests still in flight
+// keep their own reference and release into it). Call it before publishing s.
+func (r *Registry) AdoptAt(now time.Time, s *Set) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := make(map[string]*admission.Limits, len(s.policies))
+	for _, p := range s.policies {
+		l := r.m[p.cfg.Name]
+		if l == nil {
+			l = p.limits.Load()
+		} else {
+			l.Reconfigure(now, p.cfg.limitSettings())
+			p.limits.Store(l)
+		}
+		next[p.cfg.Name] = l
+	}
+	r.m = next
+}
+
+// Get returns the Limits of an upstream name, or nil.
+func (r *Registry) Get(name string) *admission.Limits {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[name]
+}
