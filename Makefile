@@ -159,6 +159,10 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 bench-controller: ## Manager scale benchmark: 1,000 RetryPolicies in 100 namespaces, steady-state writes, pod admission latency.
 	bench/controller/run.sh
 
+.PHONY: bench-quota
+bench-quota: ## Shared quota on a real redis-server: 10 and 50 pods, 10:1 skew, 1.2 R, growth, Redis stopped, vs the per-pod split (about 2 min; ARGS="-duration 60s -outage 30s").
+	go run ./bench/quota $(ARGS)
+
 .PHONY: bench-sidecar
 bench-sidecar: ## Sidecar vs HAProxy vs nginx vs direct on loopback (apt-installs haproxy nginx wrk if missing); writes docs/benchmarks.md.
 	bench/sidecar/run.sh

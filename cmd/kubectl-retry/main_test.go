@@ -77,6 +77,14 @@ var goldenCases = map[string][]string{
 		"--requests", "600", "--quota", "120/m", "--latency", "2s"},
 	"rehearse-twenty-reads": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced", "--quota", "120/m",
 		"--concurrency", "3", "-o", "json"},
+	// The seed plan for ten pods with 10:1 skew: one SharedQuota keeps the
+	// 90/min target for the fleet; today's split of rateLimit sheds the busy pod.
+	"rehearse-seed-plan-fleet-shared-quota": {"rehearse", "-f", "testdata/seed-fleet.yaml", "--upstream", "shared",
+		"--requests", "600", "--quota", "120/m", "--latency", "2s", "--pods", "10", "--skew", "10:1"},
+	"rehearse-seed-plan-fleet-split-rate-limit": {"rehearse", "-f", "testdata/seed-fleet.yaml", "--upstream", "split",
+		"--requests", "600", "--quota", "120/m", "--latency", "2s", "--pods", "10", "--skew", "10:1"},
+	"rehearse-bad-skew": {"rehearse", "-f", "testdata/seed-fleet.yaml", "--upstream", "shared", "--quota", "120/m",
+		"--pods", "10", "--skew", "10-1"},
 	"rehearse-bad-quota":    {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced", "--quota", "120/d"},
 	"rehearse-quota-needed": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced"},
 }

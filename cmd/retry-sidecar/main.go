@@ -107,6 +107,7 @@ func bindFlags(fs *flag.FlagSet, o *sidecar.Options, files *listFlag, logLevel *
 	fs.StringVar(&o.API.Server, "api-server", "", "API server URL for --api-credentials-dir; empty: from KUBERNETES_SERVICE_HOST/PORT")
 	fs.StringVar(&o.Sources.ConfigDir, "config-dir", "", "mounted retry-policies ConfigMap directory (reads policies.json; watched)")
 	fs.Var(files, "policy-file", "RetryPolicy YAML file (repeatable or comma-separated; watched)")
+	fs.StringVar(&o.Sources.QuotaCredentials, "quota-credentials-file", "", "file with \"username: NAME\" and \"password: SECRET\" lines: the store credentials of the SharedQuotas in --policy-file (watched; never logged)")
 	fs.StringVar(&o.Sources.PodLabels, "pod-labels", "", "downward API labels file selecting the policies that apply (watched); without it every policy applies")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "on SIGTERM, how long requests in flight may take to finish")
 	fs.StringVar(logLevel, "log-level", *logLevel, "debug (every attempt and outcome), info (retries and non-success outcomes), warn or error")

@@ -219,6 +219,7 @@ type limitParts struct {
 	limiter *rate.Limiter
 	gate    *Gate
 	pacer   *Pacer
+	quota   Quota
 }
 
 // BudgetConfig is the outage budget (R6): over a sliding 10 s window, retries may
@@ -248,6 +249,7 @@ type Settings struct {
 	RateLimit   *RateLimitConfig   // nil = unlimited
 	Concurrency *ConcurrencyConfig // nil = unlimited
 	Pacing      PacingConfig
+	Quota       Quota // nil = none (docs/quota.md)
 }
 
 // New returns fresh Limits for c.
@@ -291,7 +293,9 @@ func (l *Limits) Reconfigure(now time.Time, c Settings) {
 			next.gate.SetConfig(*c.Concurrency)
 		}
 	}
-	if c.Pacing.Enabled() {
+	next.quota = c.Quota
+	if c.Pacing.Enabled() || c.Quota != nil {
+		// A quota's fleet-wide hold is applied through the pacer too.
 		next.pacer = cur.pacer // a hold in force outlives the reload
 		if next.pacer == nil {
 			next.pacer = NewPacer()
@@ -308,6 +312,9 @@ func (l *Limits) Gate() *Gate { return l.parts.Load().gate }
 
 // Pacer is the upstream's quota-aware pacer, nil if pacing is off.
 func (l *Limits) Pacer() *Pacer { return l.parts.Load().pacer }
+
+// Quota is the fleet-wide quota the upstream draws on, nil if none.
+func (l *Limits) Quota() Quota { return l.parts.Load().quota }
 
 // Limiter is the upstream's start-rate limiter, nil if unlimited.
 func (l *Limits) Limiter() *rate.Limiter { return l.parts.Load().limiter }
@@ -335,10 +342,11 @@ type Sleeper func(ctx context.Context, d time.Duration) error
 type Ticket struct {
 	lim   *Limits
 	gate  *Gate
+	slots *Gate // of the quota
 	start time.Time
 }
 
-// Release returns the in-flight slot, if the attempt held one.
+// Release returns the in-flight slots, if the attempt held any.
 func (t Ticket) Release(now time.Time) {
 	if t.lim != nil {
 		t.lim.inFlight.Add(-1)
@@ -346,24 +354,37 @@ func (t Ticket) Release(now time.Time) {
 	if t.gate != nil {
 		t.gate.Release(now.Sub(t.start))
 	}
+	if t.slots != nil {
+		t.slots.Release(now.Sub(t.start))
+	}
 }
 
 // Admit asks permission to start one attempt (R7). maxWait is how long the
 // caller can afford to wait in total (its remaining deadline minus the attempt's
 // reserve). First a start token: if the limiter can give one within maxWait the
 // caller sleeps until then (sleep ends at once on cancellation), else it is shed
-// with the exact time the token would come. Then an in-flight slot from the Gate.
-// It returns ErrShed with the time until capacity returns (for the 503's
-// Retry-After), or the context's error.
+// with the exact time the token would come. Then a token of the shared quota,
+// if any (docs/quota.md): taken locally, waiting for the next lease while
+// maxWait allows. Then an in-flight slot from the Gate, and one of the quota's
+// fleet-wide slots. It returns ErrShed with the time until capacity returns
+// (for the 503's Retry-After), ErrQuotaDenied with the time until the request
+// may be sent again, or the context's error.
 //
 // The rate wait needs no queue of its own: every waiter has reserved a distinct
 // future token, so at most burst + rate·maxWait callers can be waiting, and a
 // caller that would wait past its deadline is shed, not queued.
 func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxWait time.Duration) (Ticket, time.Duration, error) {
 	parts := l.parts.Load()
-	lim, gate := parts.limiter, parts.gate
+	lim, gate, q := parts.limiter, parts.gate, parts.quota
 	var token *rate.Reservation
 	var tokenAt time.Time // when the token was due
+	giveBack := func() {
+		// The attempt never started: its start tokens go back. Cancelling as of
+		// the time it was due restores it even after the wait for it.
+		if token != nil {
+			token.CancelAt(tokenAt)
+		}
+	}
 	if lim != nil {
 		now := clk.Now()
 		r := lim.ReserveN(now, 1)
@@ -387,19 +408,45 @@ func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxW
 			tokenAt = now.Add(d)
 		}
 	}
-	if gate == nil {
-		l.inFlight.Add(1)
-		return Ticket{lim: l}, 0, nil
-	}
-	ra, err := gate.Acquire(ctx, clk, maxWait)
-	if err != nil {
-		if token != nil {
-			// The attempt never started: its start token goes back. Cancelling as
-			// of the time it was due restores it even after the wait for it.
-			token.CancelAt(tokenAt)
+	if q != nil {
+		l.pacing.Add(1)
+		spent, ra, err := takeQuota(ctx, q, clk, sleep, clk.Now(), maxWait)
+		l.pacing.Add(-1)
+		if err != nil {
+			giveBack()
+			return Ticket{}, ra, err
 		}
-		return Ticket{}, ra, err
+		maxWait -= spent
+	}
+	t := Ticket{lim: l}
+	if gate != nil {
+		ra, err := gate.Acquire(ctx, clk, maxWait)
+		if err != nil {
+			giveBack()
+			if q != nil {
+				q.Untake()
+			}
+			return Ticket{}, ra, err
+		}
+		t.gate = gate
+	}
+	if q != nil {
+		if slots := q.Slots(); slots != nil {
+			ra, err := slots.Acquire(ctx, clk, maxWait)
+			if err != nil {
+				if t.gate != nil {
+					t.gate.Release(0)
+				}
+				giveBack()
+				q.Untake()
+				return Ticket{}, ra, err
+			}
+			t.slots = slots
+		}
 	}
 	l.inFlight.Add(1)
-	return Ticket{lim: l, gate: gate, start: clk.Now()}, 0, nil
+	if t.gate != nil || t.slots != nil {
+		t.start = clk.Now()
+	}
+	return t, 0, nil
 }

@@ -276,6 +276,16 @@ func Compile(policies []Policy) (*retrypolicy.Set, error) {
 // CompileUpstreams is Compile that also returns the rendered upstream of each
 // compiled policy: what the sidecar needs beyond the retry rules (tls).
 func CompileUpstreams(policies []Policy) (*retrypolicy.Set, map[*retrypolicy.Policy]Upstream, error) {
+	return CompileWithQuotas(policies, nil)
+}
+
+// CompileWithQuotas is CompileUpstreams that binds each upstream with a
+// quotaRef to quotaOf(name), the runtime quota every attempt draws on (the
+// sidecar's store clients, docs/quota.md). With quotaOf nil the quotas are
+// left out (a tool that only reads the retry rules); a quotaOf that has no
+// quota of the name refuses the policies: such an upstream is never served
+// without its quota.
+func CompileWithQuotas(policies []Policy, quotaOf func(name string) retrypolicy.Quota) (*retrypolicy.Set, map[*retrypolicy.Policy]Upstream, error) {
 	origin := map[*retrypolicy.Policy]Upstream{}
 	count := map[string]int{}
 	for _, p := range policies {
@@ -295,6 +305,12 @@ func CompileUpstreams(policies []Policy) (*retrypolicy.Set, map[*retrypolicy.Pol
 			}
 			if count[u.Name] > 1 {
 				cfg.Name = p.Name + "/" + u.Name
+			}
+			if u.QuotaRef != nil && quotaOf != nil {
+				if cfg.Quota = quotaOf(u.QuotaRef.Name); cfg.Quota == nil {
+					return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].quotaRef.name: Not found: %q: no such quota in the configuration",
+						p.Namespace, p.Name, i, u.QuotaRef.Name)
+				}
 			}
 			cp, err := retrypolicy.Compile(cfg)
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/quota"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -66,4 +67,32 @@ func PickUpstream(set *retrypolicy.Set, name string) (*retrypolicy.Policy, error
 		return nil, &UsageError{Msg: fmt.Sprintf("--upstream %q: no such upstream; the file has %s", name, strings.Join(names, ", "))}
 	}
 	return nil, &UsageError{Msg: fmt.Sprintf("--upstream %q: ambiguous; name one of %s", name, strings.Join(names, ", "))}
+}
+
+// SharedQuotaOf returns the SharedQuota that the upstream p of the file at
+// path draws on (its quotaRef, resolved against the SharedQuota documents of
+// the file, as the sidecar's --policy-file does), or nil if it has none.
+func SharedQuotaOf(path string, p *retrypolicy.Policy) (*quota.Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &UsageError{Msg: "-f: " + err.Error()}
+	}
+	doc, err := policyset.FromPolicyYAML(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, pol := range doc.Policies {
+		for _, u := range pol.Upstreams {
+			if u.QuotaRef == nil || (p.Name() != u.Name && p.Name() != pol.Name+"/"+u.Name) {
+				continue
+			}
+			q, ok := doc.Quota(u.QuotaRef.Name)
+			if !ok {
+				return nil, fmt.Errorf("%s: quotaRef %q: no SharedQuota of that name in the file", path, u.QuotaRef.Name)
+			}
+			return &quota.Spec{Name: q.Name, RequestsPerSecond: q.RequestsPerSecond, Burst: int(q.Burst),
+				Concurrency: int(q.Concurrency), OnStoreLoss: quota.StoreLoss(q.OnStoreLoss)}, nil
+		}
+	}
+	return nil, nil
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/admission"
+	"github.com/retrydev/retry-operator/internal/quota"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
@@ -37,6 +38,16 @@ type RehearseInput struct {
 	Latency time.Duration
 	Seed    uint64
 	Start   time.Time
+	// Pods is the number of sidecars the requests go through (0 or 1: one).
+	// Pod 1 gets Skew[0] shares of the requests and workers, every other pod
+	// Skew[1] (0 0: even).
+	Pods int
+	Skew [2]int
+	// SharedQuota, if set, is the fleet-wide quota of the policy's upstream
+	// (its quotaRef): every pod leases from one store on the virtual clock with
+	// the sidecar's own client (internal/quota). Without it, several pods each
+	// get rateLimit ÷ Pods, as the manager renders it today.
+	SharedQuota *quota.Spec
 }
 
 // Spacing summarises the gaps between consecutive attempt starts at the upstream.
@@ -65,6 +76,11 @@ type RehearseResult struct {
 	Concurrency int    `json:"concurrency"`
 	Latency     string `json:"latency"`
 	Seed        uint64 `json:"seed"`
+	// Pods and Skew are the fleet (omitted for one pod); SharedQuota names the
+	// quota the pods lease from, "" for the per-pod split of rateLimit.
+	Pods        int    `json:"pods,omitempty"`
+	Skew        string `json:"skew,omitempty"`
+	SharedQuota string `json:"sharedQuota,omitempty"`
 	Plan        Plan   `json:"plan"`
 
 	// FirstAttempts and Retries are transmissions to the upstream.
@@ -108,57 +124,70 @@ func ParseQuota(s string) (int, time.Duration, error) {
 }
 
 // Rehearse runs the rehearsal on a virtual clock through the real
-// retryhttp.Transport (decisions, budget, rate limiter, concurrency gate).
+// retryhttp.Transport (decisions, budget, rate limiter, concurrency gate) of
+// every pod, and the real quota client when the upstream has a SharedQuota.
 // Exactly one simulated goroutine runs at any time, so a seed gives one result.
 func Rehearse(in RehearseInput) (RehearseResult, error) {
-	if in.Requests < 1 || in.Concurrency < 1 || in.Quota < 1 || in.QuotaWindow <= 0 || in.Latency < 0 {
-		return RehearseResult{}, errors.New("retrysim: Requests, Concurrency, Quota >= 1, QuotaWindow > 0, Latency >= 0")
+	if in.Requests < 1 || in.Concurrency < 1 || in.Quota < 1 || in.QuotaWindow <= 0 || in.Latency < 0 || in.Pods < 0 {
+		return RehearseResult{}, errors.New("retrysim: Requests, Concurrency, Quota >= 1, QuotaWindow > 0, Latency >= 0, Pods >= 0")
 	}
-	// A fresh compile: fresh budget, limiter and gate for every rehearsal.
-	pol, err := retrypolicy.Compile(in.Policy.Config())
+	s := newSched(in.Start)
+	f, err := newFleet(in, s)
 	if err != nil {
 		return RehearseResult{}, err
 	}
-	s := newSched(in.Start, pol.Limits().Gate())
 	up := &quotaUpstream{s: s, quota: in.Quota, window: in.QuotaWindow, latency: in.Latency}
 	rng := rand.New(rand.NewPCG(in.Seed, in.Seed^0x9e3779b97f4a7c15))
+	pol := f.pods[0].pol
 	url := "http://" + exampleHost(pol.Config().Hosts) + "/"
 	res := RehearseResult{
 		Upstream: pol.Name(), Requests: in.Requests, Concurrency: in.Concurrency,
 		Quota: fmt.Sprintf("%d/%s", in.Quota, shortUnit(in.QuotaWindow)), Latency: in.Latency.String(),
 		Seed: in.Seed, FinalErrors: map[string]int{},
 	}
-	var next, done int // requests started and ended; only the running proc touches them
+	if len(f.pods) > 1 {
+		res.Pods, res.Skew = len(f.pods), fmt.Sprintf("%d:%d", f.skew[0], f.skew[1])
+	}
+	if in.SharedQuota != nil {
+		res.SharedQuota = in.SharedQuota.Name
+	}
+	var done int // requests ended; only the running proc touches it
 	var end time.Time
-	for w := 0; w < in.Concurrency; w++ {
-		p := s.spawn()
-		rt := &retryhttp.Transport{
-			Inner: up, Route: retryhttp.Static(pol), Clock: procClock{s, p},
-			Sleep:  func(ctx context.Context, d time.Duration) error { return s.sleep(p, ctx, d) },
-			Random: rng.Float64,
-		}
-		go s.run(p, func() {
-			for next < in.Requests {
-				next++
-				ctx := context.WithValue(context.Background(), procKey{}, p)
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-				outcome := roundTrip(rt, req)
-				done++
-				if outcome == string(retrypolicy.OutcomeSuccess) {
-					res.Successes++
-				} else {
-					res.FinalErrors[outcome]++
-				}
-				end = s.clk.Now()
+	for _, fp := range f.pods {
+		for range fp.workers {
+			p := s.spawn()
+			rt := &retryhttp.Transport{
+				Inner: up, Route: retryhttp.Static(fp.pol), Clock: procClock{s, p},
+				Sleep:  func(ctx context.Context, d time.Duration) error { return s.sleep(p, ctx, d) },
+				Random: rng.Float64,
 			}
-		})
+			go s.run(p, func() {
+				for fp.next < fp.requests {
+					fp.next++
+					ctx := context.WithValue(context.Background(), procKey{}, p)
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+					outcome := roundTrip(rt, req)
+					done++
+					if outcome == string(retrypolicy.OutcomeSuccess) {
+						res.Successes++
+					} else {
+						res.FinalErrors[outcome]++
+					}
+					end = s.clk.Now()
+					if done == in.Requests {
+						f.close() // the quota clients' lease timers end too
+					}
+				}
+			})
+		}
 	}
 	s.loop()
 	if done != in.Requests {
+		f.close()
 		return RehearseResult{}, fmt.Errorf("retrysim: the rehearsal stalled after %d of %d requests", done, in.Requests)
 	}
 
-	res.measure(in, up, pol.Config(), end)
+	res.measure(in, up, in.Policy.Config(), end)
 	return res, nil
 }
 
@@ -177,6 +206,9 @@ func (res *RehearseResult) measure(in RehearseInput, up *quotaUpstream, cfg retr
 	perMinute := float64(in.Quota) * float64(time.Minute) / float64(in.QuotaWindow)
 	if r := cfg.RateLimit; r != nil {
 		perMinute = r.RequestsPerSecond * 60
+	}
+	if q := in.SharedQuota; q != nil {
+		perMinute = q.RequestsPerSecond * 60
 	}
 	res.Plan = Plan{
 		RequestsPerMinute: round2(perMinute),
@@ -295,9 +327,9 @@ func (u *quotaUpstream) track(now time.Time, delta int) {
 // wake-up is a timer of the clock, so the order of events is the order of
 // virtual time, ties in creation order.
 type sched struct {
-	clk  *clocktest.Clock
-	back chan struct{} // the running proc parked or ended
-	gate *admission.Gate
+	clk   *clocktest.Clock
+	back  chan struct{} // the running proc parked or ended
+	gates []*admission.Gate
 
 	mu      sync.Mutex
 	waiting []*proc // parked procs that also wake when their context ends
@@ -312,8 +344,8 @@ type proc struct {
 	ctx   context.Context
 }
 
-func newSched(start time.Time, gate *admission.Gate) *sched {
-	s := &sched{clk: clocktest.NewClock(start), back: make(chan struct{}), gate: gate}
+func newSched(start time.Time) *sched {
+	s := &sched{clk: clocktest.NewClock(start), back: make(chan struct{})}
 	s.clk.BeforeFire = s.settle
 	return s
 }
@@ -346,14 +378,18 @@ func (s *sched) loop() {
 	}
 }
 
-// settle waits until every proc that the concurrency gate granted a slot to
+// settle waits until every proc that a concurrency gate granted a slot to
 // (while another proc held the baton) has asked for the baton again, so that
 // it resumes at the virtual time of the grant.
 func (s *sched) settle() {
-	if s.gate == nil {
-		return
-	}
-	for s.inGate.Load() != int64(s.gate.Queued()) {
+	for {
+		queued := 0
+		for _, g := range s.gates {
+			queued += g.Queued()
+		}
+		if s.inGate.Load() == int64(queued) {
+			return
+		}
 		runtime.Gosched()
 	}
 }

@@ -31,6 +31,9 @@ type Sources struct {
 	// PodLabels is the downward API labels file (key="value" lines). Without it,
 	// every policy given applies; with it, only those whose podSelector matches.
 	PodLabels string
+	// QuotaCredentials is --quota-credentials-file: the store credentials of
+	// the shared quotas whose rendering names no file of its own (docs/quota.md).
+	QuotaCredentials string
 }
 
 // Config is one loaded configuration: immutable once built.
@@ -43,6 +46,8 @@ type Config struct {
 	SHA256 string
 	// Upstreams are the names of the upstreams selected for this pod.
 	Upstreams []string
+	// Quotas are the names of the shared quotas they draw on.
+	Quotas []string
 	// tls holds the TLS origination of the policies that have one.
 	tls map[*retrypolicy.Policy]*tlsUpstream
 	// policies names the RetryPolicy (namespace/name) of each upstream name.
@@ -65,6 +70,7 @@ type raw struct {
 	files     [][]byte
 	labels    []byte
 	hasLabels bool
+	creds     []byte // --quota-credentials-file: a new password is a new configuration
 }
 
 // read reads every source. A missing policies.json is an empty configuration; a
@@ -85,6 +91,13 @@ func (s Sources) read() (raw, error) {
 			return r, fmt.Errorf("--policy-file: %w", err)
 		}
 		r.files = append(r.files, b)
+	}
+	if s.QuotaCredentials != "" {
+		b, err := os.ReadFile(s.QuotaCredentials)
+		if err != nil {
+			return r, fmt.Errorf("--quota-credentials-file: %w", err)
+		}
+		r.creds = b
 	}
 	if s.PodLabels != "" {
 		b, err := os.ReadFile(s.PodLabels)
@@ -116,7 +129,7 @@ func (r raw) policyBytes() []byte {
 
 func (r raw) key() string {
 	h := sha256.New()
-	for _, part := range append([][]byte{[]byte(r.source), r.dir, r.labels}, r.files...) {
+	for _, part := range append([][]byte{[]byte(r.source), r.dir, r.labels, r.creds}, r.files...) {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
@@ -132,10 +145,12 @@ func (s Sources) Load() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.compile(s)
+	return r.compile(s, nil)
 }
 
-func (r raw) compile(s Sources) (*Config, error) {
+// compile builds the configuration; q holds the clients of the shared quotas
+// (nil: none are started, and an upstream with a quotaRef is refused).
+func (r raw) compile(s Sources, q *quotaClients) (*Config, error) {
 	var doc policyset.Document
 	if r.dir != nil {
 		d, err := policyset.Unmarshal(r.dir)
@@ -146,6 +161,7 @@ func (r raw) compile(s Sources) (*Config, error) {
 			return nil, fmt.Errorf("--config-dir %s: %w", s.ConfigDir, err)
 		}
 		doc.Policies = append(doc.Policies, d.Policies...)
+		doc.Quotas = append(doc.Quotas, d.Quotas...)
 	}
 	if len(r.files) > 0 {
 		// One input: a policy may name a CA ConfigMap given in another file.
@@ -154,6 +170,7 @@ func (r raw) compile(s Sources) (*Config, error) {
 			return nil, fmt.Errorf("--policy-file %s: %w", strings.Join(s.PolicyFiles, ","), err)
 		}
 		doc.Policies = append(doc.Policies, d.Policies...)
+		doc.Quotas = append(doc.Quotas, d.Quotas...)
 	}
 	var labels map[string]string
 	if r.hasLabels {
@@ -167,7 +184,19 @@ func (r raw) compile(s Sources) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	set, upstreams, err := policyset.CompileUpstreams(selected)
+	var used []policyset.Quota
+	for _, name := range policyset.QuotaRefs(selected) {
+		pq, ok := doc.Quota(name)
+		if !ok {
+			return nil, fmt.Errorf("quotaRef %q: no SharedQuota of that name in the configuration", name)
+		}
+		used = append(used, pq)
+	}
+	quotaOf, err := q.resolve(used, s.QuotaCredentials)
+	if err != nil {
+		return nil, err
+	}
+	set, upstreams, err := policyset.CompileWithQuotas(selected, quotaOf)
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +213,9 @@ func (r raw) compile(s Sources) (*Config, error) {
 	}
 	for _, p := range set.Policies() {
 		c.Upstreams = append(c.Upstreams, p.Name())
+	}
+	for _, pq := range used {
+		c.Quotas = append(c.Quotas, pq.Name)
 	}
 	c.policies = policyNames(selected)
 	return c, nil

@@ -50,6 +50,7 @@ import (
 //	retry_sidecar_stats_connections_refused_total               stats connections reset because the cap was reached
 //	retry_sidecar_trace_spans_exported_total                    spans the OTLP collector took (docs/observability.md#tracing)
 //	retry_sidecar_trace_spans_dropped_total{reason}             spans lost: queue_full (collector slow or down), export_failed
+//	retry_sidecar_quota_…{quota,…}                              shared quotas (quotametrics.go, docs/quota.md#metrics)
 //
 // plus the Go runtime and process collectors (process_resident_memory_bytes).
 type Metrics struct {
@@ -87,6 +88,8 @@ type Metrics struct {
 	replayMemory  atomic.Pointer[retryhttp.ReplayMemory] // feeds replay_memory_bytes
 	statsListener atomic.Pointer[cappedListener]         // feeds the stats port series
 	upstreams     sync.Map                               // upstream name -> *upstreamMetrics
+	quota         *quotaSeries
+	quotaClients  sync.Map // *quota.Client -> struct{}
 	infoMu        sync.Mutex
 	infoHash      string
 }
@@ -183,6 +186,8 @@ func NewMetrics() *Metrics {
 		m.skew, m.held, m.holdEnd, m.rateLimitFailures, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.configRevision, m.configStale, m.apiUp, m.apiFallbacks, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts, m.spansExported, m.spansDropped,
 		newOccupancy(m), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registerWatched(ns)
+	m.quota = newQuotaSeries(ns)
+	m.Registry.MustRegister(quotaCollector{m})
 	return m
 }
 

@@ -27,6 +27,7 @@ type Reloader struct {
 	Log      *slog.Logger
 	Metrics  *Metrics
 	registry *retrypolicy.Registry
+	quotas   *quotaClients
 
 	current atomic.Pointer[Config]
 	// api is the API watch's delivery of policies.json, nil while the watch
@@ -53,7 +54,7 @@ func (r *Reloader) SetAPI(running bool, data []byte) error {
 
 // NewReloader returns a Reloader with no configuration yet (not ready).
 func NewReloader(src Sources, log *slog.Logger, m *Metrics) *Reloader {
-	return &Reloader{Sources: src, Log: log, Metrics: m, registry: retrypolicy.NewRegistry()}
+	return &Reloader{Sources: src, Log: log, Metrics: m, registry: retrypolicy.NewRegistry(), quotas: newQuotaClients(log, m)}
 }
 
 // Route is the retryhttp.Transport route: the policy of the request's
@@ -145,9 +146,10 @@ func (r *Reloader) Reload() error {
 			return nil // the same broken input again: already reported
 		}
 		var c *Config
-		if c, err = in.compile(r.Sources); err == nil {
+		if c, err = in.compile(r.Sources, r.quotas); err == nil {
 			r.registry.Adopt(c.Set)
 			r.current.Store(c)
+			r.quotas.retain(c.Quotas)
 			r.failedKey, r.staleKey = "", ""
 			r.inForce = c.Revision
 			r.Metrics.configLoaded(c.Hash, c.Upstreams, c.Revision)
@@ -155,6 +157,11 @@ func (r *Reloader) Reload() error {
 			return nil
 		}
 		r.failedKey = key
+		if cur := r.current.Load(); cur != nil {
+			r.quotas.retain(cur.Quotas) // clients made for the refused configuration go
+		} else {
+			r.quotas.retain(nil)
+		}
 	}
 	r.Metrics.reloadErrors.Inc()
 	kept := ""
@@ -202,6 +209,9 @@ func (r *Reloader) watchDirs(w *fsnotify.Watcher) {
 	}
 	if r.Sources.PodLabels != "" {
 		add(filepath.Dir(r.Sources.PodLabels))
+	}
+	if r.Sources.QuotaCredentials != "" {
+		add(filepath.Dir(r.Sources.QuotaCredentials))
 	}
 }
 

@@ -83,6 +83,10 @@ type Config struct {
 	// Pacing holds the upstream when it says it has no capacity (docs/pacing.md);
 	// the zero value is off.
 	Pacing PacingConfig
+	// Quota is the fleet-wide quota every attempt draws on (docs/quota.md),
+	// nil for none. It is a runtime object the caller builds (the sidecar's
+	// store client), shared by every upstream that names the same quota.
+	Quota Quota
 }
 
 // The limits of an upstream (R6, R7, docs/pacing.md). Their runtime state is
@@ -100,6 +104,9 @@ type (
 	PacingConfig = admission.PacingConfig
 	// HoldReason says why an upstream is held; its String is the log and metric value.
 	HoldReason = admission.HoldReason
+	// Quota is a fleet-wide quota an upstream draws on (docs/quota.md); the
+	// sidecar's store client implements it.
+	Quota = admission.Quota
 )
 
 // The reasons for a hold (Event.HoldReason of package retryhttp).
@@ -354,7 +361,8 @@ func (p *Policy) Limits() *admission.Limits { return p.limits.Load() }
 
 // limitSettings are the parts of c that the runtime state applies.
 func (c *Config) limitSettings() admission.Settings {
-	return admission.Settings{Budget: c.Budget, RateLimit: c.RateLimit, Concurrency: c.Concurrency, Pacing: c.Pacing}
+	return admission.Settings{Budget: c.Budget, RateLimit: c.RateLimit, Concurrency: c.Concurrency, Pacing: c.Pacing,
+		Quota: c.Quota}
 }
 
 // RetriesStatus reports whether the policy retries responses with this status.

@@ -20,8 +20,19 @@ import (
 // local 429 when the hold ends too late for the deadline, or the context's
 // error when the caller gave up in line.
 func (c *call) awaitHold(ctx context.Context, n int) (*http.Response, error) {
-	pc := c.p.Limits().Pacer()
-	if pc == nil || !pc.Active() {
+	limits := c.p.Limits()
+	pc := limits.Pacer()
+	if pc == nil {
+		return nil, nil
+	}
+	if q := limits.Quota(); q != nil {
+		// A hold another pod drawing on the same quota saw (docs/quota.md).
+		now := c.clk.Now()
+		if until := q.HoldUntil(now); !until.IsZero() {
+			c.holdLocal(pc, now, until, retrypolicy.HoldRateLimit)
+		}
+	}
+	if !pc.Active() {
 		return nil, nil
 	}
 	start := c.clk.Now()
@@ -66,6 +77,16 @@ func (c *call) startHolds(ev *Event, resp *http.Response, received time.Time, d 
 }
 
 func (c *call) hold(pc *admission.Pacer, now, until time.Time, reason retrypolicy.HoldReason) {
+	if c.holdLocal(pc, now, until, reason) {
+		if q := c.p.Limits().Quota(); q != nil {
+			q.Hold(until) // the whole fleet holds (docs/quota.md)
+		}
+	}
+}
+
+// holdLocal holds the upstream in this pod; true if the hold started or moved
+// later.
+func (c *call) holdLocal(pc *admission.Pacer, now, until time.Time, reason retrypolicy.HoldReason) bool {
 	var notify admission.HoldNotify
 	if o := c.t.Observer; o != nil {
 		name, id := c.p.Name(), c.id
@@ -77,7 +98,7 @@ func (c *call) hold(pc *admission.Pacer, now, until time.Time, reason retrypolic
 			o.Observe(e)
 		}
 	}
-	pc.HoldAt(now, c.clk, until, reason, notify)
+	return pc.HoldAt(now, c.clk, until, reason, notify)
 }
 
 // answerHeld answers a request the hold does not let through in time, without

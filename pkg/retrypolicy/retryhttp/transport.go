@@ -333,9 +333,12 @@ func (c *call) admit(ctx context.Context, limits *admission.Limits, n int) (admi
 	c.tokenWait = 0
 	tk, ra, err := limits.Admit(ctx, c.clk, c.sleepForToken, c.deadline.Sub(now)-c.p.Reserve())
 	if err != nil {
-		if errors.Is(err, admission.ErrShed) {
+		switch {
+		case errors.Is(err, admission.ErrShed):
 			resp, err = c.shed(n, ra)
-		} else {
+		case errors.Is(err, admission.ErrQuotaDenied):
+			resp, err = c.answerHeld(n, c.clk.Now().Add(ra)), nil
+		default:
 			resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
 		}
 		return time.Time{}, resp, err, true

@@ -1,0 +1,42 @@
+package quota
+
+import (
+	"github.com/retrydev/retry-operator/internal/admission"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
+)
+
+// newFullClient is a client holding n tokens, its store idle.
+func newFullClient(tb testing.TB, n int64) *Client {
+	clk := clocktest.NewClock(t0)
+	c := New(Spec{Name: "b", RequestsPerSecond: 1000, Burst: 100}, NewModel(clk), clk, "pod",
+		slog.New(slog.NewTextHandler(io.Discard, nil)), Observer{})
+	c.tokens.Store(n)
+	return c
+}
+
+func TestTakeAtDoesNotAllocate(t *testing.T) {
+	c := newFullClient(t, 1<<40)
+	if n := testing.AllocsPerRun(1000, func() { c.TakeAt(t0, 0) }); n != 0 {
+		t.Errorf("TakeAt with tokens on hand allocates %.0f times, want 0", n)
+	}
+}
+
+// BenchmarkTakeAt is the hot path of a shared quota: a token on hand, taken
+// by many goroutines at once.
+func BenchmarkTakeAt(b *testing.B) {
+	c := newFullClient(b, 1<<40)
+	now := time.Now()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, v := c.TakeAt(now, 0); v != admission.QuotaGranted {
+				b.Fatal("no token")
+			}
+		}
+	})
+}

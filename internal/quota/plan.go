@@ -1,0 +1,105 @@
+package quota
+
+import (
+	"math"
+	"time"
+)
+
+// The pure arithmetic of a pod's lease: how much to ask for, and what to
+// admit when the store is lost. Kept free of state and clocks so the Client,
+// the rehearsal and the tests share it.
+
+// Interval is the time between two lease operations of a pod under demand:
+// at most 10 store operations per second per pod (docs/quota.md).
+const Interval = 100 * time.Millisecond
+
+// IdleInterval is the time between two lease operations of a pod without
+// demand: it keeps its slots and its place in the fleet's demand alive.
+const IdleInterval = time.Second
+
+// LeaseTTL is how long the store keeps a pod's tokens, slots and demand
+// after its last lease operation: a pod killed holding slots gives them back
+// within it (docs/quota.md), and a pod that lost the store stops spending the
+// tokens it holds after it.
+const LeaseTTL = 5 * time.Second
+
+// margin is how much more than its fair share of the next interval a pod
+// asks for: the store grants at most what it has, so asking a little more
+// leaves no token unused in the bucket (arrivals are bursty, steps late on a
+// loaded machine) while every pod still gets about its share; 1.05 left 2 to
+// 8 % of the quota unused on a loaded machine (docs/performance.md#shared-quota).
+const margin = 1.15
+
+// Want is the number of tokens a pod asks for in one lease operation: its
+// fair share of the quota's rate over the next interval, with a margin, less
+// the tokens it holds. Its fair share is its own demand when the
+// fleet's demand fits the rate, else its demand scaled down by rate / fleet
+// demand, so that the fleet's asks add up to about the rate and a busy pod
+// gets as much of the quota as its demand is of the fleet's. A share of less
+// than one token per interval is carried over (carry in, carry out) rather
+// than rounded up, so a slow pod does not sit on tokens the others need.
+//
+//	demand  fleet  rate   interval  held  carry  want, carry
+//	600/s   1200/s 1000/s 100ms     0     0      57, 0.5     (500·0.1·1.15 = 57.5)
+//	600/s   1200/s 1000/s 100ms     25    0      32, 0.5
+//	1/s     10/s   1.5/s  100ms     0     0      0, 0.01725  (0.15·0.1·1.15)
+//	1/s     10/s   1.5/s  100ms     0     0.99   1, 0.00725
+//	10/s    10/s   1000/s 100ms     0     0      1, 0.15     (a first attempt after idle)
+func Want(demand, fleetDemand, rate float64, interval time.Duration, held int64, carry float64) (int64, float64) {
+	share := demand
+	if fleetDemand > rate && fleetDemand > 0 {
+		share = demand * rate / fleetDemand
+	}
+	w := share*interval.Seconds()*margin - float64(held) + carry
+	if w <= 0 {
+		return 0, 0
+	}
+	want := int64(math.Floor(w))
+	return want, w - float64(want)
+}
+
+// Share is the fraction of the fleet's demand that is this pod's: what
+// onStoreLoss LastShare admits of the quota's rate while the store is lost.
+// Without a known fleet demand it is 1/pods.
+func Share(demand, fleetDemand float64, pods int) float64 {
+	if fleetDemand > 0 && demand <= fleetDemand {
+		return demand / fleetDemand
+	}
+	return 1 / float64(max(pods, 1))
+}
+
+// Fallback is what a pod admits on its own while the store is lost: rate
+// tokens per second with burst, or nothing at all (Deny, or a pod that never
+// reached the store: it knows neither its share nor the number of pods).
+type Fallback struct {
+	Deny  bool
+	Rate  float64
+	Burst int
+}
+
+// FallbackFor is the fallback of mode for a pod with the given last-known
+// demand, fleet demand and number of pods (pods 0: the store was never
+// reached).
+//
+//	mode       demand fleet  pods  quota 1000/s burst 100  fallback
+//	LastShare  600    1200   10                             500/s burst 50
+//	EvenShare  600    1200   10                             100/s burst 10
+//	Deny       -      -      -                              deny
+//	LastShare  -      -      0                              deny
+func FallbackFor(mode StoreLoss, spec Spec, demand, fleetDemand float64, pods int) Fallback {
+	if mode == StoreLossDeny || pods == 0 {
+		return Fallback{Deny: true}
+	}
+	f := 1 / float64(pods)
+	if mode == StoreLossLastShare {
+		f = Share(demand, fleetDemand, pods)
+	}
+	return Fallback{Rate: spec.RequestsPerSecond * f, Burst: max(int(math.Ceil(float64(spec.Burst)*f)), 1)}
+}
+
+// SlotsWant is the number of fleet-wide slots a pod asks for: those in use
+// and queued for, plus one so a new attempt need not wait for a lease, at
+// most the quota's concurrency.
+func SlotsWant(inFlight, queued, concurrency int) int64 {
+	return int64(min(inFlight+queued+1, concurrency))
+}

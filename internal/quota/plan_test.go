@@ -1,0 +1,53 @@
+package quota
+
+import (
+	"testing"
+	"time"
+)
+
+func TestWant(t *testing.T) {
+	tests := map[string]struct {
+		demand, fleet, rate float64
+		held                int64
+		carry               float64
+		want                int64
+		wantCarry           float64
+	}{
+		"a busy pod of an overloaded fleet asks for its scaled share":  {600, 1200, 1000, 0, 0, 57, 0.5},
+		"tokens on hand are subtracted":                                {600, 1200, 1000, 25, 0, 32, 0.5},
+		"less than a token per interval is carried, not rounded up":    {1, 10, 1.5, 0, 0, 0, 0.01725},
+		"the carry makes a token once it reaches one":                  {1, 10, 1.5, 0, 0.99, 1, 0.00725},
+		"a first attempt after an idle spell asks for a token at once": {10, 10, 1000, 0, 0, 1, 0.15},
+		"holding more than the share asks for nothing":                 {10, 10, 1000, 5, 0.5, 0, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, carry := Want(tc.demand, tc.fleet, tc.rate, 100*time.Millisecond, tc.held, tc.carry)
+			if got != tc.want || carry < tc.wantCarry-1e-9 || carry > tc.wantCarry+1e-9 {
+				t.Errorf("Want = %d, carry %g; want %d, carry %g", got, carry, tc.want, tc.wantCarry)
+			}
+		})
+	}
+}
+
+func TestFallbackFor(t *testing.T) {
+	spec := Spec{RequestsPerSecond: 1000, Burst: 100}
+	tests := map[string]struct {
+		mode          StoreLoss
+		demand, fleet float64
+		pods          int
+		want          Fallback
+	}{
+		"LastShare admits the pod's share of the fleet's demand": {StoreLossLastShare, 600, 1200, 10, Fallback{Rate: 500, Burst: 50}},
+		"EvenShare admits the rate divided by the pods":          {StoreLossEvenShare, 600, 1200, 10, Fallback{Rate: 100, Burst: 10}},
+		"Deny admits nothing":                                    {StoreLossDeny, 600, 1200, 10, Fallback{Deny: true}},
+		"a pod that never reached the store admits nothing":      {StoreLossLastShare, 0, 0, 0, Fallback{Deny: true}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := FallbackFor(tc.mode, spec, tc.demand, tc.fleet, tc.pods); got != tc.want {
+				t.Errorf("FallbackFor = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,122 @@
+// Package redisstore is the quota.Store of the sidecar: one Redis server,
+// one atomic script per lease operation, run on the server's clock so the
+// pods' clocks do not matter (docs/quota.md).
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/retrydev/retry-operator/internal/quota"
+)
+
+//go:embed lease.lua
+var leaseSource string
+
+// lease is loaded once per server and run by its SHA1 (EVALSHA); a server
+// that lost it (restarted, SCRIPT FLUSH) answers NOSCRIPT and the script is
+// sent again (EVAL), which loads it back.
+var lease = redis.NewScript(leaseSource)
+
+// go-redis logs its dial failures itself; the quota client reports the
+// store's state once per change instead (docs/quota.md#when-the-store-is-lost), so the
+// library's own lines are dropped.
+func init() { redis.SetLogger(quiet{}) }
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// Options are how the store is reached.
+type Options struct {
+	Address            string
+	Username, Password string
+	// KeyPrefix names a quota's keys: KeyPrefix(name) + "bucket", "pods",
+	// "hold".
+	KeyPrefix func(name string) string
+}
+
+// Store is a Redis server holding the state of any number of quotas. Safe
+// for concurrent use.
+type Store struct {
+	rdb    *redis.Client
+	prefix func(string) string
+}
+
+// New returns a store over a small pool to o.Address. Nothing is dialled
+// until the first lease operation.
+func New(o Options) *Store {
+	rdb := redis.NewClient(&redis.Options{
+		Addr: o.Address, Username: o.Username, Password: o.Password,
+		DialTimeout: quota.StoreTimeout, ReadTimeout: quota.StoreTimeout, WriteTimeout: quota.StoreTimeout,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1, // the next lease operation is the retry
+		PoolSize:              4,
+		DisableIdentity:       true, // no CLIENT SETINFO: the ACL user need not be allowed it
+		Protocol:              2,
+	})
+	return &Store{rdb: rdb, prefix: o.KeyPrefix}
+}
+
+// Close closes the connections.
+func (s *Store) Close() error { return s.rdb.Close() }
+
+// Lease implements quota.Store.
+func (s *Store) Lease(ctx context.Context, spec quota.Spec, r quota.LeaseRequest) (quota.LeaseReply, error) {
+	p := s.prefix(spec.Name)
+	var hold int64
+	if !r.Hold.IsZero() {
+		hold = r.Hold.UnixMilli()
+	}
+	res, err := lease.Run(ctx, s.rdb, []string{p + "bucket", p + "pods", p + "hold"},
+		r.Pod, spec.RequestsPerSecond, spec.Burst, spec.Concurrency, r.Want, r.Held,
+		strconv.FormatFloat(r.Demand, 'f', 3, 64), r.Slots, r.InUse, hold, quota.LeaseTTL.Milliseconds(), r.Returned).Slice()
+	if err != nil {
+		return quota.LeaseReply{}, classify(err)
+	}
+	return parse(res)
+}
+
+// classify marks the errors that retrying does not mend: a wrong password, no
+// password, or an ACL user without the keys or commands of the quota (the
+// rules the manager gives it are quotastore.UserRules).
+func classify(err error) error {
+	msg := err.Error()
+	for _, code := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+		if strings.HasPrefix(msg, code) || strings.Contains(msg, " "+code+" ") {
+			return fmt.Errorf("%w: %s", quota.ErrRefused, code)
+		}
+	}
+	return err
+}
+
+func parse(res []any) (quota.LeaseReply, error) {
+	if len(res) != 6 {
+		return quota.LeaseReply{}, fmt.Errorf("redisstore: lease script answered %d values, want 6", len(res))
+	}
+	ints := [6]int64{}
+	for _, i := range []int{0, 1, 3, 4, 5} {
+		n, ok := res[i].(int64)
+		if !ok {
+			return quota.LeaseReply{}, fmt.Errorf("redisstore: lease script value %d is %T, want an integer", i, res[i])
+		}
+		ints[i] = n
+	}
+	s, _ := res[2].(string)
+	fleet, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return quota.LeaseReply{}, errors.New("redisstore: lease script answered a fleet demand that is not a number")
+	}
+	r := quota.LeaseReply{Granted: ints[0], Slots: ints[1], FleetDemand: fleet, Pods: int(ints[3])}
+	if ints[4] > 0 {
+		r.Hold = time.UnixMilli(ints[4])
+	}
+	return r, nil
+}

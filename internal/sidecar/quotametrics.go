@@ -1,0 +1,103 @@
+package sidecar
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/retrydev/retry-operator/internal/quota"
+)
+
+// The series of the shared quotas (docs/quota.md#metrics), per SharedQuota:
+//
+//	retry_sidecar_quota_admissions_total{quota}            attempts that took a token
+//	retry_sidecar_quota_denials_total{quota,reason}        quota: no token on hand (waited or shed); store-loss: refused by onStoreLoss Deny
+//	retry_sidecar_quota_tokens_leased_total{quota}         tokens the store granted this pod
+//	retry_sidecar_quota_tokens{quota}                      tokens on hand now
+//	retry_sidecar_quota_store_operations_total{quota}      lease operations (≤ 10/s)
+//	retry_sidecar_quota_store_operation_seconds{quota}     their latency
+//	retry_sidecar_quota_store_errors_total{quota,state}    failed ones: unreachable or refused
+//	retry_sidecar_quota_store_state{quota,state}           1 for the store's state now: connecting, reachable, unreachable, refused
+type quotaSeries struct {
+	latency *prometheus.HistogramVec
+	errors  *prometheus.CounterVec
+
+	admissions, denials, leased, tokens, ops, state *prometheus.Desc
+}
+
+func newQuotaSeries(ns string) *quotaSeries {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(ns+"_quota_"+name, help, append([]string{"quota"}, labels...), nil)
+	}
+	return &quotaSeries{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "quota_store_operation_seconds",
+			Help: "Time of each lease operation on a shared quota's store.", Buckets: quotaLeaseBuckets}, []string{"quota"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "quota_store_errors_total",
+			Help: "Failed lease operations on a shared quota's store, by the state they put it in (unreachable, refused)."}, []string{"quota", "state"}),
+		admissions: d("admissions_total", "Attempts that took a token of a shared quota (locally)."),
+		denials:    d("denials_total", "Attempts of a shared quota that found no token on hand (reason quota: they waited for the next lease or were shed) or were refused while the store is lost (reason store-loss, onStoreLoss Deny).", "reason"),
+		leased:     d("tokens_leased_total", "Tokens of a shared quota the store granted this pod."),
+		tokens:     d("tokens", "Tokens of a shared quota on hand now."),
+		ops:        d("store_operations_total", "Lease operations on a shared quota's store (at most 10 per second)."),
+		state:      d("store_state", "1 for the state of a shared quota's store as this pod sees it: connecting, reachable, unreachable or refused.", "state"),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (s *quotaSeries) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{s.admissions, s.denials, s.leased, s.tokens, s.ops, s.state} {
+		ch <- d
+	}
+	s.latency.Describe(ch)
+	s.errors.Describe(ch)
+}
+
+// collect reads the counters of every watched client.
+func (m *Metrics) collectQuotas(ch chan<- prometheus.Metric) {
+	s := m.quota
+	m.quotaClients.Range(func(k, _ any) bool {
+		c := k.(*quota.Client)
+		st, name := c.Stats(), c.Spec().Name
+		ch <- prometheus.MustNewConstMetric(s.admissions, prometheus.CounterValue, float64(st.Admitted), name)
+		ch <- prometheus.MustNewConstMetric(s.denials, prometheus.CounterValue, float64(st.Waited), name, "quota")
+		ch <- prometheus.MustNewConstMetric(s.denials, prometheus.CounterValue, float64(st.Denied), name, "store-loss")
+		ch <- prometheus.MustNewConstMetric(s.leased, prometheus.CounterValue, float64(st.Leased), name)
+		ch <- prometheus.MustNewConstMetric(s.tokens, prometheus.GaugeValue, float64(st.Tokens), name)
+		ch <- prometheus.MustNewConstMetric(s.ops, prometheus.CounterValue, float64(st.Operations), name)
+		for _, state := range quota.States() {
+			v := 0.0
+			if state == st.State {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(s.state, prometheus.GaugeValue, v, name, state.String())
+		}
+		return true
+	})
+	s.latency.Collect(ch)
+	s.errors.Collect(ch)
+}
+
+type quotaCollector struct{ m *Metrics }
+
+func (c quotaCollector) Describe(ch chan<- *prometheus.Desc) { c.m.quota.Describe(ch) }
+func (c quotaCollector) Collect(ch chan<- prometheus.Metric) { c.m.collectQuotas(ch) }
+
+// quotaObserver feeds the latency and error series from a client's lease
+// operations.
+func (m *Metrics) quotaObserver() quota.Observer {
+	return quota.Observer{Lease: func(name string, took time.Duration, _ int64, err error) {
+		m.quota.latency.WithLabelValues(name).Observe(took.Seconds())
+		if err != nil {
+			state := quota.StateUnreachable
+			if errors.Is(err, quota.ErrRefused) {
+				state = quota.StateRefused
+			}
+			m.quota.errors.WithLabelValues(name, state.String()).Inc()
+		}
+	}}
+}
+
+// watchQuota and unwatchQuota add and remove a client read at scrape time.
+func (m *Metrics) watchQuota(c *quota.Client)   { m.quotaClients.Store(c, struct{}{}) }
+func (m *Metrics) unwatchQuota(c *quota.Client) { m.quotaClients.Delete(c) }
