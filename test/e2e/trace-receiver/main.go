@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 
 	"github.com/retrydev/retry-operator/internal/otlpreceiver"
@@ -71,10 +72,15 @@ func run(listen, grpcListen string, quiet time.Duration) error {
 	return nil
 }
 
-// printTraces prints every trace once, when it has been quiet for quiet.
+// printTraces prints every trace once, when it is whole and has been quiet
+// for quiet: the sidecar exports a span when it ends, so an attempt's CLIENT
+// span arrives before a Retry-After wait and the SERVER span only after the
+// last attempt. A trace counts as whole once its SERVER span is in; one that
+// never gets one (an in-process client's) is printed after 10 × quiet.
 func printTraces(ctx context.Context, recv *otlpreceiver.Receiver, quiet time.Duration) {
 	printed := map[string]bool{}
 	lastSeen := map[string]time.Time{}
+	hasServer := map[string]bool{}
 	seen := 0
 	tick := time.NewTicker(quiet / 4)
 	defer tick.Stop()
@@ -85,11 +91,19 @@ func printTraces(ctx context.Context, recv *otlpreceiver.Receiver, quiet time.Du
 		case now := <-tick.C:
 			spans := recv.Spans()
 			for _, s := range spans[seen:] {
-				lastSeen[string(s.GetTraceId())] = now
+				id := string(s.GetTraceId())
+				lastSeen[id] = now
+				if s.GetKind() == tracepb.Span_SPAN_KIND_SERVER {
+					hasServer[id] = true
+				}
 			}
 			seen = len(spans)
 			for id, at := range lastSeen {
-				if printed[id] || now.Sub(at) < quiet {
+				wait := 10 * quiet
+				if hasServer[id] {
+					wait = quiet
+				}
+				if printed[id] || now.Sub(at) < wait {
 					continue
 				}
 				printed[id] = true
