@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -74,4 +75,20 @@ type LeaseReply struct {
 	Pods        int
 	// Hold is the end of the fleet's pacing hold, zero if none.
 	Hold time.Time
+}
+
+// RefusalCode is the Redis error code by which the server refused the
+// credentials or the command — WRONGPASS, NOAUTH or NOPERM — at the start of
+// the reply or inside it (a script's error quotes the refused call); ok is
+// false for any other error. The sidecar's store (redisstore) and the
+// manager's checks (quotastore) both use it, so they call the same replies a
+// refusal.
+func RefusalCode(err error) (code string, ok bool) {
+	msg := err.Error()
+	for _, code := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+		if strings.HasPrefix(msg, code) || strings.Contains(msg, " "+code+" ") {
+			return code, true
+		}
+	}
+	return "", false
 }

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/quota"
 )
 
 // Timeout bounds one store operation of the manager: a store that does not
@@ -96,10 +96,8 @@ func Classify(err error) error {
 	}
 	var re redis.Error
 	if errors.As(err, &re) {
-		for _, prefix := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
-			if strings.HasPrefix(re.Error(), prefix) {
-				return &Problem{v1alpha1.ReasonAuthFailed, re.Error()}
-			}
+		if _, refused := quota.RefusalCode(re); refused {
+			return &Problem{v1alpha1.ReasonAuthFailed, re.Error()}
 		}
 	}
 	return &Problem{v1alpha1.ReasonUnreachable, err.Error()}

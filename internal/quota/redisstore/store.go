@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -88,11 +87,8 @@ func (s *Store) Lease(ctx context.Context, spec quota.Spec, r quota.LeaseRequest
 // password, or an ACL user without the keys or commands of the quota (the
 // rules the manager gives it are quotastore.UserRules).
 func classify(err error) error {
-	msg := err.Error()
-	for _, code := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
-		if strings.HasPrefix(msg, code) || strings.Contains(msg, " "+code+" ") {
-			return fmt.Errorf("%w: %s", quota.ErrRefused, code)
-		}
+	if code, ok := quota.RefusalCode(err); ok {
+		return fmt.Errorf("%w: %s", quota.ErrRefused, code)
 	}
 	return err
 }
