@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/quota"
 )
 
 // Quota is a SharedQuota as the sidecars use it: one entry of Document.Quotas
@@ -44,6 +45,13 @@ type Quota struct {
 	OnStoreLoss v1alpha1.StoreLossPolicy `json:"onStoreLoss"`
 	// Store is where the quota's state lives.
 	Store QuotaStore `json:"store"`
+}
+
+// Spec is what a quota client (internal/quota) needs of q: the sidecar's
+// clients and kubectl retry rehearse's virtual fleet take the same one.
+func (q Quota) Spec() quota.Spec {
+	return quota.Spec{Name: q.Name, RequestsPerSecond: q.RequestsPerSecond, Burst: int(q.Burst),
+		Concurrency: int(q.Concurrency), OnStoreLoss: quota.StoreLoss(q.OnStoreLoss)}
 }
 
 // QuotaStore is a quota's store as the sidecar reaches it.

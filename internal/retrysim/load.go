@@ -90,8 +90,8 @@ func SharedQuotaOf(path string, p *retrypolicy.Policy) (*quota.Spec, error) {
 			if !ok {
 				return nil, fmt.Errorf("%s: quotaRef %q: no SharedQuota of that name in the file", path, u.QuotaRef.Name)
 			}
-			return &quota.Spec{Name: q.Name, RequestsPerSecond: q.RequestsPerSecond, Burst: int(q.Burst),
-				Concurrency: int(q.Concurrency), OnStoreLoss: quota.StoreLoss(q.OnStoreLoss)}, nil
+			spec := q.Spec()
+			return &spec, nil
 		}
 	}
 	return nil, nil

@@ -79,8 +79,7 @@ func (q *quotaClients) client(pq policyset.Quota, credentialsFile string) (*quot
 			return nil, fmt.Errorf("SharedQuota %s: credentials file %s: %w", pq.Name, file, err)
 		}
 	}
-	spec := quota.Spec{Name: pq.Name, RequestsPerSecond: pq.RequestsPerSecond, Burst: int(pq.Burst),
-		Concurrency: int(pq.Concurrency), OnStoreLoss: quota.StoreLoss(pq.OnStoreLoss)}
+	spec := pq.Spec()
 	// The password is part of the key only as a change marker, never shown.
 	key := fmt.Sprintf("%s\x00%s\x00%s\x00%t", pq.Store.Redis.Address, creds.Username, creds.Password, pq.Concurrency > 0)
 	q.mu.Lock()
