@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -92,7 +93,11 @@ func (s *suite) imagesPulledFromRegistry(t *testing.T) {
 	registry := os.Getenv("E2E_REGISTRY")
 	repos := registryCatalog(t, registry)
 	for _, ref := range []string{manager, sidecar} {
-		repo := repository(strings.TrimPrefix(ref, registry+"/"))
+		parsed, err := name.ParseReference(ref, name.Insecure)
+		if err != nil {
+			t.Fatalf("image reference %q: %v", ref, err)
+		}
+		repo := parsed.Context().RepositoryStr() // without the registry, tag or digest
 		if !slices.Contains(repos, repo) {
 			t.Errorf("registry %s lists %v, want %s among them", registry, repos, repo)
 		}
@@ -125,15 +130,6 @@ func (s *suite) imagesPulledFromRegistry(t *testing.T) {
 		t.Errorf("no event says the kubelet pulled %s", sidecar)
 	}
 	t.Logf("registry %s has %v; containerd has %s and %s; kubelet: %s", registry, repos, manager, sidecar, pulled)
-}
-
-// repository is ref without its tag or digest.
-func repository(ref string) string {
-	ref, _, _ = strings.Cut(ref, "@")
-	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
-		ref = ref[:i]
-	}
-	return ref
 }
 
 // registryCatalog lists the repositories of the registry (the distribution API's
