@@ -75,11 +75,31 @@ export KUBECTL
 
 log "running the e2e suite against $cluster (KUBECONFIG=$KUBECONFIG)"
 cd "$ROOT"
-rc=0
-go test -tags e2e ./test/e2e/ -v -count=1 -timeout "${E2E_TIMEOUT:-20m}" ${E2E_RUN:+-run "$E2E_RUN"} || rc=$?
+mkdir -p "$ROOT/bin"
+out="$ROOT/bin/e2e-last.log"
+set +e
+go test -tags e2e ./test/e2e/ -v -count=1 -timeout "${E2E_TIMEOUT:-20m}" ${E2E_RUN:+-run "$E2E_RUN"} 2>&1 | tee "$out"
+rc=${PIPESTATUS[0]}
+set -e
 if ((rc == 0)); then
   log "e2e passed in $((SECONDS - START))s"
 else
+  # A CI log may keep only its tail: repeat there the last lines of each
+  # failed case and the suite's summary of the manager (the whole output is in
+  # bin/e2e-last.log).
+  log "the failed cases' last lines and the manager's state (all of it: bin/e2e-last.log):"
+  awk '
+    /^=== (RUN|CONT|NAME|PAUSE) / { cur = $3; next }
+    /^--- (PASS|FAIL|SKIP)/ || /^ +--- (PASS|FAIL|SKIP)/ { if ($2 == "FAIL:" && $3 ~ /\//) failed[++n] = $3; next }
+    /e2e-summary: / { sub(/.*e2e-summary: /, "  manager: "); summary[++m] = $0; next }
+    cur != "" { lines[cur, ++count[cur]] = $0 }
+    END {
+      for (i = 1; i <= n; i++) {
+        c = failed[i]; print "--- " c
+        for (j = (count[c] > 12 ? count[c] - 11 : 1); j <= count[c]; j++) print lines[c, j]
+      }
+      for (i = 1; i <= m; i++) print summary[i]
+    }' "$out" >&2
   log "e2e FAILED (exit $rc) after $((SECONDS - START))s; the cluster is left running for inspection (KUBECONFIG=$KUBECONFIG)"
 fi
 exit "$rc"

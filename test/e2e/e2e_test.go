@@ -62,6 +62,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/manager"
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/polltest"
 
@@ -1086,7 +1087,7 @@ func (s *suite) statsPortOnPodIP(t *testing.T) {
 func (s *suite) leaderKilled(t *testing.T) {
 	ctx := context.Background()
 	holder := func() string {
-		l, err := s.cs.CoordinationV1().Leases(operatorNamespace).Get(ctx, "retry-operator.retry.dev", metav1.GetOptions{})
+		l, err := s.cs.CoordinationV1().Leases(operatorNamespace).Get(ctx, manager.LeaderElectionID, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return ""
 		}
@@ -1396,6 +1397,7 @@ func (s *suite) kubectlRun(stdin []byte, args ...string) ([]byte, error) {
 // logs, events and pod descriptions of both namespaces.
 func (s *suite) dumpDiagnostics(t *testing.T) {
 	t.Log("========== diagnostics (the run failed) ==========")
+	s.summarizeManager(t)
 	section := func(title string, args ...string) {
 		out, err := s.kubectlRun(nil, args...)
 		if err != nil {
@@ -1417,6 +1419,47 @@ func (s *suite) dumpDiagnostics(t *testing.T) {
 	section("events", "-n", s.ns, "get", "events", "--sort-by=.lastTimestamp")
 	section("RetryPolicies", "-n", s.ns, "get", "retrypolicies", "-o", "yaml")
 	section("ConfigMap retry-policies", "-n", s.ns, "get", "configmap", "retry-policies", "-o", "yaml")
+}
+
+// summarizeManager logs, each line marked "e2e-summary:", the manager's state
+// in a few lines: its replicas with their restarts and last exit, the lease
+// holder, and each replica's last error lines (of the previous container too).
+// hack/test-e2e.sh repeats the marked lines at the end of a failed run, where a
+// CI log that keeps only its tail still shows them.
+func (s *suite) summarizeManager(t *testing.T) {
+	var lines []string
+	add := func(format string, args ...any) { lines = append(lines, "e2e-summary: "+fmt.Sprintf(format, args...)) }
+	ctx := context.Background()
+	if l, err := s.cs.CoordinationV1().Leases(operatorNamespace).Get(ctx, manager.LeaderElectionID, metav1.GetOptions{}); err != nil {
+		add("lease: %v", err)
+	} else {
+		add("lease held by %s, renewed %s", ptr.Deref(l.Spec.HolderIdentity, ""), l.Spec.RenewTime)
+	}
+	for _, p := range s.managerPods(t) {
+		for _, c := range p.Status.ContainerStatuses {
+			last := "none"
+			if term := c.LastTerminationState.Terminated; term != nil {
+				last = fmt.Sprintf("exit %d (%s) at %s", term.ExitCode, term.Reason, term.FinishedAt.Format(time.RFC3339))
+			}
+			add("manager pod %s: ready %t, restarts %d, last exit %s", p.Name, c.Ready, c.RestartCount, last)
+		}
+		for _, previous := range []bool{true, false} {
+			out, err := s.cs.CoreV1().Pods(operatorNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Previous: previous, TailLines: ptr.To[int64](400)}).DoRaw(ctx)
+			if err != nil {
+				continue
+			}
+			var errs []string
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.Contains(line, `"level":"error"`) {
+					errs = append(errs, line[:min(len(line), 300)])
+				}
+			}
+			for _, line := range errs[max(0, len(errs)-4):] {
+				add("%s (previous container %t): %s", p.Name, previous, line)
+			}
+		}
+	}
+	t.Log(strings.Join(lines, "\n"))
 }
 
 // ---------------------------------------------------------------------------
