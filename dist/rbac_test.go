@@ -61,6 +61,13 @@ var grants = map[string]string{
 	"ClusterRole/retry-operator-retrypolicy-editor-role: get policy.retry.dev/retrypolicies/status":                                "",
 	"ClusterRole/retry-operator-retrypolicy-viewer-role: get,list,watch policy.retry.dev/retrypolicies":                            "",
 	"ClusterRole/retry-operator-retrypolicy-viewer-role: get policy.retry.dev/retrypolicies/status":                                "",
+	// People: SharedQuotas are cluster-scoped, their roles bound by a platform team.
+	"ClusterRole/retry-operator-sharedquota-admin-role: * policy.retry.dev/sharedquotas":                                          "bound cluster-wide by the platform team that manages the partner accounts' quotas",
+	"ClusterRole/retry-operator-sharedquota-admin-role: get policy.retry.dev/sharedquotas/status":                                 "",
+	"ClusterRole/retry-operator-sharedquota-editor-role: create,delete,get,list,patch,update,watch policy.retry.dev/sharedquotas": "bound cluster-wide by the platform team that manages the partner accounts' quotas",
+	"ClusterRole/retry-operator-sharedquota-editor-role: get policy.retry.dev/sharedquotas/status":                                "",
+	"ClusterRole/retry-operator-sharedquota-viewer-role: get,list,watch policy.retry.dev/sharedquotas":                            "",
+	"ClusterRole/retry-operator-sharedquota-viewer-role: get policy.retry.dev/sharedquotas/status":                                "",
 }
 
 // readVerbs are the verbs that change nothing.

@@ -196,7 +196,7 @@ var otherTools = map[string]string{
 	"--ignore-not-found": "kubectl delete", "--kubeconfig": "kubectl", "--context": "kubectl",
 	"--all": "kubectl delete", "--namespace": "kubectl, helm", "--set": "helm", "--reuse-values": "helm upgrade",
 	"--create-namespace": "helm install", "--wait": "helm install", "--image": "kubectl create deployment",
-	"--for": "kubectl wait", "--node": "hack/kube-binaries.sh", "--kubectl": "hack/kube-binaries.sh",
+	"--for": "kubectl wait", "--clusterrole": "kubectl create clusterrolebinding", "--group": "kubectl create clusterrolebinding", "--node": "hack/kube-binaries.sh", "--kubectl": "hack/kube-binaries.sh",
 }
 
 func TestFlagsExist(t *testing.T) {
