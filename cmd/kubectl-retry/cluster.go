@@ -345,10 +345,10 @@ func (r *CheckReport) add(name string, ok bool, format string, args ...any) {
 
 // checkCluster inspects the installation: CRD, webhooks and their CA bundles,
 // the manager's webhook endpoints, opted-in pods without a sidecar, policies
-// not accepted.
+// not accepted, SharedQuotas whose store the manager cannot reach.
 func checkCluster(ctx context.Context, c client.Client) (CheckReport, error) {
 	r := CheckReport{Checks: []Check{}, OptedInNamespaces: []string{}}
-	for _, check := range []func(context.Context, client.Client) error{r.checkCRD, r.checkWebhooks, r.checkPods, r.checkPolicies} {
+	for _, check := range []func(context.Context, client.Client) error{r.checkCRD, r.checkWebhooks, r.checkPods, r.checkPolicies, r.checkQuotas} {
 		if err := check(ctx, c); err != nil {
 			return r, err
 		}
@@ -496,6 +496,35 @@ func (r *CheckReport) checkPolicies(ctx context.Context, c client.Client) error 
 		r.add("policies", true, "%d RetryPolicy object(s), all accepted", len(rps.Items))
 	} else {
 		r.add("policies", false, "%d of %d not accepted (kubectl describe rp): %s", len(bad), len(rps.Items), listSome(bad, 5))
+	}
+	return nil
+}
+
+// checkQuotas reports the SharedQuotas whose store the manager does not reach
+// (condition StoreReachable, docs/quota.md): their consumers run on the
+// onStoreLoss share, not on the fleet's quota.
+func (r *CheckReport) checkQuotas(ctx context.Context, c client.Client) error {
+	var qs v1alpha1.SharedQuotaList
+	if err := c.List(ctx, &qs); meta.IsNoMatchError(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	var bad []string
+	for _, q := range qs.Items {
+		cond := meta.FindStatusCondition(q.Status.Conditions, string(v1alpha1.ConditionStoreReachable))
+		switch {
+		case cond == nil:
+			bad = append(bad, q.Name+" (no status: is the manager running?)")
+		case cond.Status != metav1.ConditionTrue:
+			bad = append(bad, q.Name+" ("+cond.Reason+")")
+		}
+	}
+	sort.Strings(bad)
+	if len(bad) == 0 {
+		r.add("quotas", true, "%d SharedQuota object(s), every store reachable", len(qs.Items))
+	} else {
+		r.add("quotas", false, "%d of %d without a reachable store (kubectl describe sq): %s", len(bad), len(qs.Items), listSome(bad, 5))
 	}
 	return nil
 }

@@ -79,6 +79,10 @@ func TestCluster(t *testing.T) {
 	must(t, c.Create(bg, pod("shop", "checkout", map[string]string{"app": "checkout"})))
 	must(t, c.Create(bg, pod("shop", "legacy", map[string]string{v1alpha1.LabelPodInject: "false"})))
 	must(t, c.Create(bg, pod("late", "early", nil)))
+	// Nothing listens on port 1 of loopback: the manager finds the store unreachable.
+	must(t, c.Create(bg, &v1alpha1.SharedQuota{ObjectMeta: metav1.ObjectMeta{Name: "partner"},
+		Spec: v1alpha1.SharedQuotaSpec{RequestsPerSecond: ptr.To[int32](10),
+			Store: v1alpha1.QuotaStore{Redis: v1alpha1.RedisStore{Address: "127.0.0.1:1"}}}}))
 	late.Labels = map[string]string{v1alpha1.LabelNamespaceInjection: "enabled"}
 	must(t, c.Update(bg, late))
 	polltest.UntilTrue(t, 30*time.Second, func() bool {
@@ -88,6 +92,11 @@ func TestCluster(t *testing.T) {
 		}
 		cond := meta.FindStatusCondition(b.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		return cond != nil && cond.Reason == string(v1alpha1.ReasonConflict)
+	})
+	polltest.UntilTrue(t, 30*time.Second, func() bool {
+		var q v1alpha1.SharedQuota
+		return c.Get(bg, client.ObjectKey{Name: "partner"}, &q) == nil &&
+			meta.FindStatusCondition(q.Status.Conditions, string(v1alpha1.ConditionStoreReachable)) != nil
 	})
 
 	t.Run("explain an injected pod and the host it calls", func(t *testing.T) {
@@ -133,11 +142,11 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	t.Run("check finds the late pod and the conflict, and passes the rest", func(t *testing.T) {
+	t.Run("check finds the late pod, the conflict and the unreachable store, and passes the rest", func(t *testing.T) {
 		var r CheckReport
 		code := runJSON(t, &r, "check", "--kubeconfig", kubeconfig)
-		if code != exitFindings || r.Findings != 2 {
-			t.Errorf("exit %d, %d findings, want 1 and 2: %+v", code, r.Findings, r)
+		if code != exitFindings || r.Findings != 3 {
+			t.Errorf("exit %d, %d findings, want 1 and 3: %+v", code, r.Findings, r)
 		}
 		got := map[string]bool{}
 		for _, ch := range r.Checks {
@@ -147,7 +156,7 @@ func TestCluster(t *testing.T) {
 		want := map[string]bool{"crd": true,
 			"webhook inject.retry.dev": true, "caBundle inject.retry.dev": true, "endpoint inject.retry.dev": true,
 			"webhook validate.retrypolicy.retry.dev": true, "caBundle validate.retrypolicy.retry.dev": true,
-			"endpoint validate.retrypolicy.retry.dev": true, "opted-in pods": false, "policies": false}
+			"endpoint validate.retrypolicy.retry.dev": true, "opted-in pods": false, "policies": false, "quotas": false}
 		assertJSONEqual(t, want, got)
 		if want := []string{"late", "shop"}; strings.Join(r.OptedInNamespaces, ",") != strings.Join(want, ",") {
 			t.Errorf("opted-in namespaces %v, want %v", r.OptedInNamespaces, want)
@@ -155,6 +164,9 @@ func TestCluster(t *testing.T) {
 		for _, ch := range r.Checks {
 			if ch.Name == "opted-in pods" && !strings.Contains(ch.Detail, "late/early") {
 				t.Errorf("opted-in pods: %s; want it to name late/early", ch.Detail)
+			}
+			if want := "1 of 1 without a reachable store (kubectl describe sq): partner (Unreachable)"; ch.Name == "quotas" && ch.Detail != want {
+				t.Errorf("quotas: %q, want %q", ch.Detail, want)
 			}
 		}
 	})
