@@ -54,7 +54,10 @@ const MaxDrainWait = time.Second
 //
 // All fields are optional except Route; set them before first use.
 type Transport struct {
-	// Inner sends each attempt; nil means http.DefaultTransport.
+	// Inner sends each attempt; nil means http.DefaultTransport. Each
+	// transmission it gets is a request of the Transport's own, with a Header
+	// map of its own (the values are the caller's): Inner may set headers on
+	// it (pkg/retryotel sets the attempt's traceparent).
 	Inner http.RoundTripper
 	// Route picks the policy of a request, or nil for none. Typical values:
 	// set.MatchRequest, Static(p), or a func that loads the current *Set from an
@@ -554,19 +557,19 @@ func (c *call) attemptRequest(ctx context.Context, n int, now time.Time) (*http.
 		}
 		out.GetBody = nil
 	}
-	if !c.nested {
-		h := make(http.Header, len(c.req.Header)+1)
-		for k, v := range c.req.Header {
-			h[k] = v // values are never modified, only the map
-		}
-		if n == 1 {
-			c.vals[0] = attemptString(n)
-			h[HeaderAttempt] = c.vals[0:1:1]
-		} else {
-			h[HeaderAttempt] = []string{attemptString(n)}
-		}
-		out.Header = h
+	h := make(http.Header, len(c.req.Header)+1)
+	for k, v := range c.req.Header {
+		h[k] = v // values are never modified, only the map
 	}
+	switch {
+	case c.nested: // the outer retrier's X-Retry-Attempt is passed on
+	case n == 1:
+		c.vals[0] = attemptString(n)
+		h[HeaderAttempt] = c.vals[0:1:1]
+	default:
+		h[HeaderAttempt] = []string{attemptString(n)}
+	}
+	out.Header = h
 	return out, nil
 }
 
