@@ -298,19 +298,28 @@ func (t *Tracer) Observe(e retryhttp.Event) {
 			r.localAnswer(e.Outcome)
 		}
 	case retryhttp.EventAdmitted:
-		start := time.Now().Add(-e.Delay - e.QueueDelay)
-		if e.Delay > 0 {
-			r.wait(start, e.Delay, ReasonRateLimit)
-		}
-		if e.QueueDelay > 0 {
-			r.wait(start.Add(e.Delay), e.QueueDelay, ReasonQueue)
-		}
+		r.admitted(time.Now(), e)
 	case retryhttp.EventOutcome:
 		r.endAttempt("")
 		if e.Attempt == 0 {
 			r.localAnswer(e.Outcome)
 		}
 		r.outcome, r.attempts, r.notBefore = e.Outcome, e.Attempt, e.NotBefore
+	}
+}
+
+// admitted records the waits of an admission that ended at end, one event
+// per gate that made it wait, in the order admission passed them.
+func (r *Request) admitted(end time.Time, e retryhttp.Event) {
+	start := end.Add(-e.Delay - e.QuotaDelay - e.QueueDelay)
+	for _, w := range [...]struct {
+		d      time.Duration
+		reason Reason
+	}{{e.Delay, ReasonRateLimit}, {e.QuotaDelay, ReasonQuota}, {e.QueueDelay, ReasonQueue}} {
+		if w.d > 0 {
+			r.wait(start, w.d, w.reason)
+			start = start.Add(w.d)
+		}
 	}
 }
 
