@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -56,10 +57,16 @@ type Request struct {
 	notBefore                    time.Time
 
 	at attemptAttrs // of the attempt in flight
+}
 
-	// attrs is the scratch array of SetAttributes: in the Request, which is
-	// on the heap anyway, passing it to the span costs no allocation.
-	attrs [8]attribute.KeyValue
+// attrScratch holds the arrays a span's attributes are passed to
+// SetAttributes in: a slice passed to an interface method escapes, so an
+// array on the stack would be an allocation per call (the SDK copies them).
+var attrScratch = sync.Pool{New: func() any { return new([8]attribute.KeyValue) }}
+
+func putScratch(buf *[8]attribute.KeyValue) {
+	clear(buf[:]) // hold no strings of the request
+	attrScratch.Put(buf)
 }
 
 // attemptAttrs are the attributes of an attempt span, set as it ends.
@@ -141,7 +148,9 @@ func (t *Tracer) requestOf(ctx context.Context) *Request {
 // nothing, the request failed without a response).
 func (r *Request) End(status int) {
 	r.endAttempt("")
-	a := append(r.attrs[:0], AttrMethod.String(r.method))
+	buf := attrScratch.Get().(*[8]attribute.KeyValue)
+	defer putScratch(buf)
+	a := append(buf[:0], AttrMethod.String(r.method))
 	if r.policyName != "" {
 		a = append(a, AttrPolicy.String(r.policyName))
 	}
@@ -245,7 +254,9 @@ func (r *Request) endAttempt(errorType string) {
 		return
 	}
 	at := &r.at
-	a := append(r.attrs[:0], AttrMethod.String(at.method))
+	buf := attrScratch.Get().(*[8]attribute.KeyValue)
+	defer putScratch(buf)
+	a := append(buf[:0], AttrMethod.String(at.method))
 	if at.host != "" {
 		a = append(a, AttrServerAddr.String(at.host))
 		if at.port != 0 {
