@@ -76,8 +76,9 @@ func (g *Gate) TryAcquire() bool {
 // Acquire takes a slot, queueing for at most min(QueueTimeout, maxWait) on clk;
 // it sheds at once when the queue is full or the expected queue wait is longer
 // than maxWait.
-// It returns nil with a slot held, ErrShed with the estimated time until capacity
-// returns, or the context's error if the caller gave up while queued.
+// It returns nil with a slot held and the time it queued for it (0: a slot
+// was free), ErrShed with the estimated time until capacity returns, or the
+// context's error if the caller gave up while queued.
 func (g *Gate) Acquire(ctx context.Context, clk clock.Clock, maxWait time.Duration) (time.Duration, error) {
 	g.mu.Lock()
 	if g.inFlight < g.cfg.MaxInFlight && g.queued == 0 {
@@ -96,12 +97,13 @@ func (g *Gate) Acquire(ctx context.Context, clk clock.Clock, maxWait time.Durati
 	g.queued++
 	g.mu.Unlock()
 
+	queued := clk.Now()
 	t := clk.NewTimer(wait)
 	defer t.Stop()
 	var err error
 	select {
 	case <-w.ch:
-		return 0, nil
+		return clk.Now().Sub(queued), nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-t.C():
@@ -111,7 +113,7 @@ func (g *Gate) Acquire(ctx context.Context, clk clock.Clock, maxWait time.Durati
 	defer g.mu.Unlock()
 	if w.granted { // the slot arrived as we gave up: keep it if only the timer fired
 		if errors.Is(err, ErrShed) {
-			return 0, nil
+			return clk.Now().Sub(queued), nil
 		}
 		g.releaseLocked(0)
 		return 0, err
@@ -340,10 +342,22 @@ type Sleeper func(ctx context.Context, d time.Duration) error
 // ends (its response body closed, or its error returned). The zero Ticket holds
 // nothing.
 type Ticket struct {
+	// Waited is how long admission made the attempt wait, and for what.
+	Waited Waits
+
 	lim   *Limits
 	gate  *Gate
 	slots *Gate // of the quota
 	start time.Time
+}
+
+// Waits are the waits of one admission, by the gate that made the attempt
+// wait (docs/observability.md#tracing names them retry.reason rate_limit,
+// quota and queue). Each is measured on the clock Admit was given.
+type Waits struct {
+	RateLimit time.Duration // for a start token of the rate limiter
+	Quota     time.Duration // for a token, then a fleet-wide slot, of the shared quota
+	Queue     time.Duration // in the concurrency gate's queue
 }
 
 // Release returns the in-flight slots, if the attempt held any.
@@ -366,9 +380,10 @@ func (t Ticket) Release(now time.Time) {
 // with the exact time the token would come. Then a token of the shared quota,
 // if any (docs/quota.md): taken locally, waiting for the next lease while
 // maxWait allows. Then an in-flight slot from the Gate, and one of the quota's
-// fleet-wide slots. It returns ErrShed with the time until capacity returns
-// (for the 503's Retry-After), ErrQuotaDenied with the time until the request
-// may be sent again, or the context's error.
+// fleet-wide slots. It returns the Ticket, whose Waited says which of them
+// made the attempt wait and how long; or ErrShed with the time until capacity
+// returns (for the 503's Retry-After), ErrQuotaDenied with the time until the
+// request may be sent again, or the context's error.
 //
 // The rate wait needs no queue of its own: every waiter has reserved a distinct
 // future token, so at most burst + rate·maxWait callers can be waiting, and a
@@ -378,6 +393,7 @@ func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxW
 	lim, gate, q := parts.limiter, parts.gate, parts.quota
 	var token *rate.Reservation
 	var tokenAt time.Time // when the token was due
+	var waited Waits
 	giveBack := func() {
 		// The attempt never started: its start tokens go back. Cancelling as of
 		// the time it was due restores it even after the wait for it.
@@ -406,6 +422,7 @@ func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxW
 			}
 			maxWait -= d
 			tokenAt = now.Add(d)
+			waited.RateLimit = d
 		}
 	}
 	if q != nil {
@@ -417,33 +434,38 @@ func (l *Limits) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxW
 			return Ticket{}, ra, err
 		}
 		maxWait -= spent
+		waited.Quota = spent
 	}
 	t := Ticket{lim: l}
 	if gate != nil {
-		ra, err := gate.Acquire(ctx, clk, maxWait)
+		d, err := gate.Acquire(ctx, clk, maxWait)
 		if err != nil {
 			giveBack()
 			if q != nil {
 				q.Untake()
 			}
-			return Ticket{}, ra, err
+			return Ticket{}, d, err
 		}
 		t.gate = gate
+		maxWait -= d
+		waited.Queue = d
 	}
 	if q != nil {
 		if slots := q.Slots(); slots != nil {
-			ra, err := slots.Acquire(ctx, clk, maxWait)
+			d, err := slots.Acquire(ctx, clk, maxWait)
 			if err != nil {
 				if t.gate != nil {
 					t.gate.Release(0)
 				}
 				giveBack()
 				q.Untake()
-				return Ticket{}, ra, err
+				return Ticket{}, d, err
 			}
 			t.slots = slots
+			waited.Quota += d
 		}
 	}
+	t.Waited = waited
 	l.inFlight.Add(1)
 	if t.gate != nil || t.slots != nil {
 		t.start = clk.Now()

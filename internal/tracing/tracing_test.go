@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrydev/retry-operator/internal/otlpreceiver"
+	"github.com/retrydev/retry-operator/pkg/retryotel"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
@@ -183,6 +186,38 @@ func BenchmarkRequest(b *testing.B) {
 			b.ReportMetric(float64(processCPU()-cpu0)/float64(n), "cpu-ns/op")
 		})
 	}
+}
+
+// BenchmarkSDKSpans is the OpenTelemetry SDK's share of a sampled request:
+// what BenchmarkRequest's sampled case costs the SDK alone, the same two
+// spans (SERVER, and a CLIENT child) with the same attributes, set as they
+// end, through the same provider and queue. The rest of the added cost is
+// pkg/retryotel's and internal/tracing's (docs/observability.md#cost).
+func BenchmarkSDKSpans(b *testing.B) {
+	tr := newTracing(b, "parentbased_always_on", &discard{}, Counters{})
+	tracer := tr.provider.Tracer("bench")
+	parent := trace.ContextWithRemoteSpanContext(context.Background(), ParseTraceparent(sampledParent))
+	server := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	client := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+	attrs := &[8]attribute.KeyValue{}
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	n := 0
+	for b.Loop() {
+		ctx, s := tracer.Start(parent, "GET", server...)
+		_, c := tracer.Start(ctx, "GET", client...)
+		a := append(attrs[:0], retryotel.AttrMethod.String("GET"), retryotel.AttrServerAddr.String("up.test"),
+			retryotel.AttrStatus.Int(200))
+		c.SetAttributes(a...)
+		c.End()
+		a = append(attrs[:0], retryotel.AttrMethod.String("GET"), retryotel.AttrPolicy.String("default/test"),
+			retryotel.AttrUpstream.String("up"), retryotel.AttrOutcome.String("success"), retryotel.AttrAttempts.Int(1),
+			retryotel.AttrStatus.Int(200))
+		s.SetAttributes(a...)
+		s.End()
+		n++
+	}
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(n), "cpu-ns/op")
 }
 
 // processCPU is the user and system CPU time the process has used.

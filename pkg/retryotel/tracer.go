@@ -6,11 +6,11 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
@@ -26,7 +26,6 @@ const instrumentationName = "github.com/retrydev/retry-operator/pkg/retryotel"
 // Safe for concurrent use.
 type Tracer struct {
 	tracer trace.Tracer
-	prop   propagation.TraceContext
 }
 
 // NewTracer builds spans with tp; its sampler decides which requests are
@@ -37,6 +36,11 @@ func NewTracer(tp trace.TracerProvider) *Tracer {
 
 // Request is the span of one logical request and of its attempt in flight.
 // The Transport calls its hooks on the request's goroutine, one at a time.
+//
+// A span's attributes are kept here and set in one call as it ends: each
+// SetAttributes and each start option costs the SDK allocations, and a
+// sampled request is to cost little (docs/observability.md#cost). Samplers
+// therefore see a span's name and kind, not its attributes.
 type Request struct {
 	t        *Tracer
 	span     trace.Span
@@ -45,9 +49,70 @@ type Request struct {
 	sends    int
 	policy   bool // the Transport's Observer ends the attempts
 	answered bool // a local answer was recorded
+
+	// The request span's attributes.
+	method, policyName, upstream string
+	outcome                      retrypolicy.Outcome
+	attempts                     int
+	notBefore                    time.Time
+
+	at attemptAttrs // of the attempt in flight
+}
+
+// attrScratch holds the arrays a span's attributes are passed to
+// SetAttributes in: a slice passed to an interface method escapes, so an
+// array on the stack would be an allocation per call (the SDK copies them).
+var attrScratch = sync.Pool{New: func() any { return new([8]attribute.KeyValue) }}
+
+func putScratch(buf *[8]attribute.KeyValue) {
+	clear(buf[:]) // hold no strings of the request
+	attrScratch.Put(buf)
+}
+
+// attemptAttrs are the attributes of an attempt span, set as it ends.
+type attemptAttrs struct {
+	method, host string
+	port, status int
+	server, via  []string
+}
+
+// requestContext is the context a traced request is sent with: the SDK's
+// context carrying the request span, and the Request (one allocation for
+// both).
+type requestContext struct {
+	context.Context
+	req Request
 }
 
 type requestKey struct{}
+
+// Value implements context.Context.
+func (c *requestContext) Value(key any) any {
+	if _, ok := key.(requestKey); ok {
+		return &c.req
+	}
+	return c.Context.Value(key)
+}
+
+// Start options, built once: a variadic slice of fresh options would cost
+// allocations per span.
+var (
+	startServer   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	startInternal = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+	startClient   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+)
+
+func startOptions(kind trace.SpanKind) []trace.SpanStartOption {
+	switch kind {
+	case trace.SpanKindServer:
+		return startServer
+	case trace.SpanKindInternal:
+		return startInternal
+	case trace.SpanKindClient:
+		return startClient
+	}
+	return []trace.SpanStartOption{trace.WithSpanKind(kind)}
+}
 
 // Start starts the span of a logical request as a child of the span (or
 // remote span context) in ctx: kind SERVER in the sidecar, INTERNAL in
@@ -56,21 +121,15 @@ type requestKey struct{}
 // It returns the request's context, to send it with, and its Request; or ctx
 // and nil when the sampler did not record it.
 func (t *Tracer) Start(ctx context.Context, kind trace.SpanKind, method, policy, upstream string) (context.Context, *Request) {
-	attrs := make([]attribute.KeyValue, 0, 3)
-	attrs = append(attrs, AttrMethod.String(method))
-	if policy != "" {
-		attrs = append(attrs, AttrPolicy.String(policy))
-	}
-	if upstream != "" {
-		attrs = append(attrs, AttrUpstream.String(upstream))
-	}
-	sctx, span := t.tracer.Start(ctx, method, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	sctx, span := t.tracer.Start(ctx, method, startOptions(kind)...)
 	if !span.IsRecording() {
 		span.End()
 		return ctx, nil
 	}
-	r := &Request{t: t, span: span, ctx: sctx, policy: upstream != ""}
-	return context.WithValue(sctx, requestKey{}, r), r
+	rc := &requestContext{Context: sctx}
+	rc.req = Request{t: t, span: span, ctx: sctx, policy: upstream != "",
+		method: method, policyName: policy, upstream: upstream}
+	return rc, &rc.req
 }
 
 // requestOf is the Request of t in ctx, or nil.
@@ -89,12 +148,28 @@ func (t *Tracer) requestOf(ctx context.Context) *Request {
 // nothing, the request failed without a response).
 func (r *Request) End(status int) {
 	r.endAttempt("")
+	buf := attrScratch.Get().(*[8]attribute.KeyValue)
+	defer putScratch(buf)
+	a := append(buf[:0], AttrMethod.String(r.method))
+	if r.policyName != "" {
+		a = append(a, AttrPolicy.String(r.policyName))
+	}
+	if r.upstream != "" {
+		a = append(a, AttrUpstream.String(r.upstream))
+	}
+	if r.outcome != "" {
+		a = append(a, AttrOutcome.String(string(r.outcome)), AttrAttempts.Int(r.attempts))
+	}
+	if !r.notBefore.IsZero() {
+		a = append(a, AttrNotBefore.String(retrypolicy.FormatNotBefore(r.notBefore)))
+	}
 	if status != 0 {
-		r.span.SetAttributes(AttrStatus.Int(status))
+		a = append(a, AttrStatus.Int(status))
 		if status >= 500 {
 			r.span.SetStatus(codes.Error, "")
 		}
 	}
+	r.span.SetAttributes(a...)
 	r.span.End()
 }
 
@@ -126,51 +201,38 @@ func (a attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // startAttempt opens the span of the next transmission of req and returns req
-// carrying its traceparent. The header is copied: the one of req may be the
-// caller's own.
+// carrying its traceparent. A retrying Transport gives each transmission a
+// header map of its own (retryhttp.Transport.Inner), which takes it as it is;
+// a request passed straight through is the caller's, whose map is copied (its
+// values are never modified).
 func (r *Request) startAttempt(req *http.Request) *http.Request {
 	r.endAttempt("") // never left open; the Observer normally ended it
-	attrs := make([]attribute.KeyValue, 0, 4)
-	attrs = append(attrs, AttrMethod.String(req.Method))
-	if host, port := hostPort(req); host != "" {
-		attrs = append(attrs, AttrServerAddr.String(host))
-		if port != 0 {
-			attrs = append(attrs, AttrServerPort.Int(port))
+	_, span := r.t.tracer.Start(r.ctx, req.Method, startClient...)
+	r.attempt = span
+	r.at = attemptAttrs{method: req.Method}
+	r.at.host, r.at.port = hostPort(req)
+	out := req
+	if !r.policy || req.Header == nil {
+		out = new(http.Request)
+		*out = *req
+		out.Header = make(http.Header, len(req.Header)+2)
+		for k, v := range req.Header {
+			out.Header[k] = v
 		}
 	}
-	if r.sends > 0 {
-		attrs = append(attrs, AttrResendCount.Int(r.sends))
-	}
-	r.sends++
-	ctx, span := r.t.tracer.Start(r.ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attrs...))
-	r.attempt = span
-	out := *req
-	out.Header = req.Header.Clone()
-	if out.Header == nil {
-		out.Header = make(http.Header, 2)
-	}
-	r.t.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
-	return &out
+	setTraceContext(out.Header, span.SpanContext())
+	return out
 }
 
 // received notes the attempt's response head (or its error). An attempt
 // without a policy has no decision to wait for: its span ends here.
 func (r *Request) received(resp *http.Response, err error) {
-	span := r.attempt
-	if span == nil {
+	if r.attempt == nil {
 		return
 	}
 	if resp != nil {
-		var buf [3]attribute.KeyValue
-		attrs := append(buf[:0], AttrStatus.Int(resp.StatusCode))
-		if v := resp.Header["Server"]; len(v) > 0 {
-			attrs = append(attrs, AttrHeaderServer.StringSlice(v))
-		}
-		if v := resp.Header["Via"]; len(v) > 0 {
-			attrs = append(attrs, AttrHeaderVia.StringSlice(v))
-		}
-		span.SetAttributes(attrs...)
+		r.at.status = resp.StatusCode
+		r.at.server, r.at.via = resp.Header["Server"], resp.Header["Via"]
 	}
 	if r.policy {
 		return
@@ -179,7 +241,7 @@ func (r *Request) received(resp *http.Response, err error) {
 	case err != nil:
 		r.endAttempt(passthroughErrorType(err))
 	case resp.StatusCode >= 400:
-		r.endAttempt(strconv.Itoa(resp.StatusCode))
+		r.endAttempt(statusString(resp.StatusCode))
 	default:
 		r.endAttempt("")
 	}
@@ -191,12 +253,36 @@ func (r *Request) endAttempt(errorType string) {
 	if r.attempt == nil {
 		return
 	}
+	at := &r.at
+	buf := attrScratch.Get().(*[8]attribute.KeyValue)
+	defer putScratch(buf)
+	a := append(buf[:0], AttrMethod.String(at.method))
+	if at.host != "" {
+		a = append(a, AttrServerAddr.String(at.host))
+		if at.port != 0 {
+			a = append(a, AttrServerPort.Int(at.port))
+		}
+	}
+	if r.sends > 0 {
+		a = append(a, AttrResendCount.Int(r.sends))
+	}
+	r.sends++
+	if at.status != 0 {
+		a = append(a, AttrStatus.Int(at.status))
+	}
+	if len(at.server) > 0 {
+		a = append(a, AttrHeaderServer.StringSlice(at.server))
+	}
+	if len(at.via) > 0 {
+		a = append(a, AttrHeaderVia.StringSlice(at.via))
+	}
 	if errorType != "" {
-		r.attempt.SetAttributes(AttrErrorType.String(errorType))
+		a = append(a, AttrErrorType.String(errorType))
 		r.attempt.SetStatus(codes.Error, "")
 	}
+	r.attempt.SetAttributes(a...)
 	r.attempt.End()
-	r.attempt = nil
+	r.attempt, r.at = nil, attemptAttrs{}
 }
 
 // Observe implements retryhttp.Observer: it ends attempt spans with their
@@ -223,23 +309,28 @@ func (t *Tracer) Observe(e retryhttp.Event) {
 			r.localAnswer(e.Outcome)
 		}
 	case retryhttp.EventAdmitted:
-		start := time.Now().Add(-e.Delay - e.QueueDelay)
-		if e.Delay > 0 {
-			r.wait(start, e.Delay, ReasonRateLimit)
-		}
-		if e.QueueDelay > 0 {
-			r.wait(start.Add(e.Delay), e.QueueDelay, ReasonQueue)
-		}
+		r.admitted(time.Now(), e)
 	case retryhttp.EventOutcome:
 		r.endAttempt("")
 		if e.Attempt == 0 {
 			r.localAnswer(e.Outcome)
 		}
-		attrs := []attribute.KeyValue{AttrOutcome.String(string(e.Outcome)), AttrAttempts.Int(e.Attempt)}
-		if !e.NotBefore.IsZero() {
-			attrs = append(attrs, AttrNotBefore.String(retrypolicy.FormatNotBefore(e.NotBefore)))
+		r.outcome, r.attempts, r.notBefore = e.Outcome, e.Attempt, e.NotBefore
+	}
+}
+
+// admitted records the waits of an admission that ended at end, one event
+// per gate that made it wait, in the order admission passed them.
+func (r *Request) admitted(end time.Time, e retryhttp.Event) {
+	start := end.Add(-e.Delay - e.QuotaDelay - e.QueueDelay)
+	for _, w := range [...]struct {
+		d      time.Duration
+		reason Reason
+	}{{e.Delay, ReasonRateLimit}, {e.QuotaDelay, ReasonQuota}, {e.QueueDelay, ReasonQueue}} {
+		if w.d > 0 {
+			r.wait(start, w.d, w.reason)
+			start = start.Add(w.d)
 		}
-		r.span.SetAttributes(attrs...)
 	}
 }
 
@@ -274,7 +365,7 @@ func retryReason(retryAfter retryhttp.RetryAfterParse) Reason {
 func attemptErrorType(e retryhttp.Event) string {
 	switch {
 	case e.Status >= 400:
-		return strconv.Itoa(e.Status)
+		return statusString(e.Status)
 	case e.Status != 0:
 		return ""
 	case e.Phase != "":
@@ -310,4 +401,20 @@ func hostPort(req *http.Request) (string, int) {
 	}
 	port, _ := strconv.Atoi(p)
 	return host, port
+}
+
+// statusStrings are the error.type of the error statuses, formatted once.
+var statusStrings = func() (s [200]string) {
+	for i := range s {
+		s[i] = strconv.Itoa(400 + i)
+	}
+	return s
+}()
+
+// statusString is status in decimal, without allocating for 400 to 599.
+func statusString(status int) string {
+	if status >= 400 && status < 400+len(statusStrings) {
+		return statusStrings[status-400]
+	}
+	return strconv.Itoa(status)
 }

@@ -1,7 +1,9 @@
 package retryotel
 
 import (
+	"io"
 	"net/http"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -9,7 +11,8 @@ import (
 )
 
 // Transport traces the requests of an in-process retryhttp.Transport: one
-// INTERNAL span per logical request (from RoundTrip to the response head)
+// INTERNAL span per logical request (from RoundTrip until its response body
+// is read to its end or closed)
 // and under it one CLIENT span per attempt, built by the same Tracer as the
 // sidecar's spans (docs/observability.md#tracing).
 type Transport struct {
@@ -43,10 +46,45 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.rt.RoundTripPolicy(req, p)
 	}
 	resp, err := t.rt.RoundTripPolicy(req.WithContext(ctx), p)
-	status := 0
-	if resp != nil {
-		status = resp.StatusCode
+	switch {
+	case resp == nil:
+		r.End(0)
+	case resp.Body == nil || resp.Body == http.NoBody || resp.StatusCode == http.StatusSwitchingProtocols:
+		r.End(resp.StatusCode) // nothing more to wait for (an upgraded connection is the caller's)
+	default:
+		resp.Body = &spanBody{ReadCloser: resp.Body, r: r, status: resp.StatusCode}
 	}
-	r.End(status)
 	return resp, err
+}
+
+// spanBody is the body of a traced response: the request span ends when
+// the caller has read it to its end (or an error) or closed it, whichever
+// comes first, so the span covers the time the body took.
+type spanBody struct {
+	io.ReadCloser
+	r      *Request
+	status int
+	ended  atomic.Bool // Close may race a Read
+}
+
+// Read implements io.Reader.
+func (b *spanBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.end()
+	}
+	return n, err
+}
+
+// Close implements io.Closer.
+func (b *spanBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.end()
+	return err
+}
+
+func (b *spanBody) end() {
+	if b.ended.CompareAndSwap(false, true) {
+		b.r.End(b.status)
+	}
 }

@@ -25,8 +25,9 @@ const (
 	// was answered locally at once (Outcome deferred, NotBefore the hold's end).
 	EventHeld
 	// EventAdmitted: transmission Attempt+1 waited for admission (R7) before
-	// it could start: Delay for a start token of the rate limit, QueueDelay in
-	// the concurrency queue. Sent only when it waited.
+	// it could start: Delay for a start token of the rate limit, QuotaDelay
+	// for the shared quota, QueueDelay in the concurrency queue, as admission
+	// measured them, in that order. Sent only when it waited.
 	EventAdmitted
 )
 
@@ -109,6 +110,9 @@ type Event struct {
 	RateLimitReason    string
 	// HoldReason is why the upstream is held (hold events).
 	HoldReason retrypolicy.HoldReason
+	// QuotaDelay is the time spent waiting for a token or a fleet-wide slot
+	// of the shared quota (admitted events).
+	QuotaDelay time.Duration
 	// QueueDelay is the time spent in the concurrency queue (admitted events).
 	QueueDelay time.Duration
 }

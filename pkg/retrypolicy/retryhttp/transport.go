@@ -54,7 +54,10 @@ const MaxDrainWait = time.Second
 //
 // All fields are optional except Route; set them before first use.
 type Transport struct {
-	// Inner sends each attempt; nil means http.DefaultTransport.
+	// Inner sends each attempt; nil means http.DefaultTransport. Each
+	// transmission it gets is a request of the Transport's own, with a Header
+	// map of its own (the values are the caller's): Inner may set headers on
+	// it (pkg/retryotel sets the attempt's traceparent).
 	Inner http.RoundTripper
 	// Route picks the policy of a request, or nil for none. Typical values:
 	// set.MatchRequest, Static(p), or a func that loads the current *Set from an
@@ -181,9 +184,6 @@ type call struct {
 	fired    atomic.Int32 // a bound: the attempt's timer sets it from another goroutine
 	firedWhy bound        // fired, read once the attempt's headers or error arrived
 	ticket   admission.Ticket
-	// tokenWait is the part of the current admission spent waiting for a start
-	// token of the rate limit (the rest of it was the concurrency queue).
-	tokenWait time.Duration
 
 	// the returned response body
 	rc       io.ReadCloser
@@ -330,8 +330,7 @@ func (c *call) admit(ctx context.Context, limits *admission.Limits, n int) (admi
 		return time.Time{}, resp, err, true // the upstream is held (pacing.go)
 	}
 	now := c.clk.Now()
-	c.tokenWait = 0
-	tk, ra, err := limits.Admit(ctx, c.clk, c.sleepForToken, c.deadline.Sub(now)-c.p.Reserve())
+	tk, ra, err := limits.Admit(ctx, c.clk, c.sleep, c.deadline.Sub(now)-c.p.Reserve())
 	if err != nil {
 		switch {
 		case errors.Is(err, admission.ErrShed):
@@ -350,7 +349,7 @@ func (c *call) admit(ctx context.Context, limits *admission.Limits, n int) (admi
 	}
 	c.ticket = tk
 	admitted = c.clk.Now()
-	c.observeAdmitted(n, admitted.Sub(now), limits.Gate() != nil)
+	c.observeAdmitted(n, tk.Waited)
 	if !admitted.Before(c.deadline) {
 		c.endAttempt()
 		resp, err = c.failDecided(retrypolicy.Decision{Action: retrypolicy.Defer, Outcome: retrypolicy.OutcomeDeadlineExceeded, NotBefore: admitted}, n-1, errDeadline, "")
@@ -554,19 +553,19 @@ func (c *call) attemptRequest(ctx context.Context, n int, now time.Time) (*http.
 		}
 		out.GetBody = nil
 	}
-	if !c.nested {
-		h := make(http.Header, len(c.req.Header)+1)
-		for k, v := range c.req.Header {
-			h[k] = v // values are never modified, only the map
-		}
-		if n == 1 {
-			c.vals[0] = attemptString(n)
-			h[HeaderAttempt] = c.vals[0:1:1]
-		} else {
-			h[HeaderAttempt] = []string{attemptString(n)}
-		}
-		out.Header = h
+	h := make(http.Header, len(c.req.Header)+1)
+	for k, v := range c.req.Header {
+		h[k] = v // values are never modified, only the map
 	}
+	switch {
+	case c.nested: // the outer retrier's X-Retry-Attempt is passed on
+	case n == 1:
+		c.vals[0] = attemptString(n)
+		h[HeaderAttempt] = c.vals[0:1:1]
+	default:
+		h[HeaderAttempt] = []string{attemptString(n)}
+	}
+	out.Header = h
 	return out, nil
 }
 
@@ -850,36 +849,16 @@ func (c *call) observeAttempt(ev *Event, n int, a retrypolicy.Attempt, d retrypo
 	o.Observe(*ev)
 }
 
-// sleepForToken is the Sleeper admission waits for a start token with; it
-// notes the wait so observers can tell it from the concurrency queue.
-func (c *call) sleepForToken(ctx context.Context, d time.Duration) error {
-	c.tokenWait += d
-	return c.sleep(ctx, d)
-}
-
-// observeAdmitted reports an admission that made transmission n wait: the
-// token wait as slept, the rest as the concurrency queue's when the policy
-// has one (gated) and the rest is at least minQueueWait (a slot taken at
-// once costs well under it; a queued one needs a wake-up, far over it).
-func (c *call) observeAdmitted(n int, waited time.Duration, gated bool) {
-	if c.t.Observer == nil {
-		return
-	}
-	token := min(c.tokenWait, waited)
-	queue := waited - token
-	if !gated || queue < minQueueWait {
-		queue = 0
-	}
-	if token <= 0 && queue <= 0 {
+// observeAdmitted reports an admission that made transmission n wait, each
+// wait under the gate that made it (admission.Waits).
+func (c *call) observeAdmitted(n int, w admission.Waits) {
+	if c.t.Observer == nil || w == (admission.Waits{}) {
 		return
 	}
 	c.t.Observer.Observe(Event{Kind: EventAdmitted, Context: c.req.Context(), RequestID: c.id,
 		Upstream: c.p.Name(), Method: c.req.Method, Path: c.req.URL.Path, Attempt: n - 1,
-		Delay: token, QueueDelay: queue})
+		Delay: w.RateLimit, QuotaDelay: w.Quota, QueueDelay: w.Queue})
 }
-
-// minQueueWait is the shortest admission wait reported as queueing.
-const minQueueWait = 100 * time.Microsecond
 
 func (c *call) observeOutcome(o retrypolicy.Outcome, attempts, status int, notBefore time.Time) {
 	c.observeOutcomePhase(o, attempts, status, notBefore, "")
