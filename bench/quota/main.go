@@ -15,8 +15,8 @@
 // demand, and to an upstream with no quota; the quota's added latency is the
 // difference of their quantiles (client-side, request sent to response read).
 //
-//	go run ./bench/quota                               # about 4 minutes
-//	go run ./bench/quota -duration 60s -outage 30s     # the targets, about 8 minutes
+//	go run ./bench/quota                               # about 5 minutes
+//	go run ./bench/quota -duration 60s -outage 30s     # the targets, about 9 minutes
 //
 // Everything runs on 127.0.0.1 and is stopped at the end.
 package main
