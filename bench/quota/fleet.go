@@ -96,6 +96,7 @@ func startSidecar(bin, dir, name, policy, creds string) (*sidecar, error) {
 		"--stats-listen=127.0.0.1:0", "--ready-file="+ready, "--policy-file="+policy,
 		"--quota-credentials-file="+creds, "--log-level=warn", "--drain-timeout=1s")
 	s.cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	s.cmd.SysProcAttr = dieWithParent()
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		logf.Close()

@@ -41,6 +41,7 @@ func (s *redis) start() error {
 		"--save", "", "--appendonly", "no", "--loglevel", "warning",
 		"--user", "default", "off", "--user", redisUser, "on", ">"+redisPassword, "~retry:quota:*", "+@all")
 	s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
+	s.cmd.SysProcAttr = dieWithParent()
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
