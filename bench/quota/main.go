@@ -1,413 +1,418 @@
-// Command quota measures a SharedQuota's client against a real redis-server
-// on loopback (docs/performance.md#shared-quota): N pods, each an in-process
-// quota.Client with its own Redis connection, offered 1.2 × the quota's rate
-// R with 10:1 skew (one busy pod of weight 10, the others 1), arrivals counted
-// where admission lets them through (an attempt that took a token). An
-// attempt without a token waits in its pod's line, asking again every
-// millisecond, for at most -max-wait (a request's deadline), then is shed.
-// The same load then goes through today's per-pod split (R ÷ N per pod,
-// x/time/rate) for comparison.
+// Command quota measures a SharedQuota with real retry-sidecar processes
+// (docs/performance.md#shared-quota): N sidecars, built once from
+// cmd/retry-sidecar and each started with GOMAXPROCS=1, a --policy-file
+// holding the SharedQuota and a RetryPolicy whose upstream names it
+// (quotaRef), and --quota-credentials-file for the store's ACL user; one
+// Debian redis-server; upstreams on 127.0.0.1 that count arrivals per 10 ms.
+// A load generator sends 1.2 × the quota's rate R through the sidecars'
+// forward proxies with 10:1 skew (one busy pod of weight 10, the others 1),
+// open loop; a request waits in its sidecar for a token up to its deadline
+// (-max-wait), then is shed (503). The same load then goes through today's
+// per-pod split (rateLimit R ÷ N per pod) for comparison.
 //
-//	go run ./bench/quota                     # ~2 minutes: 15 s per scenario, Redis stopped 6 s
-//	go run ./bench/quota -duration 60s -outage 30s
+// Added latency is measured with probes sent in the same run through the same
+// sidecars: to an upstream drawing on a second SharedQuota far above its
+// demand, and to an upstream with no quota; the quota's added latency is the
+// difference of their quantiles (client-side, request sent to response read).
 //
-// Everything runs on 127.0.0.1; redis-server (Debian's) is started on a free
-// port with its own directory and stopped at the end.
+//	go run ./bench/quota                               # about 5 minutes
+//	go run ./bench/quota -duration 60s -outage 30s     # the targets, about 9 minutes
+//
+// Everything runs on 127.0.0.1 and is stopped at the end.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/retrydev/retry-operator/internal/admission"
 	"io"
-	"log/slog"
-	"net"
+	"net/http"
 	"os"
-	"os/exec"
-	"slices"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
+)
 
-	"golang.org/x/time/rate"
-
-	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/quota"
-	"github.com/retrydev/retry-operator/internal/quota/redisstore"
-	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
+// maxWait is -max-wait: every upstream's deadline; verbose is -v.
+var (
+	maxWait time.Duration
+	verbose bool
 )
 
 func main() {
-	duration := flag.Duration("duration", 15*time.Second, "length of each scenario")
-	outage := flag.Duration("outage", 6*time.Second, "how long Redis is stopped in the store-loss scenario")
-	r := flag.Float64("rate", 1000, "the quota's rate R per second")
-	burst := flag.Int("burst", 200, "the quota's burst")
-	flag.DurationVar(&maxWait, "max-wait", time.Second, "how long an attempt may wait for a token before it is shed")
+	var o options
+	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of each scenario")
+	flag.DurationVar(&o.outage, "outage", 15*time.Second, "how long Redis is stopped in the store-loss scenario (from a third of the run)")
+	flag.Float64Var(&o.rate, "rate", 1000, "the quota's rate R per second")
+	flag.IntVar(&o.burst, "burst", 200, "the quota's burst")
+	flag.Float64Var(&o.demand, "demand", 1.2, "the demand offered to the quota, × R")
+	flag.Float64Var(&o.probe, "probe-rate", 100, "latency probes per second in all, to each of the spare-quota and the no-quota upstream")
+	flag.DurationVar(&maxWait, "max-wait", time.Second, "the requests' deadline: how long one may wait for a token before it is shed")
 	podCounts := flag.String("pods", "10,50", "fleet sizes of the steady scenarios")
-	only := flag.Bool("steady-only", false, "run only the steady shared-quota scenarios (no comparison, growth or outage)")
+	flag.BoolVar(&verbose, "v", false, "print each sidecar's quota series and store-loss log lines at the end of each scenario")
+	only := flag.Bool("steady-only", false, "run only the steady shared-quota scenarios (no per-pod split, growth or outage)")
+	cpuprofile := flag.String("cpuprofile", "", "write the load generator's CPU profile here")
 	flag.Parse()
-
-	os.Exit(benchmark(*duration, *outage, *r, *burst, *podCounts, *only))
-}
-
-// benchmark runs the scenarios and returns the exit code.
-func benchmark(duration, outage time.Duration, r float64, burst int, podCounts string, only bool) int {
-	srv, err := startRedis()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "redis-server:", err)
-		return 1
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
 	}
-	defer srv.stop()
-	spec := quota.Spec{RequestsPerSecond: r, Burst: burst, OnStoreLoss: quota.StoreLossLastShare}
-	fmt.Printf("R = %.0f/s, burst %d, demand 1.2 R, skew 10:1, %s per scenario, attempts wait up to %s for a token\n\n",
-		r, burst, duration, maxWait)
-	fmt.Println("| scenario | pods | admitted (% of R) | max in any 1 s (R + burst = " + strconv.Itoa(int(r)+burst) + ") | busy pod admitted (% of its demand) | added latency p50 / p99 / max | store ops/s per pod |")
-	fmt.Println("|---|---|---|---|---|---|---|")
-	for _, f := range strings.Split(podCounts, ",") {
+	for _, f := range strings.Split(*podCounts, ",") {
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 {
 			fmt.Fprintln(os.Stderr, "-pods: want a comma-separated list of counts")
-			return 2
+			os.Exit(2)
 		}
-		for _, shared := range []bool{true, false} {
-			if !shared && only {
-				continue
-			}
-			res := run(srv, spec, scenario{name: fmt.Sprintf("q%d-%t", n, shared), pods: n, shared: shared, d: duration})
-			res.print()
+		o.pods = append(o.pods, n)
+	}
+	code := benchmark(o, *only)
+	pprof.StopCPUProfile()
+	os.Exit(code)
+}
+
+type options struct {
+	duration, outage time.Duration
+	rate, probe      float64
+	demand           float64
+	burst            int
+	pods             []int
+}
+
+// probePods is how many sidecars (the busy one first) carry the latency probes.
+const probePods = 10
+
+// env is what every scenario shares.
+type env struct {
+	options
+	dir, bin, creds string
+	redis           *redis
+	up              hosts
+	partner         *upstream
+}
+
+func benchmark(o options, only bool) int {
+	e, cleanup, err := setup(o)
+	defer cleanup()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("R = %.0f/s, burst %d, demand %.2g R, skew 10:1, %s per scenario, requests wait up to %s for a token; "+
+		"each sidecar a process with GOMAXPROCS=1; %d CPUs; load average at the start %s\n\n",
+		o.rate, o.burst, o.demand, o.duration, maxWait, cpus(), loadavg())
+	fmt.Printf("| scenario | pods | admitted (%% of R) | max in any 1 s (R + burst = %d) | busy pod admitted (%% of its demand) | added latency p50 / p99 (quota − none) | sidecar latency without quota p50 / p99 | store ops/s per pod (mean / max) | load avg |\n",
+		int(o.rate)+o.burst)
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	var runs []scenario
+	for _, n := range o.pods {
+		runs = append(runs, scenario{name: fmt.Sprintf("shared%d", n), pods: n, shared: true})
+		if !only {
+			runs = append(runs, scenario{name: fmt.Sprintf("split%d", n), pods: n})
 		}
 	}
-	if only {
-		return 0
+	if !only {
+		runs = append(runs, scenario{name: "grow", pods: 10, grow: 10, shared: true},
+			scenario{name: "loss", pods: 10, shared: true, outage: o.outage})
 	}
-	grow := run(srv, spec, scenario{name: "grow", pods: 10, grow: 10, shared: true, d: duration})
-	grow.print()
-	loss := run(srv, spec, scenario{name: "loss", pods: 10, shared: true, d: duration, outage: outage})
-	loss.print()
+	var notes []string
+	for _, sc := range runs {
+		res, err := e.run(sc)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", sc.name, err)
+			return 1
+		}
+		res.print(e)
+		notes = append(notes, res.notes...)
+	}
 	fmt.Println()
-	fmt.Printf("10 → 20 pods at %s: admitted after the growth %.1f %% of R (max 1 s window %d)\n",
-		duration/2, grow.afterPct, grow.afterMax)
-	fmt.Printf("Redis stopped for %s: admitted during the outage %.1f %% of R (overshoot %+.1f %%), max TakeAt during it %s; all pods back in step %s after it returned\n",
-		outage, loss.outagePct, loss.outagePct-100, loss.outageMaxTake, loss.backInStep)
+	for _, n := range notes {
+		fmt.Println(n)
+	}
 	return 0
+}
+
+// setup builds the sidecar and starts Redis and the upstreams; cleanup stops
+// what was started.
+func setup(o options) (*env, func(), error) {
+	e := &env{options: o}
+	var err error
+	stops := []func(){}
+	cleanup := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if e.dir, err = os.MkdirTemp("", "bench-quota-"); err != nil {
+		return nil, cleanup, err
+	}
+	stops = append(stops, func() { os.RemoveAll(e.dir) })
+	if e.bin, err = build(e.dir); err != nil {
+		return nil, cleanup, fmt.Errorf("building retry-sidecar: %w", err)
+	}
+	e.creds = e.dir + "/credentials"
+	if err := os.WriteFile(e.creds, []byte("username: "+redisUser+"\npassword: "+redisPassword+"\n"), 0o600); err != nil {
+		return nil, cleanup, err
+	}
+	if e.redis, err = startRedis(e.dir); err != nil {
+		return nil, cleanup, fmt.Errorf("redis-server: %w", err)
+	}
+	stops = append(stops, func() { e.redis.stop() })
+	slots := int((o.duration+5*time.Second)/bucket) + 1
+	var ups [3]*upstream
+	for i := range ups {
+		if ups[i], err = startUpstream(slots); err != nil {
+			return nil, cleanup, err
+		}
+		stops = append(stops, ups[i].close)
+	}
+	e.partner = ups[0]
+	e.up = hosts{partner: ups[0].host, spare: ups[1].host, direct: ups[2].host}
+	return e, cleanup, nil
 }
 
 type scenario struct {
 	name   string
 	pods   int
-	grow   int // pods added at d/2
+	grow   int // sidecars added at half time
 	shared bool
-	d      time.Duration
-	outage time.Duration // Redis stopped from d/3 for this long
+	outage time.Duration // Redis stopped from a third of the run for this long
 }
 
 type result struct {
-	sc            scenario
-	rate          float64
-	admitted      int
-	maxWindow     int
-	busyPct       float64
-	lat           []time.Duration // p50, p99, max
-	opsPerPod     float64
-	afterPct      float64
-	afterMax      int
-	outagePct     float64
-	outageMaxTake time.Duration
-	backInStep    time.Duration
+	sc               scenario
+	admitted, maxWin int
+	busyPct          float64
+	added, base      [2]time.Duration // p50, p99
+	opsMean, opsMax  float64
+	load             string
+	notes            []string
 }
 
-func (r result) print() {
+func (r result) print(e *env) {
 	name := map[bool]string{true: "shared quota", false: "per-pod split (today)"}[r.sc.shared]
 	pods := strconv.Itoa(r.sc.pods)
 	switch {
 	case r.sc.grow > 0:
-		name += ", 10 → 20 pods mid-run"
-		pods = "10 → 20"
+		name += ", pods added at half time"
+		pods = fmt.Sprintf("%d → %d", r.sc.pods, r.sc.pods+r.sc.grow)
 	case r.sc.outage > 0:
 		name += fmt.Sprintf(", Redis stopped %s", r.sc.outage)
 	}
-	ops := fmt.Sprintf("%.1f", r.opsPerPod)
+	ops := fmt.Sprintf("%.1f / %.1f", r.opsMean, r.opsMax)
 	if !r.sc.shared {
 		ops = "0"
 	}
-	fmt.Printf("| %s | %s | %.1f %% | %d | %.1f %% | %s / %s / %s | %s |\n", name, pods,
-		100*float64(r.admitted)/(r.rate*r.sc.d.Seconds()), r.maxWindow, r.busyPct, r.lat[0], r.lat[1], r.lat[2], ops)
+	fmt.Printf("| %s | %s | %.1f %% | %d | %.1f %% | %s / %s | %s / %s | %s | %s |\n", name, pods,
+		100*float64(r.admitted)/(e.rate*e.duration.Seconds()), r.maxWin, r.busyPct,
+		signed(r.added[0]), signed(r.added[1]), r.base[0].Round(time.Microsecond), r.base[1].Round(time.Microsecond), ops, r.load)
 }
 
-// gate is one pod's admission: the shared quota's client or a per-pod limiter.
-// gate is one pod's admission: a token now, else when to ask again.
-type gate interface {
-	take(now time.Time, waited time.Duration) (bool, time.Duration)
-}
-
-type clientGate struct{ c *quota.Client }
-
-func (g clientGate) take(now time.Time, waited time.Duration) (bool, time.Duration) {
-	wait, v := g.c.TakeAt(now, waited)
-	return v == admission.QuotaGranted, wait
-}
-
-type limiterGate struct{ l *rate.Limiter }
-
-func (g limiterGate) take(now time.Time, _ time.Duration) (bool, time.Duration) {
-	return g.l.AllowN(now, 1), time.Duration(float64(time.Second) / float64(g.l.Limit()))
-}
-
-// maxWait is -max-wait.
-var maxWait time.Duration
-
-const bucket = 10 * time.Millisecond
-
-// counts are admissions per 10 ms bucket of the run, shared by every pod.
-type counts struct {
-	start time.Time
-	b     []atomic.Int64
-}
-
-func (c *counts) add(now time.Time) {
-	if i := int(now.Sub(c.start) / bucket); i >= 0 && i < len(c.b) {
-		c.b[i].Add(1)
+func signed(d time.Duration) string {
+	d = d.Round(time.Microsecond)
+	if d > 0 {
+		return "+" + d.String()
 	}
+	return d.String()
 }
 
-// sum is the admissions in [from, to), and the most in any 1 s window inside.
-func (c *counts) sum(from, to time.Duration) (int, int) {
-	lo, hi := int(from/bucket), min(int(to/bucket), len(c.b))
-	win := int(time.Second / bucket)
-	total, run, most := 0, 0, 0
-	for i := lo; i < hi; i++ {
-		n := int(c.b[i].Load())
-		total += n
-		run += n
-		if i-lo >= win {
-			run -= int(c.b[i-win].Load())
+// run starts the scenario's sidecars, drives them for the duration and
+// measures.
+func (e *env) run(sc scenario) (result, error) {
+	res := result{sc: sc}
+	policy, err := policyFile(e.dir, sc.name, e.up, sc.shared, sc.pods, e.rate, e.burst, e.redis.addr)
+	if err != nil {
+		return res, err
+	}
+	fleet, err := startSidecars(e.bin, e.dir, sc.name, sc.pods, policy, e.creds)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		for _, s := range fleet {
+			s.kill()
 		}
-		most = max(most, run)
+	}()
+	reachable := fmt.Sprintf(`retry_sidecar_quota_store_state{quota="partner-%s",state="reachable"}`, sc.name)
+	opsSeries := fmt.Sprintf(`retry_sidecar_quota_store_operations_total{quota="partner-%s"}`, sc.name)
+	if sc.shared && waitAll(fleet, reachable, 10*time.Second) < 0 {
+		return res, fmt.Errorf("the sidecars did not reach the store within 10 s")
 	}
-	return total, most
-}
-
-type pod struct {
-	gate    gate
-	client  *quota.Client
-	store   *redisstore.Store
-	rate    float64 // offered attempts per second
-	offered atomic.Int64
-	taken   atomic.Int64
-	lat     []time.Duration
-	maxTake atomic.Int64
-}
-
-func run(srv *redis, spec quota.Spec, sc scenario) result {
-	spec.Name = sc.name
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	total := sc.pods + sc.grow
-	c := &counts{start: time.Now().Add(500 * time.Millisecond), b: make([]atomic.Int64, int(sc.d/bucket)+1)}
+	start := time.Now().Add(500 * time.Millisecond)
+	rec := &recorder{start: start}
+	e.partner.reset(start)
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(e.duration))
+	defer cancel()
+	var wg sync.WaitGroup
 	weights := float64(10 + sc.pods - 1)
-	pods := make([]*pod, total)
-	for i := range pods {
+	load := func(i int, s *sidecar, at time.Time) {
 		w := 1.0
 		if i == 0 {
 			w = 10
 		}
-		p := &pod{rate: spec.RequestsPerSecond * 1.2 * w / weights}
-		if sc.shared {
-			p.store = redisstore.New(redisstore.Options{Address: srv.addr, KeyPrefix: v1alpha1.QuotaKeys})
-			p.client = quota.New(spec, p.store, clock.Real{}, "pod-"+strconv.Itoa(i), log, quota.Observer{})
-			p.gate = clientGate{p.client}
-		} else {
-			p.gate = limiterGate{rate.NewLimiter(rate.Limit(spec.RequestsPerSecond/float64(sc.pods)), max(spec.Burst/sc.pods, 1))}
-		}
-		pods[i] = p
-	}
-	var wg sync.WaitGroup
-	ctx, cancel := context.WithDeadline(context.Background(), c.start.Add(sc.d))
-	defer cancel()
-	startPod := func(p *pod, at time.Time) {
-		if p.client != nil {
-			_ = p.client.Start()
-		}
-		wg.Go(func() { p.drive(ctx, c, at) })
-	}
-	for _, p := range pods[:sc.pods] {
-		startPod(p, c.start)
-	}
-	res := result{sc: sc, rate: spec.RequestsPerSecond}
-	time.Sleep(time.Until(c.start))
-	opsBefore := uint64(0) // the first leases and the ramp before the measured run
-	for _, p := range pods {
-		if p.client != nil {
-			opsBefore += p.client.Stats().Operations
+		drive(ctx, &wg, s, i, toPartner, e.up.partner, e.demand*e.rate*w/weights, at, rec)
+		// The probes go to the first probePods sidecars only: the spare
+		// quota's clients in the others stay idle (a lease a second), so
+		// the probes do not double the fleet's store operations.
+		if i < probePods {
+			probe := e.probe / float64(min(sc.pods+sc.grow, probePods))
+			drive(ctx, &wg, s, i, toSpare, e.up.spare, probe, at, rec)
+			drive(ctx, &wg, s, i, toDirect, e.up.direct, probe, at, rec)
 		}
 	}
-	if sc.grow > 0 {
-		time.Sleep(time.Until(c.start.Add(sc.d / 2)))
-		for _, p := range pods[sc.pods:] {
-			startPod(p, time.Now())
-		}
+	for i, s := range fleet {
+		load(i, s, start)
 	}
-	var outageFrom, outageTo time.Duration
-	if sc.outage > 0 {
-		outageFrom, outageTo = sc.d/3, sc.d/3+sc.outage
-		time.Sleep(time.Until(c.start.Add(outageFrom)))
-		srv.stop()
-		for _, p := range pods {
-			p.maxTake.Store(0)
+	time.Sleep(time.Until(start))
+	ops0, at0 := readAt(fleet, opsSeries)
+	load0 := loadavg()
+	switch {
+	case sc.grow > 0:
+		time.Sleep(time.Until(start.Add(e.duration / 2)))
+		more, err := startSidecars(e.bin, e.dir, sc.name+"-more", sc.grow, policy, e.creds)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return res, err
 		}
+		joined := time.Since(start)
+		for i, s := range more {
+			load(sc.pods+i, s, time.Now())
+			ops0 = append(ops0, 0)
+		}
+		fleet = append(fleet, more...)
+		defer func() {
+			n, most := e.partner.sum(joined+time.Second, e.duration)
+			res.notes = append(res.notes, fmt.Sprintf("%d → %d pods: the added sidecars were serving %s after the start; from 1 s later to the end: admitted %.1f %% of R, max in any 1 s %d",
+				sc.pods, sc.pods+sc.grow, joined.Round(time.Millisecond), 100*float64(n)/(e.rate*(e.duration-joined-time.Second).Seconds()), most))
+		}()
+	case sc.outage > 0:
+		from := e.duration / 3
+		time.Sleep(time.Until(start.Add(from)))
+		e.redis.stop()
 		time.Sleep(sc.outage)
-		for _, p := range pods {
-			res.outageMaxTake = max(res.outageMaxTake, time.Duration(p.maxTake.Load()))
-		}
-		if err := srv.start(); err != nil {
-			panic("redis-server restart: " + err.Error()) // nothing can be measured without it
+		if err := e.redis.start(); err != nil {
+			cancel()
+			wg.Wait()
+			return res, fmt.Errorf("redis-server restart: %w", err)
 		}
 		back := time.Now()
-		for !allReachable(pods) && time.Since(back) < 5*time.Second {
-			time.Sleep(time.Millisecond)
-		}
-		res.backInStep = time.Since(back).Round(time.Millisecond)
+		inStep := waitAll(fleet, reachable, 5*time.Second)
+		defer func() { res.notes = append(res.notes, e.outageNote(sc, rec, from, inStep, back.Sub(start))) }()
 	}
+	<-ctx.Done()
+	ops1, at1 := readAt(fleet, opsSeries)
+	window := at1.Sub(at0).Seconds()
+	if verbose {
+		dump(fleet, "partner-"+sc.name)
+	}
+	res.load = load0 + " → " + loadavg()
 	wg.Wait()
-	res.admitted, res.maxWindow = c.sum(0, sc.d)
-	res.busyPct = 100 * float64(pods[0].taken.Load()) / float64(max(pods[0].offered.Load(), 1))
-	var lat []time.Duration
-	ops := -opsBefore
-	for _, p := range pods {
-		lat = append(lat, p.lat...)
-		if p.client != nil {
-			ops += p.client.Stats().Operations
-			p.client.Close()
-			p.store.Close()
+	res.admitted, res.maxWin = e.partner.sum(0, e.duration)
+	busy := rec.samples(toPartner, 0, e.duration, func(s sample) bool { return s.pod == 0 })
+	ok := 0
+	for _, s := range busy {
+		if s.status == 200 {
+			ok++
 		}
 	}
-	slices.Sort(lat)
-	q := func(f float64) time.Duration { return lat[int(f*float64(len(lat)-1))] }
-	res.lat = []time.Duration{q(0.5), q(0.99), lat[len(lat)-1]}
-	res.opsPerPod = float64(ops) / sc.d.Seconds() / float64(sc.pods+sc.grow/2)
-	if sc.grow > 0 {
-		n, m := c.sum(sc.d/2+time.Second, sc.d)
-		res.afterPct, res.afterMax = 100*float64(n)/(spec.RequestsPerSecond*(sc.d/2-time.Second).Seconds()), m
+	res.busyPct = 100 * float64(ok) / float64(max(len(busy), 1))
+	spare, direct := rec.samples(toSpare, 0, e.duration, nil), rec.samples(toDirect, 0, e.duration, nil)
+	res.base = [2]time.Duration{quantile(direct, 0.5), quantile(direct, 0.99)}
+	res.added = [2]time.Duration{quantile(spare, 0.5) - res.base[0], quantile(spare, 0.99) - res.base[1]}
+	total := 0.0
+	for i := range ops1 {
+		d := ops1[i] - ops0[i]
+		total += d
+		res.opsMax = max(res.opsMax, d/window)
 	}
-	if sc.outage > 0 {
-		n, _ := c.sum(outageFrom, outageTo)
-		res.outagePct = 100 * float64(n) / (spec.RequestsPerSecond * sc.outage.Seconds())
-	}
-	return res
+	res.opsMean = total / window / (float64(sc.pods) + float64(sc.grow)/2)
+	res.notes = append(res.notes, failures(sc, rec)...)
+	return res, nil
 }
 
-func allReachable(pods []*pod) bool {
-	for _, p := range pods {
-		if p.client != nil && p.client.Stats().State != quota.StateReachable {
-			return false
-		}
+// outageNote is the store-loss scenario's line: admissions while Redis was
+// stopped, the probes' extra wait then, and how long the fleet took to be
+// back in step.
+func (e *env) outageNote(sc scenario, rec *recorder, from time.Duration, inStep, restarted time.Duration) string {
+	n, most := e.partner.sum(from, from+sc.outage)
+	pct := 100 * float64(n) / (e.rate * sc.outage.Seconds())
+	spare, direct := rec.samples(toSpare, from, from+sc.outage, nil), rec.samples(toDirect, from, from+sc.outage, nil)
+	step := "not within 5 s"
+	if inStep >= 0 {
+		step = inStep.Round(time.Millisecond).String()
 	}
-	return true
+	return fmt.Sprintf("Redis stopped %s (from %s): admitted %.1f %% of R meanwhile (overshoot %+.1f %%), max in any 1 s %d; "+
+		"probes drawing on a quota of the stopped store vs no quota: p99 %s vs %s, max %s vs %s; every sidecar reachable again %s after the restart (at %s)",
+		sc.outage, from, pct, pct-100, most, quantile(spare, 0.99).Round(time.Microsecond), quantile(direct, 0.99).Round(time.Microsecond),
+		quantile(spare, 1).Round(time.Microsecond), quantile(direct, 1).Round(time.Microsecond), step, restarted.Round(time.Millisecond))
 }
 
-// drive offers the pod's attempts evenly spaced from at until ctx ends. An
-// attempt that finds no token waits in the pod's line (oldest first) and asks
-// again when the gate said a token may be there (the next lease, as the
-// sidecar's admission does); it is shed after maxWait. Latency is the time one
-// TakeAt took.
-func (p *pod) drive(ctx context.Context, c *counts, at time.Time) {
-	gap := time.Duration(float64(time.Second) / p.rate)
-	next := at
-	var line []time.Time // arrival times of the attempts waiting
-	var retry time.Time  // when the head of the line asks again
-	take := func(arrived time.Time) bool {
-		t0 := time.Now()
-		ok, wait := p.gate.take(t0, t0.Sub(arrived))
-		took := time.Since(t0)
-		if len(p.lat) < 1<<20 {
-			p.lat = append(p.lat, took)
-		}
-		if int64(took) > p.maxTake.Load() {
-			p.maxTake.Store(int64(took))
-		}
-		if ok {
-			p.taken.Add(1)
-			c.add(t0)
-		} else {
-			retry = t0.Add(wait)
-		}
-		return ok
-	}
-	for ctx.Err() == nil {
-		wake := next
-		if len(line) > 0 && retry.Before(wake) {
-			wake = retry
-		}
-		if d := time.Until(wake); d > 0 {
-			time.Sleep(d)
-		}
-		now := time.Now()
-		for len(line) > 0 && now.Sub(line[0]) > maxWait {
-			line = line[1:] // shed
-		}
-		if len(line) > 0 && !now.Before(retry) {
-			// Every waiter asks again, as each request waiting in a sidecar
-			// does after a lease; those without a token wait on.
-			kept := line[:0]
-			for _, arrived := range line {
-				if !take(arrived) {
-					kept = append(kept, arrived)
-				}
-			}
-			line = kept
-		}
-		for ; !next.After(now) && ctx.Err() == nil; next = next.Add(gap) {
-			p.offered.Add(1)
-			if !take(next) {
-				line = append(line, next)
-			}
+// failures notes requests that ended other than 200 or 503 (shed).
+func failures(sc scenario, rec *recorder) []string {
+	var notes []string
+	for to, name := range []string{"partner", "spare", "direct"} {
+		bad := rec.samples(to, -time.Hour, time.Hour, func(s sample) bool {
+			return s.status != 200 && (s.status != 503 || to != toPartner)
+		})
+		if len(bad) > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d requests to %s ended with status %d (0: failed) or other", sc.name, len(bad), name, bad[0].status))
 		}
 	}
+	return notes
 }
 
-// redis is a redis-server this program started.
-type redis struct {
-	addr, dir string
-	cmd       *exec.Cmd
+// readAt reads series on every sidecar and returns the values with the
+// middle of the time the reads took (on a loaded machine, tens of ms).
+func readAt(fleet []*sidecar, series string) ([]float64, time.Time) {
+	t0 := time.Now()
+	v := values(fleet, series)
+	return v, t0.Add(time.Since(t0) / 2)
 }
 
-func startRedis() (*redis, error) {
-	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+// waitAll waits until series is 1 on every sidecar and returns how long that
+// took, or -1 after limit.
+func waitAll(fleet []*sidecar, series string, limit time.Duration) time.Duration {
+	t0 := time.Now()
+	for time.Since(t0) < limit {
+		all := true
+		for _, v := range values(fleet, series) {
+			all = all && v == 1
+		}
+		if all {
+			return time.Since(t0)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return -1
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return nil, err
+		return "?"
 	}
-	addr := l.Addr().String()
-	l.Close()
-	dir, err := os.MkdirTemp("", "bench-quota-")
-	if err != nil {
-		return nil, err
-	}
-	s := &redis{addr: addr, dir: dir}
-	return s, s.start()
+	return strings.Fields(string(b))[0]
 }
 
-func (s *redis) start() error {
-	_, port, _ := net.SplitHostPort(s.addr)
-	s.cmd = exec.CommandContext(context.Background(), "redis-server", "--bind", "127.0.0.1", "--port", port, "--dir", s.dir,
-		"--save", "", "--appendonly", "no", "--loglevel", "warning")
-	if err := s.cmd.Start(); err != nil {
-		return err
-	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if c, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", s.addr); err == nil {
-			c.Close()
-			return nil
+// dump prints each sidecar's series of quota q and its log's warnings.
+func dump(fleet []*sidecar, q string) {
+	for i, s := range fleet {
+		resp, err := http.Get("http://" + s.admin + "/metrics")
+		if err != nil {
+			continue
 		}
-	}
-	return fmt.Errorf("not listening on %s after 5 s", s.addr)
-}
-
-func (s *redis) stop() {
-	if s.cmd != nil {
-		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
-		s.cmd = nil
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var keep []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, `quota="`+q+`"`) && !strings.Contains(l, "_bucket") {
+				keep = append(keep, strings.TrimPrefix(l, "retry_sidecar_quota_"))
+			}
+		}
+		fmt.Fprintf(os.Stderr, "sidecar %d: %s\n", i, strings.Join(keep, "  "))
 	}
 }

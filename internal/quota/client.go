@@ -18,6 +18,10 @@ import (
 // (they spend tokens on hand); a slower store only makes a lease late.
 const StoreTimeout = 250 * time.Millisecond
 
+// overdueWait is how long an attempt without a token waits while the step
+// that should bring the next tokens is overdue.
+const overdueWait = Interval / 4
+
 // ErrRefused marks a store error that retrying will not mend by itself: a
 // wrong password, or an ACL user not allowed the keys or commands of the
 // quota. A Store wraps it (errors.Is).
@@ -104,6 +108,7 @@ type loopState struct {
 	fleetDemand float64
 	pods        int // live pods at the last lease; 0 = never reached
 	lastStep    time.Time
+	gap, dev    time.Duration // between steps, smoothed, and its mean deviation: Horizon
 	lastOK      time.Time
 	state       State
 	carry       float64 // of Want
@@ -148,8 +153,7 @@ func (c *Client) SetSpec(s Spec) { c.spec.Store(&s) }
 // and slots) and schedules the next ones. It returns the store's error, if
 // any; the client runs on (in onStoreLoss) either way.
 func (c *Client) Start() error {
-	err := c.step()
-	return err
+	return c.step(true)
 }
 
 // Close stops the lease operations. Tokens held are dropped with the client;
@@ -200,7 +204,15 @@ func (c *Client) TakeAt(now time.Time, waited time.Duration) (time.Duration, adm
 	// tokens sat unspent), and a millisecond for the step to apply them (none
 	// on a virtual clock, where the store takes no time and the step's timer
 	// fires before the waiters').
-	wait := max(time.Duration(c.nextStep.Load()-now.UnixNano()), 0)
+	//
+	// A step already overdue (a loaded machine runs timers late) has no
+	// known landing time: the waiters ask again in a quarter interval, not
+	// every round trip, or hundreds of them polling every millisecond take
+	// the CPU the late step needs (docs/performance.md#shared-quota).
+	wait := time.Duration(c.nextStep.Load() - now.UnixNano())
+	if wait < 0 {
+		return overdueWait, admission.QuotaWait
+	}
 	if rtt := time.Duration(c.leaseRTT.Load()); rtt > 0 {
 		wait += rtt + time.Millisecond
 	}
@@ -219,11 +231,7 @@ func (c *Client) kick(now time.Time) {
 
 // kickedStep is a step asked for by kick, unless a step ran meanwhile.
 func (c *Client) kickedStep() {
-	if c.clk.Now().UnixNano()-c.lastOp.Load() < int64(Interval) {
-		c.kicked.Store(false)
-		return
-	}
-	_ = c.step()
+	_ = c.step(false)
 }
 
 // Untake implements admission.Quota.
@@ -274,8 +282,10 @@ func (c *Client) Stats() Stats {
 // step is one lease operation: it measures the demand since the last step,
 // reports it with the tokens and slots held, adds what the store granted,
 // and schedules the next step. An idle pod whose last operation is recent
-// skips the store.
-func (c *Client) step() error {
+// skips the store. Unless first, a step less than Interval after the last
+// operation is dropped: a kicked step and a timer's that both waited for the
+// one before would otherwise run back to back (that one scheduled the next).
+func (c *Client) step(first bool) error {
 	c.stepMu.Lock()
 	defer c.stepMu.Unlock()
 	defer c.kicked.Store(false) // after lastOp moved: one kick per interval
@@ -283,6 +293,9 @@ func (c *Client) step() error {
 		return nil
 	}
 	now := c.clk.Now()
+	if !first && now.UnixNano()-c.lastOp.Load() < int64(Interval) {
+		return nil
+	}
 	spec := c.Spec()
 	arrivals := c.arrivals.Swap(0)
 	horizon := Interval
@@ -293,9 +306,8 @@ func (c *Client) step() error {
 		} else {
 			c.demand = (c.demand + inst) / 2
 		}
-		// A loaded machine runs the steps late: lease for the interval as
-		// it really is, or the pod runs dry before the next step.
-		horizon = max(horizon, min(dt, 2*Interval))
+		c.gap, c.dev = Lateness(c.gap, c.dev, dt)
+		horizon = Horizon(c.gap, c.dev, c.fleetDemand > spec.RequestsPerSecond)
 	}
 	c.lastStep = now
 	inUse, queued := 0, 0
@@ -355,7 +367,7 @@ func (c *Client) schedule(now time.Time, d time.Duration) {
 		stale := gen != c.gen // fired as a kicked step rescheduled
 		c.timerMu.Unlock()
 		if !stale {
-			_ = c.step()
+			_ = c.step(false)
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
 
@@ -91,5 +92,44 @@ func TestStoreDownAtStartAdmitsNothing(t *testing.T) {
 	clk.Advance(Interval)
 	if c.Stats().State != StateReachable {
 		t.Errorf("state %s after the store came back, want reachable", c.Stats().State)
+	}
+}
+
+// stuckClock runs the client's timers an hour late: its steps never come
+// within a test.
+type stuckClock struct{ *clocktest.Clock }
+
+func (c stuckClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return c.Clock.AfterFunc(d+time.Hour, f)
+}
+
+// Attempts waiting for a step that is overdue (a loaded machine runs timers
+// late) ask again in a quarter interval, not every millisecond: hundreds of
+// waiters polling would take the CPU the late step needs.
+func TestWaitersOfAnOverdueStepAskAgainInAQuarterInterval(t *testing.T) {
+	clk := clocktest.NewClock(t0)
+	c := New(Spec{Name: "q", RequestsPerSecond: 10, Burst: 1}, NewModel(clk), stuckClock{clk}, "a",
+		slog.New(slog.NewTextHandler(io.Discard, nil)), Observer{})
+	_ = c.Start()
+	t.Cleanup(c.Close)
+	for c.Stats().Tokens > 0 {
+		c.TakeAt(clk.Now(), 0)
+	}
+	tests := []struct {
+		name  string
+		after time.Duration
+		want  time.Duration
+	}{
+		{"before the next step, until the step", 40 * time.Millisecond, Interval - 40*time.Millisecond},
+		{"once the step is overdue, a quarter interval", Interval + 30*time.Millisecond, Interval / 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk.AdvanceTo(t0.Add(tc.after))
+			wait, v := c.TakeAt(clk.Now(), 0)
+			if v != admission.QuotaWait || wait != tc.want {
+				t.Errorf("TakeAt = %s, %v; want %s, wait", wait, v, tc.want)
+			}
+		})
 	}
 }

@@ -23,6 +23,48 @@ const IdleInterval = time.Second
 // tokens it holds after it.
 const LeaseTTL = 5 * time.Second
 
+// Lateness folds the time dt between two steps into gap and dev, the
+// smoothed time between steps and its mean deviation (as TCP smooths its
+// round-trip time, weights 1/4): what Horizon leases ahead for.
+//
+//	gap    dev   dt     gap', dev'
+//	0      0     100ms  100ms, 0       (the first gap seen is taken whole)
+//	100ms  0     180ms  120ms, 20ms
+//	120ms  20ms  100ms  115ms, 20ms
+func Lateness(gap, dev, dt time.Duration) (time.Duration, time.Duration) {
+	if gap == 0 {
+		return dt, 0
+	}
+	diff := dt - gap
+	if diff < 0 {
+		diff = -diff
+	}
+	return gap + (dt-gap)/4, dev + (diff-dev)/4
+}
+
+// Horizon is the time a pod leases for: until its next step lands, as the
+// steps really come on this machine (the smoothed gap between them; a loaded
+// machine runs timers late, and a pod that leased for Interval alone ran dry
+// before its next step while its share of the rate overflowed the bucket,
+// docs/performance.md#shared-quota). While the fleet's demand fits the rate
+// (not short), it leases further ahead by twice the gap's deviation, so a late
+// step finds tokens still on hand; a short fleet's pods lease for the gap
+// alone, so their asks add up to about the rate and each gets its share
+// rather than whatever the pod that steps first takes. At least Interval, at
+// most 3 × Interval.
+//
+//	gap    dev   short  horizon
+//	100ms  0     no     100ms
+//	120ms  20ms  no     160ms
+//	120ms  20ms  yes    120ms
+//	200ms  80ms  no     300ms (at most 3 × Interval)
+func Horizon(gap, dev time.Duration, short bool) time.Duration {
+	if short {
+		dev = 0
+	}
+	return min(max(gap+2*dev, Interval), 3*Interval)
+}
+
 // margin is how much more than its fair share of the next interval a pod
 // asks for: the store grants at most what it has, so asking a little more
 // leaves no token unused in the bucket (arrivals are bursty, steps late on a

@@ -51,3 +51,29 @@ func TestFallbackFor(t *testing.T) {
 		})
 	}
 }
+
+func TestHorizonLeasesForTheStepsAsTheyCome(t *testing.T) {
+	ms := time.Millisecond
+	tests := map[string]struct {
+		gap, dev, dt         time.Duration
+		short                bool
+		wantGap, wantDev, hz time.Duration
+	}{
+		"the first gap seen is taken whole":                                     {0, 0, 100 * ms, false, 100 * ms, 0, 100 * ms},
+		"a late step moves the gap a quarter of the way":                        {100 * ms, 0, 180 * ms, false, 120 * ms, 20 * ms, 160 * ms},
+		"a short fleet leases for the gap alone":                                {100 * ms, 0, 180 * ms, true, 120 * ms, 20 * ms, 120 * ms},
+		"an early step never leases for less than the interval":                 {100 * ms, 0, 60 * ms, false, 90 * ms, 10 * ms, 110 * ms},
+		"a machine running timers very late leases for three intervals at most": {250 * ms, 50 * ms, 250 * ms, false, 250 * ms, 37500 * time.Microsecond, 300 * ms},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			gap, dev := Lateness(tc.gap, tc.dev, tc.dt)
+			if gap != tc.wantGap || dev != tc.wantDev {
+				t.Errorf("Lateness = %s, %s; want %s, %s", gap, dev, tc.wantGap, tc.wantDev)
+			}
+			if hz := Horizon(gap, dev, tc.short); hz != tc.hz {
+				t.Errorf("Horizon = %s, want %s", hz, tc.hz)
+			}
+		})
+	}
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// build compiles cmd/retry-sidecar once into dir.
+func build(dir string) (string, error) {
+	bin := filepath.Join(dir, "retry-sidecar")
+	cmd := exec.CommandContext(context.Background(), "go", "build", "-o", bin, "./cmd/retry-sidecar")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	return bin, cmd.Run()
+}
+
+// hosts are the three upstreams every sidecar's policy names: partner (the
+// quota under test, 1.2 R of demand), spare (a quota far above its demand:
+// the latency probe) and direct (no quota or rate limit: the probe's
+// baseline).
+type hosts struct{ partner, spare, direct string }
+
+// policyFile writes the scenario's --policy-file: with shared, partner and
+// spare draw on SharedQuotas named after the scenario (fresh keys in the
+// store); without, each has today's per-pod split of the same rate as a
+// rateLimit (the rendering's R ÷ pods, burst ÷ pods rounded up).
+func policyFile(dir, scenario string, h hosts, shared bool, pods int, rate float64, burst int, store string) (string, error) {
+	const spareRate, spareBurst = 100000, 10000
+	partner, spare := "quotaRef: {name: partner-"+scenario+"}", "quotaRef: {name: spare-"+scenario+"}"
+	if !shared {
+		partner = fmt.Sprintf("rateLimit: {requestsPerMinute: %d, burst: %d}", int(rate*60)/pods, (burst+pods-1)/pods)
+		spare = fmt.Sprintf("rateLimit: {requestsPerMinute: %d, burst: %d}", spareRate*60, spareBurst)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: policy.retry.dev/v1alpha1
+kind: RetryPolicy
+metadata: {name: bench}
+spec:
+  upstreams:
+  - {name: partner, hosts: [%q], deadline: %s, %s}
+  - {name: spare, hosts: [%q], deadline: %s, %s}
+  - {name: direct, hosts: [%q], deadline: %s}
+`, h.partner, maxWait, partner, h.spare, maxWait, spare, h.direct, maxWait)
+	if shared {
+		for _, q := range []struct {
+			name        string
+			rate, burst int
+		}{{"partner-" + scenario, int(rate), burst}, {"spare-" + scenario, spareRate, spareBurst}} {
+			fmt.Fprintf(&b, `---
+apiVersion: policy.retry.dev/v1alpha1
+kind: SharedQuota
+metadata: {name: %s}
+spec:
+  requestsPerSecond: %d
+  burst: %d
+  onStoreLoss: LastShare
+  consumers: {namespaceSelector: {}}
+  store: {redis: {address: %q}}
+`, q.name, q.rate, q.burst, store)
+		}
+	}
+	p := filepath.Join(dir, scenario+".yaml")
+	return p, os.WriteFile(p, []byte(b.String()), 0o600)
+}
+
+// sidecar is one retry-sidecar process this program started.
+type sidecar struct {
+	cmd    *exec.Cmd
+	proxy  string // its forward proxy, host:port
+	admin  string // its /metrics
+	client *proxyClient
+	exited chan struct{}
+}
+
+// startSidecar runs the binary on ephemeral loopback ports with GOMAXPROCS=1
+// (50 processes share 2 cores) and waits for its ready file.
+func startSidecar(bin, dir, name, policy, creds string) (*sidecar, error) {
+	ready := filepath.Join(dir, name+".ready")
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	s := &sidecar{exited: make(chan struct{})}
+	s.cmd = exec.CommandContext(context.Background(), bin, "--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0",
+		"--stats-listen=127.0.0.1:0", "--ready-file="+ready, "--policy-file="+policy,
+		"--quota-credentials-file="+creds, "--log-level=warn", "--drain-timeout=1s")
+	s.cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	s.cmd.SysProcAttr = dieWithParent()
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	go func() { _ = s.cmd.Wait(); logf.Close(); close(s.exited) }()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if b, err := os.ReadFile(ready); err == nil {
+			var r struct{ Listen, Admin string }
+			if err := json.Unmarshal(b, &r); err != nil {
+				s.kill()
+				return nil, err
+			}
+			s.proxy, s.admin = r.Listen, r.Admin
+			s.client = &proxyClient{addr: s.proxy}
+			return s, nil
+		}
+		select {
+		case <-s.exited:
+			return nil, fmt.Errorf("sidecar %s exited before listening (log: %s)", name, logf.Name())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.kill()
+			return nil, fmt.Errorf("sidecar %s not ready after 30 s", name)
+		}
+	}
+}
+
+func (s *sidecar) kill() {
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.exited
+	if s.client != nil {
+		s.client.close()
+	}
+}
+
+// startSidecars starts n sidecars at once.
+func startSidecars(bin, dir, prefix string, n int, policy, creds string) ([]*sidecar, error) {
+	out := make([]*sidecar, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { out[i], errs[i] = startSidecar(bin, dir, prefix+"-"+strconv.Itoa(i), policy, creds) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			for _, s := range out {
+				if s != nil {
+					s.kill()
+				}
+			}
+			return nil, fmt.Errorf("sidecar %d: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
+// metric is the value of one series (name with labels, exactly as exposed)
+// on the sidecar's /metrics; ok is false if it is absent or unreadable.
+func (s *sidecar) metric(series string) (float64, bool) {
+	resp, err := http.Get("http://" + s.admin + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// values reads series on every sidecar at once (0 where absent).
+func values(ss []*sidecar, series string) []float64 {
+	vals := make([]float64, len(ss))
+	var wg sync.WaitGroup
+	for i, s := range ss {
+		wg.Go(func() { vals[i], _ = s.metric(series) })
+	}
+	wg.Wait()
+	return vals
+}
+
+func cpus() int { return runtime.NumCPU() }

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const bucket = 10 * time.Millisecond
+
+// upstream is a minimal HTTP/1.1 server on 127.0.0.1 (keep-alive, bodiless
+// GETs: what the sidecars send here) that answers 200 and counts the
+// requests arriving per 10 ms bucket from start. It is written on the raw
+// connection, not net/http, so that on a loaded 2-CPU machine the counter
+// costs the fleet under test as little CPU as possible.
+type upstream struct {
+	host  string // 127.0.0.1:port
+	start atomic.Int64
+	b     []atomic.Int64
+	l     net.Listener
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+var okResponse = []byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+
+func startUpstream(slots int) (*upstream, error) {
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	u := &upstream{host: l.Addr().String(), b: make([]atomic.Int64, slots), l: l, conns: map[net.Conn]struct{}{}}
+	go u.accept()
+	return u, nil
+}
+
+func (u *upstream) accept() {
+	for {
+		c, err := u.l.Accept()
+		if err != nil {
+			return
+		}
+		u.mu.Lock()
+		u.conns[c] = struct{}{}
+		u.mu.Unlock()
+		go u.serve(c)
+	}
+}
+
+// serve answers each request on c: the header ends at an empty line.
+func (u *upstream) serve(c net.Conn) {
+	defer func() {
+		c.Close()
+		u.mu.Lock()
+		delete(u.conns, c)
+		u.mu.Unlock()
+	}()
+	r := bufio.NewReaderSize(c, 4096)
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return
+		}
+		if len(bytes.TrimRight(line, "\r\n")) > 0 {
+			continue
+		}
+		u.count()
+		if _, err := c.Write(okResponse); err != nil {
+			return
+		}
+	}
+}
+
+func (u *upstream) count() {
+	if s := u.start.Load(); s != 0 {
+		if i := (time.Now().UnixNano() - s) / int64(bucket); i >= 0 && i < int64(len(u.b)) {
+			u.b[i].Add(1)
+		}
+	}
+}
+
+func (u *upstream) close() {
+	u.l.Close()
+	u.mu.Lock()
+	for c := range u.conns {
+		c.Close()
+	}
+	u.mu.Unlock()
+}
+
+// reset zeroes the counts and counts from start on.
+func (u *upstream) reset(start time.Time) {
+	for i := range u.b {
+		u.b[i].Store(0)
+	}
+	u.start.Store(start.UnixNano())
+}
+
+// sum is the arrivals in [from, to) since start, and the most in any 1 s
+// window inside (sliding in 10 ms steps).
+func (u *upstream) sum(from, to time.Duration) (int, int) {
+	lo, hi := int(from/bucket), min(int(to/bucket), len(u.b))
+	win := int(time.Second / bucket)
+	total, run, most := 0, 0, 0
+	for i := lo; i < hi; i++ {
+		n := int(u.b[i].Load())
+		total += n
+		run += n
+		if i-lo >= win {
+			run -= int(u.b[i-win].Load())
+		}
+		most = max(most, run)
+	}
+	return total, most
+}
