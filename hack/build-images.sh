@@ -16,6 +16,11 @@
 #
 # A program directory that does not exist yet is skipped with a message; one that
 # exists but does not compile fails the script.
+#
+# One image is not a Go program: retry.dev/redis:dev, the store of the e2e suite's
+# SharedQuota case, is Debian's /usr/bin/redis-server with the dynamic loader and
+# the shared libraries `ldd` lists, at the paths ldd gives (docs/development.md).
+# Without redis-server installed it is skipped with a message.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -82,5 +87,32 @@ for row in "${TABLE[@]}"; do
     -label "org.opencontainers.image.ref.name=$ref"
   built=$((built + 1))
 done
+
+# build_redis packs Debian's redis-server, its loader and libraries.
+build_redis() {
+  local bin=/usr/bin/redis-server version files=() lib
+  if [[ ! -x "$bin" ]]; then
+    log "skipping redis: no $bin (apt-get install redis-server)"
+    skipped+=(redis)
+    return
+  fi
+  # ldd: "libssl.so.3 => /lib/x86_64-linux-gnu/libssl.so.3 (0x…)" and the
+  # loader "/lib64/ld-linux-x86-64.so.2 (0x…)"; linux-vdso has no file.
+  while read -r lib; do
+    files+=(-file "$lib")
+  done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
+  version="$(dpkg-query -W -f='${Version}' redis-server 2>/dev/null || echo unknown)"
+  log "packing redis ($bin, Debian redis-server $version, $((${#files[@]} / 2)) files from ldd)"
+  "$OUT/.build/images" \
+    -binary "$bin" -name redis-server -image retry.dev/redis:dev -output "$OUT/redis.tar" "${files[@]}" \
+    -label "org.opencontainers.image.title=redis" \
+    -label "org.opencontainers.image.description=Debian's redis-server $version, for the e2e suite" \
+    -label "org.opencontainers.image.version=$version" \
+    -label "org.opencontainers.image.ref.name=retry.dev/redis:dev"
+  built=$((built + 1))
+}
+if wanted redis; then
+  build_redis
+fi
 
 log "done: $built image(s) in ${OUT#"$ROOT"/}/${skipped[*]:+ (skipped: ${skipped[*]})}"

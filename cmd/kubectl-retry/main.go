@@ -208,9 +208,17 @@ func (f *policyFlags) register(fs *flag.FlagSet) {
 // policy loads the file and picks the upstream's policy; report an error with
 // loadErr.
 func (f *policyFlags) policy() (*retrypolicy.Policy, error) {
-	set, err := retrysim.LoadPolicyFile(f.file)
+	_, p, err := f.policyFile()
+	return p, err
+}
+
+// policyFile is policy with the parsed file, for what else the command needs
+// of it.
+func (f *policyFlags) policyFile() (*retrysim.PolicyFile, *retrypolicy.Policy, error) {
+	file, err := retrysim.ReadPolicyFile(f.file)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return retrysim.PickUpstream(set, f.upstream)
+	p, err := retrysim.PickUpstream(file.Set, f.upstream)
+	return file, p, err
 }

@@ -50,11 +50,11 @@ func runRehearse(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageErr(stderr, sub, err)
 	}
-	p, err := pf.policy()
+	file, p, err := pf.policyFile()
 	if err != nil {
 		return loadErr(stderr, sub, err)
 	}
-	shared, err := retrysim.SharedQuotaOf(pf.file, p)
+	shared, err := file.SharedQuotaOf(p)
 	if err != nil {
 		return loadErr(stderr, sub, err)
 	}

@@ -4,11 +4,15 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/quotastore"
 	"github.com/retrydev/retry-operator/internal/redistest"
 )
 
@@ -85,4 +89,121 @@ func TestTwoSidecarsShareOneQuota(t *testing.T) {
 			t.Errorf("sidecar %d admitted nothing of the shared quota", i)
 		}
 	}
+}
+
+// A password rotated in the namespace's mounted Secret reaches the sidecar
+// without a restart: the rendering names the credentials file; the store's
+// user gets a second password, the kubelet rewrites the file, the first
+// password is removed and the user's connections closed. The sidecar's quota
+// client connects again with the new password, and a steady stream of
+// requests through it is admitted all along.
+func TestRotatedQuotaPasswordIsPickedUpWithoutRestart(t *testing.T) {
+	redis := redistest.Start(t, redistest.WithPassword("admin-secret"))
+	admin := redis.Client()
+	ctx, cancel := withCancel(20 * time.Second)
+	defer cancel()
+	const ns = "shop"
+	user := v1alpha1.QuotaUser(ns)
+	if err := quotastore.SetUser(ctx, admin, ns, "first-password", []string{"partner"}); err != nil {
+		t.Fatal(err)
+	}
+	credsDir := t.TempDir() // the Secret retry-quota-credentials, mounted
+	writeCreds := func(password string) {
+		kubeletWrite(t, credsDir, map[string]string{"credentials": string(policyset.Credentials{Username: user, Password: password}.Format())})
+	}
+	writeCreds("first-password")
+
+	up := newUpstream(t, status(http.StatusOK))
+	doc, err := policyset.FromPolicyFiles([]byte(policyYAML("test", "up", up.host(), "quotaRef: {name: partner}", "deadline: 2s") + fmt.Sprintf(`---
+apiVersion: policy.retry.dev/v1alpha1
+kind: SharedQuota
+metadata: {name: partner}
+spec:
+  requestsPerSecond: 1000
+  burst: 10
+  consumers: {namespaceSelector: {}}
+  store: {redis: {address: %q}}
+`, redis.Addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc.Revision = 1
+	doc.Quotas[0].Store.Redis.CredentialsFile = filepath.Join(credsDir, "credentials")
+	policies, err := policyset.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmDir := t.TempDir()
+	kubeletWrite(t, cmDir, map[string]string{"policies.json": string(policies)})
+	s := startSidecar(t, "--config-dir", cmDir)
+	reachable := `retry_sidecar_quota_store_state{quota="partner",state="reachable"}`
+	s.waitMetric(reachable, 1)
+
+	// A steady stream through the sidecar for the whole rotation.
+	stop := make(chan struct{})
+	var sent, admitted atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r := s.get(up.url("/steady"))
+			sent.Add(1)
+			if r.status == http.StatusOK {
+				admitted.Add(1)
+			} else {
+				t.Errorf("request %d during the rotation: status %d (%s), want 200", sent.Load(), r.status, r.header.Get("X-Retry-Outcome"))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	stopStream := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopStream()
+
+	loads := func() int { return strings.Count(s.logs.String(), `"msg":"configuration loaded"`) }
+	before := loads()
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, ">second-password").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rotated := time.Now()
+	writeCreds("second-password")
+	for loads() == before {
+		if time.Since(rotated) > 5*time.Second {
+			t.Fatalf("5 s after the credentials file was rewritten the sidecar has not reloaded it")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	reloaded := time.Since(rotated)
+	// Only the new password opens a connection now.
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "<first-password").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "KILL", "USER", user).Err(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	for {
+		clients, err := admin.Do(ctx, "CLIENT", "LIST").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(clients, "user="+user+" ") && s.metric(reachable) == 1 {
+			break
+		}
+		if time.Since(killed) > 5*time.Second {
+			t.Fatalf("5 s after the old password was removed: store state reachable = %v, connections:\n%s", s.metric(reachable), clients)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	back := time.Since(killed)
+	time.Sleep(500 * time.Millisecond) // the stream goes on on the new connection
+	stopStream()
+	if n := s.metric(`retry_sidecar_quota_store_errors_total{quota="partner",state="refused"}`); n > 0 {
+		t.Errorf("the store refused the sidecar %v times: it used the old password", n)
+	}
+	t.Logf("file rewritten → reloaded in %s; old password removed → connected again with the new one in %s; %d of %d requests admitted",
+		reloaded.Round(time.Millisecond), back.Round(time.Millisecond), admitted.Load(), sent.Load())
 }

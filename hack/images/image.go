@@ -26,6 +26,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,6 +57,18 @@ type Options struct {
 	// where Go's crypto/x509 looks for the system roots on Linux (the sidecar
 	// originates TLS; docs/tls.md). SSL_CERT_FILE / SSL_CERT_DIR still override it.
 	CABundle []byte
+	// Files are more files in the image: the dynamic loader and shared
+	// libraries of a program that is not static (Debian's redis-server for
+	// the e2e suite's store, docs/development.md).
+	Files []File
+}
+
+// File is one more file in the image, at Path (absolute, e.g.
+// /lib/x86_64-linux-gnu/libc.so.6), mode 0755 (libraries are mapped
+// executable), owned by root.
+type File struct {
+	Path string
+	Data []byte
 }
 
 // CABundlePath is where the CA bundle goes in the image (Debian's path, the
@@ -82,7 +95,7 @@ func Write(opts Options, out string) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	arch, err := staticELFArch(bin)
+	arch, err := elfArch(bin, opts.Files)
 	if err != nil {
 		return Result{}, fmt.Errorf("%s: %w", opts.Binary, err)
 	}
@@ -120,7 +133,7 @@ func Build(opts Options, bin []byte, arch string) (v1.Image, error) {
 	if strings.Contains(opts.Name, "/") || opts.Name == "" || opts.Name == "." || opts.Name == ".." {
 		return nil, fmt.Errorf("name %q: want a plain file name", opts.Name)
 	}
-	layerTar, err := rootfs(opts.Name, bin, opts.CABundle, opts.Created)
+	layerTar, err := rootfs(opts.Name, bin, opts.CABundle, opts.Files, opts.Created)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +148,7 @@ func Build(opts Options, bin []byte, arch string) (v1.Image, error) {
 		History: v1.History{
 			Created:   v1.Time{Time: opts.Created},
 			CreatedBy: "hack/images: /" + opts.Name,
-			Comment:   "static binary, nonroot",
+			Comment:   comment(opts.Files),
 		},
 	})
 	if err != nil {
@@ -159,13 +172,35 @@ func Build(opts Options, bin []byte, arch string) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
-// rootfs returns the uncompressed layer: the distroless-style nonroot files
-// and the binary at /<binName>, every entry stamped with mtime.
-func rootfs(binName string, bin, caBundle []byte, mtime time.Time) ([]byte, error) {
+func comment(files []File) string {
+	if len(files) > 0 {
+		return fmt.Sprintf("binary and %d files, nonroot", len(files))
+	}
+	return "static binary, nonroot"
+}
+
+// rootfs returns the uncompressed layer: the distroless-style nonroot files,
+// the binary at /<binName> and files, every entry stamped with mtime.
+func rootfs(binName string, bin, caBundle []byte, files []File, mtime time.Time) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
+	made := map[string]bool{}
 	dir := func(p string, mode int64, uid int) error {
+		made[p] = true
 		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: p + "/", Mode: mode, Uid: uid, Gid: uid, ModTime: mtime, Format: tar.FormatPAX})
+	}
+	// parents writes the directories above p that are not in the layer yet.
+	parents := func(p string) error {
+		var missing []string
+		for d := path.Dir(p); d != "." && !made[d]; d = path.Dir(d) {
+			missing = append(missing, d)
+		}
+		for i := len(missing) - 1; i >= 0; i-- {
+			if err := dir(missing[i], 0o755, 0); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	file := func(p string, mode int64, data []byte) error {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: p, Mode: mode, Size: int64(len(data)), ModTime: mtime, Format: tar.FormatPAX}); err != nil {
@@ -190,6 +225,19 @@ func rootfs(binName string, bin, caBundle []byte, mtime time.Time) ([]byte, erro
 			func() error { return file(CABundlePath, 0o644, caBundle) },
 		)
 	}
+	for _, f := range files {
+		p := strings.TrimPrefix(path.Clean("/"+f.Path), "/")
+		steps = append(steps, func() error {
+			if made[p] || p == path.Clean(binName) {
+				return fmt.Errorf("file %s: twice in the image", f.Path)
+			}
+			if err := parents(p); err != nil {
+				return err
+			}
+			made[p] = true
+			return file(p, 0o755, f.Data)
+		})
+	}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return nil, err
@@ -201,18 +249,28 @@ func rootfs(binName string, bin, caBundle []byte, mtime time.Time) ([]byte, erro
 	return buf.Bytes(), nil
 }
 
-// staticELFArch returns the GOARCH of a statically linked Linux ELF binary and
-// an error for anything else: an image built on empty.Image has no libc and no
-// dynamic loader, so a dynamically linked binary would fail only at run time.
-func staticELFArch(bin []byte) (string, error) {
+// elfArch returns the GOARCH of a Linux ELF binary, and an error for anything
+// else and for a dynamically linked binary whose loader (ELF interpreter) is
+// not among files: an image built on empty.Image has no libc and no loader,
+// so it would fail only at run time. The libraries it needs are the caller's
+// to list (hack/build-images.sh takes them from ldd).
+func elfArch(bin []byte, files []File) (string, error) {
 	f, err := elf.NewFile(bytes.NewReader(bin))
 	if err != nil {
 		return "", fmt.Errorf("not an ELF binary: %w", err)
 	}
 	defer f.Close()
 	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return "", fmt.Errorf("dynamically linked (has an ELF interpreter); build it with CGO_ENABLED=0")
+		if p.Type != elf.PT_INTERP {
+			continue
+		}
+		b, err := io.ReadAll(p.Open())
+		if err != nil {
+			return "", fmt.Errorf("reading the ELF interpreter: %w", err)
+		}
+		interp := strings.TrimRight(string(b), "\x00")
+		if !slices.ContainsFunc(files, func(f File) bool { return path.Clean("/"+f.Path) == interp }) {
+			return "", fmt.Errorf("dynamically linked (ELF interpreter %s) and the interpreter is not among -file: build it with CGO_ENABLED=0, or give its loader and libraries with -file", interp)
 		}
 	}
 	switch f.Machine {

@@ -18,9 +18,14 @@ package main
 
 import (
 	"archive/tar"
+	"bytes"
+	"debug/elf"
 	"errors"
+	"fmt"
 	"io"
+	"os"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -118,7 +123,7 @@ func TestBuildRejectsPathsAsNames(t *testing.T) {
 }
 
 func TestStaticELFArchRejectsNonELF(t *testing.T) {
-	if _, err := staticELFArch([]byte("#!/bin/sh\n")); err == nil {
+	if _, err := elfArch([]byte("#!/bin/sh\n"), nil); err == nil {
 		t.Error("a shell script was accepted as a static binary")
 	}
 }
@@ -147,5 +152,94 @@ func TestCABundleLandsWhereGoLooksForSystemRoots(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+func TestDynamicBinaryNeedsItsLoader(t *testing.T) {
+	bin, err := os.ReadFile("/bin/true") // Debian's coreutils: dynamically linked
+	if err != nil {
+		t.Skipf("no /bin/true: %v", err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(bin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var interp string
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b, _ := io.ReadAll(p.Open())
+			interp = strings.TrimRight(string(b), "\x00")
+		}
+	}
+	if interp == "" {
+		t.Skip("/bin/true is static here")
+	}
+	tests := []struct {
+		name    string
+		files   []File
+		wantErr string
+	}{
+		{name: "without its loader it is refused, naming the loader", wantErr: interp},
+		{name: "with a library but not the loader it is refused", files: []File{{Path: "/lib/libc.so.6"}}, wantErr: interp},
+		{name: "with its loader it is accepted", files: []File{{Path: interp}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := elfArch(bin, tt.files)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("elfArch: %v, want accepted", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("elfArch: %v, want an error naming %s", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestFilesLandAtTheirPathsWithTheirDirectories(t *testing.T) {
+	opts := Options{Name: "redis-server", User: "65532:65532", Files: []File{
+		{Path: "/lib64/ld-linux-x86-64.so.2", Data: []byte("loader")},
+		{Path: "/lib/x86_64-linux-gnu/libc.so.6", Data: []byte("libc")},
+		{Path: "/lib/x86_64-linux-gnu/libm.so.6", Data: []byte("libm")},
+	}}
+	img, err := Build(opts, []byte("binary"), "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := img.Layers()
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got := map[string]string{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		got[h.Name] = fmt.Sprintf("%o %s", h.Mode, b)
+	}
+	want := map[string]string{
+		"lib64/":                         "755 ",
+		"lib64/ld-linux-x86-64.so.2":     "755 loader",
+		"lib/":                           "755 ",
+		"lib/x86_64-linux-gnu/":          "755 ",
+		"lib/x86_64-linux-gnu/libc.so.6": "755 libc",
+		"lib/x86_64-linux-gnu/libm.so.6": "755 libm",
+		"redis-server":                   "755 binary",
+	}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("layer entry %s = %q, want %q", name, got[name], w)
+		}
+	}
+	if _, err := Build(Options{Name: "x", Files: []File{{Path: "/a"}, {Path: "a"}}}, nil, "amd64"); err == nil {
+		t.Error("the same file twice was accepted")
 	}
 }

@@ -16,7 +16,9 @@ limitations under the License.
 
 // Command images writes a container image for one static binary as a
 // docker-archive tarball, without Docker and without a registry. The tarball
-// loads with `ctr -n k8s.io images import` and `kind load image-archive`.
+// loads with `ctr -n k8s.io images import` and `kind load image-archive`. A
+// binary that is not static (Debian's redis-server, the e2e suite's store)
+// goes in with its loader and libraries, each given with -file.
 //
 // The image matches what the Dockerfile builds on distroless/static:nonroot:
 // one layer holding the binary at /<name>, /etc/passwd and /etc/group with the
@@ -37,6 +39,37 @@ import (
 	"sort"
 	"strings"
 )
+
+// fileFlags collects repeated -file SRC[=DST] flags: a host file (symbolic
+// links followed) copied to DST in the image, by default to the same path.
+type fileFlags []string
+
+func (f *fileFlags) String() string { return strings.Join(*f, ",") }
+
+func (f *fileFlags) Set(v string) error {
+	if src, _, _ := strings.Cut(v, "="); src == "" {
+		return fmt.Errorf("file %q: want SRC or SRC=DST", v)
+	}
+	*f = append(*f, v)
+	return nil
+}
+
+// read returns the files, read from the host.
+func (f fileFlags) read() ([]File, error) {
+	out := make([]File, 0, len(f))
+	for _, v := range f {
+		src, dst, ok := strings.Cut(v, "=")
+		if !ok {
+			dst = src
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return nil, fmt.Errorf("-file: %w", err)
+		}
+		out = append(out, File{Path: dst, Data: b})
+	}
+	return out, nil
+}
 
 // labelFlags collects repeated -label key=value flags.
 type labelFlags map[string]string
@@ -61,6 +94,7 @@ func (l labelFlags) Set(v string) error {
 
 func main() {
 	labels := labelFlags{}
+	var files fileFlags
 	var opts Options
 	flag.StringVar(&opts.Binary, "binary", "", "path of the static binary to package (required)")
 	flag.StringVar(&opts.Image, "image", "", "image reference written into the archive, e.g. retry.dev/retry-sidecar:dev (required)")
@@ -68,9 +102,10 @@ func main() {
 	flag.StringVar(&opts.Name, "name", "", "file name of the binary inside the image; the entrypoint is /<name> (default: the binary's base name)")
 	flag.StringVar(&opts.User, "user", "65532:65532", "user:group the image runs as")
 	flag.Var(labels, "label", "image label key=value (repeatable)")
+	flag.Var(&files, "file", "host file SRC copied into the image at DST (SRC[=DST], default DST=SRC; repeatable): the loader and libraries of a binary that is not static")
 	caBundle := flag.String("ca-bundle", "", "PEM file written to /"+CABundlePath+" in the image (the system roots of a Go program)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s -binary FILE -image REF -output TAR [-name NAME] [-label k=v]...\n", filepath.Base(os.Args[0]))
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s -binary FILE -image REF -output TAR [-name NAME] [-label k=v]... [-file SRC[=DST]]...\n", filepath.Base(os.Args[0]))
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -79,6 +114,10 @@ func main() {
 		os.Exit(2)
 	}
 	opts.Labels = labels
+	var err error
+	if opts.Files, err = files.read(); err != nil {
+		fatal(err)
+	}
 	if *caBundle != "" {
 		b, err := os.ReadFile(*caBundle)
 		if err != nil {

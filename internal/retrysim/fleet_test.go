@@ -8,15 +8,15 @@ import (
 func rehearseFleet(t *testing.T, upstream string) RehearseResult {
 	t.Helper()
 	const file = "testdata/seed-fleet.yaml"
-	set, err := LoadPolicyFile(file)
+	f, err := ReadPolicyFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := PickUpstream(set, upstream)
+	p, err := PickUpstream(f.Set, upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := SharedQuotaOf(file, p)
+	q, err := f.SharedQuotaOf(p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,28 @@ import (
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
+// PolicyFile is a policy file read and parsed once: its compiled upstreams,
+// and the document they came from for what else a command needs of it (the
+// SharedQuota an upstream draws on).
+type PolicyFile struct {
+	Set  *retrypolicy.Set
+	path string
+	doc  policyset.Document
+}
+
 // LoadPolicyFile reads RetryPolicy YAML documents with the sidecar's own
 // --policy-file loader (defaults, the API's validation with field paths, the
 // same compilation), so an invalid file gives the API server's errors.
 func LoadPolicyFile(path string) (*retrypolicy.Set, error) {
+	f, err := ReadPolicyFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return f.Set, nil
+}
+
+// ReadPolicyFile is LoadPolicyFile keeping the parsed file.
+func ReadPolicyFile(path string) (*PolicyFile, error) {
 	if path == "" {
 		return nil, &UsageError{Msg: "-f: name a RetryPolicy YAML file"}
 	}
@@ -30,7 +48,7 @@ func LoadPolicyFile(path string) (*retrypolicy.Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return set, nil
+	return &PolicyFile{Set: set, path: path, doc: doc}, nil
 }
 
 // UsageError is a mistake in the command line (exit code 2).
@@ -69,18 +87,11 @@ func PickUpstream(set *retrypolicy.Set, name string) (*retrypolicy.Policy, error
 	return nil, &UsageError{Msg: fmt.Sprintf("--upstream %q: ambiguous; name one of %s", name, strings.Join(names, ", "))}
 }
 
-// SharedQuotaOf returns the SharedQuota that the upstream p of the file at
-// path draws on (its quotaRef, resolved against the SharedQuota documents of
-// the file, as the sidecar's --policy-file does), or nil if it has none.
-func SharedQuotaOf(path string, p *retrypolicy.Policy) (*quota.Spec, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, &UsageError{Msg: "-f: " + err.Error()}
-	}
-	doc, err := policyset.FromPolicyYAML(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
+// SharedQuotaOf returns the SharedQuota that the upstream p of the file
+// draws on (its quotaRef, resolved against the SharedQuota documents of the
+// file, as the sidecar's --policy-file does), or nil if it has none.
+func (f *PolicyFile) SharedQuotaOf(p *retrypolicy.Policy) (*quota.Spec, error) {
+	doc, path := f.doc, f.path
 	for _, pol := range doc.Policies {
 		for _, u := range pol.Upstreams {
 			if u.QuotaRef == nil || (p.Name() != u.Name && p.Name() != pol.Name+"/"+u.Name) {

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -58,7 +59,8 @@ type Config struct {
 	// Source says where policies.json came from: SourceAPI, SourceFile, or
 	// SourcePolicyFile when there is none.
 	Source string
-	// key identifies every input byte, labels included: equal keys, equal config.
+	// key identifies every input byte, labels and credentials files included:
+	// equal keys, equal config.
 	key string
 }
 
@@ -71,6 +73,37 @@ type raw struct {
 	labels    []byte
 	hasLabels bool
 	creds     []byte // --quota-credentials-file: a new password is a new configuration
+	// credFiles are the credentials files the rendering names for the quotas
+	// in use, and quotaCreds what they held (readQuotaCreds): a rotated
+	// password in the mounted Secret is a new configuration too.
+	credFiles  []string
+	quotaCreds []byte
+}
+
+// readQuotaCreds reads files, the credentials files named by the rendering,
+// into r.quotaCreds; a file that cannot be read is marked as such, so that it
+// appearing later is a change.
+func (r *raw) readQuotaCreds(files []string) {
+	r.credFiles = files
+	var b bytes.Buffer
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		fmt.Fprintf(&b, "%d:%s%t%d:", len(f), f, err == nil, len(data))
+		b.Write(data)
+	}
+	r.quotaCreds = b.Bytes()
+}
+
+// credentialsFiles are the files named by the renderings of qs, sorted, each once.
+func credentialsFiles(qs []policyset.Quota) []string {
+	var files []string
+	for _, q := range qs {
+		if f := q.Store.Redis.CredentialsFile; f != "" && !slices.Contains(files, f) {
+			files = append(files, f)
+		}
+	}
+	slices.Sort(files)
+	return files
 }
 
 // read reads every source. A missing policies.json is an empty configuration; a
@@ -129,7 +162,7 @@ func (r raw) policyBytes() []byte {
 
 func (r raw) key() string {
 	h := sha256.New()
-	for _, part := range append([][]byte{[]byte(r.source), r.dir, r.labels, r.creds}, r.files...) {
+	for _, part := range append([][]byte{[]byte(r.source), r.dir, r.labels, r.creds, r.quotaCreds}, r.files...) {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
@@ -149,8 +182,11 @@ func (s Sources) Load() (*Config, error) {
 }
 
 // compile builds the configuration; q holds the clients of the shared quotas
-// (nil: none are started, and an upstream with a quotaRef is refused).
-func (r raw) compile(s Sources, q *quotaClients) (*Config, error) {
+// (nil: none are started, and an upstream with a quotaRef is refused). It
+// reads the credentials files the quotas in use name into r (readQuotaCreds)
+// before their clients do: a file rewritten in between changes the key the
+// next Reload computes, which compiles again.
+func (r *raw) compile(s Sources, q *quotaClients) (*Config, error) {
 	var doc policyset.Document
 	if r.dir != nil {
 		d, err := policyset.Unmarshal(r.dir)
@@ -192,6 +228,7 @@ func (r raw) compile(s Sources, q *quotaClients) (*Config, error) {
 		}
 		used = append(used, pq)
 	}
+	r.readQuotaCreds(credentialsFiles(used))
 	quotaOf, err := q.resolve(used, s.QuotaCredentials)
 	if err != nil {
 		return nil, err

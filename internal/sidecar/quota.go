@@ -18,8 +18,9 @@ import (
 // quotaClients keeps one quota.Client per SharedQuota the configuration in
 // force names (docs/quota.md): a reload that keeps a quota keeps its client,
 // its tokens and slots on hand and its connection; a changed rate, burst or
-// onStoreLoss is applied in place; a changed store, credentials or
-// concurrency bound makes a new client. Safe for concurrent use.
+// onStoreLoss is applied in place, and so are changed credentials (the store
+// connects again with them); a changed store or concurrency bound makes a
+// new client. Safe for concurrent use.
 type quotaClients struct {
 	pod     string
 	log     *slog.Logger
@@ -31,6 +32,7 @@ type quotaClients struct {
 
 type quotaClient struct {
 	key    string // what a new client is needed for
+	creds  policyset.Credentials
 	client *quota.Client
 	store  *redisstore.Store
 }
@@ -80,12 +82,15 @@ func (q *quotaClients) client(pq policyset.Quota, credentialsFile string) (*quot
 		}
 	}
 	spec := pq.Spec()
-	// The password is part of the key only as a change marker, never shown.
-	key := fmt.Sprintf("%s\x00%s\x00%s\x00%t", pq.Store.Redis.Address, creds.Username, creds.Password, pq.Concurrency > 0)
+	key := fmt.Sprintf("%s\x00%t", pq.Store.Redis.Address, pq.Concurrency > 0)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if cur := q.m[pq.Name]; cur != nil {
 		if cur.key == key {
+			if cur.creds != creds {
+				cur.store.SetCredentials(creds.Username, creds.Password)
+				cur.creds = creds
+			}
 			cur.client.SetSpec(spec)
 			return cur.client, nil
 		}
@@ -95,7 +100,7 @@ func (q *quotaClients) client(pq policyset.Quota, credentialsFile string) (*quot
 	store := redisstore.New(redisstore.Options{Address: pq.Store.Redis.Address, Username: creds.Username,
 		Password: creds.Password, KeyPrefix: v1alpha1.QuotaKeys})
 	c := quota.New(spec, store, clock.Real{}, q.pod, q.log, q.metrics.quotaObserver())
-	q.m[pq.Name] = &quotaClient{key: key, client: c, store: store}
+	q.m[pq.Name] = &quotaClient{key: key, creds: creds, client: c, store: store}
 	q.metrics.watchQuota(c)
 	_ = c.Start() // a store lost at start is reported by the client's state
 	return c, nil

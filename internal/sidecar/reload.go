@@ -38,6 +38,13 @@ type Reloader struct {
 	failedKey string     // last refused input, so it is reported once
 	inForce   int64      // revision in force: never goes down
 	staleKey  string     // last delivery refused as older, so it is reported once
+	// credFiles are the credentials files the last compiled input named: the
+	// next Reload reads them before it decides whether anything changed.
+	credFiles []string
+	// watcher is Watch's, nil while Watch does not run; watched are the
+	// directories it watches.
+	watcher *fsnotify.Watcher
+	watched map[string]bool
 }
 
 // SetAPI hands the Reloader the API watch's view of policies.json (data nil:
@@ -123,6 +130,7 @@ func (r *Reloader) Reload() error {
 	defer r.mu.Unlock()
 	in, err := r.Sources.read()
 	if err == nil {
+		in.readQuotaCreds(r.credFiles)
 		if api := r.api.Load(); api != nil || r.Sources.ConfigDir != "" {
 			var file *delivery
 			if r.Sources.ConfigDir != "" {
@@ -146,7 +154,12 @@ func (r *Reloader) Reload() error {
 			return nil // the same broken input again: already reported
 		}
 		var c *Config
-		if c, err = in.compile(r.Sources, r.quotas); err == nil {
+		c, err = in.compile(r.Sources, r.quotas)
+		r.credFiles = in.credFiles
+		for _, f := range in.credFiles {
+			r.watchDir(filepath.Dir(f))
+		}
+		if err == nil {
 			r.registry.Adopt(c.Set)
 			r.current.Store(c)
 			r.quotas.retain(c.Quotas)
@@ -156,7 +169,7 @@ func (r *Reloader) Reload() error {
 			r.Log.Info("configuration loaded", "hash", c.Hash, "revision", c.Revision, "source", c.Source, "upstreams", c.Upstreams)
 			return nil
 		}
-		r.failedKey = key
+		r.failedKey = in.key() // with the credentials files this input named
 		if cur := r.current.Load(); cur != nil {
 			r.quotas.retain(cur.Quotas) // clients made for the refused configuration go
 		} else {
@@ -190,28 +203,40 @@ func (r *Reloader) refuseStale(file, api *delivery) {
 	r.Log.Info("older revision refused; the configuration in force stays", "source", d.source, "revision", rev, "in_force", r.inForce)
 }
 
-// watchDirs adds to w the directory of every source, each once; a directory
-// that cannot be watched is logged and left to the periodic resync.
+// watchDirs makes w Reload's watcher (nil: none) and adds to it the
+// directory of every source, and of the credentials files the configuration
+// names (docs/quota.md#credentials: the mounted Secret), each once.
 func (r *Reloader) watchDirs(w *fsnotify.Watcher) {
-	seen := map[string]bool{}
-	add := func(dir string) {
-		if dir == "" || seen[dir] {
-			return
-		}
-		seen[dir] = true
-		if err := w.Add(dir); err != nil {
-			r.Log.Warn("cannot watch directory; relying on periodic resync", "dir", dir, "error", err.Error())
-		}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.watcher, r.watched = w, map[string]bool{}
+	if w == nil {
+		return
 	}
-	add(r.Sources.ConfigDir)
+	r.watchDir(r.Sources.ConfigDir)
 	for _, f := range r.Sources.PolicyFiles {
-		add(filepath.Dir(f))
+		r.watchDir(filepath.Dir(f))
 	}
 	if r.Sources.PodLabels != "" {
-		add(filepath.Dir(r.Sources.PodLabels))
+		r.watchDir(filepath.Dir(r.Sources.PodLabels))
 	}
 	if r.Sources.QuotaCredentials != "" {
-		add(filepath.Dir(r.Sources.QuotaCredentials))
+		r.watchDir(filepath.Dir(r.Sources.QuotaCredentials))
+	}
+	for _, f := range r.credFiles {
+		r.watchDir(filepath.Dir(f))
+	}
+}
+
+// watchDir adds dir to the watcher, once; a directory that cannot be watched
+// is logged and left to the periodic resync. r.mu must be held.
+func (r *Reloader) watchDir(dir string) {
+	if r.watcher == nil || dir == "" || r.watched[dir] {
+		return
+	}
+	r.watched[dir] = true
+	if err := r.watcher.Add(dir); err != nil {
+		r.Log.Warn("cannot watch directory; relying on periodic resync", "dir", dir, "error", err.Error())
 	}
 }
 
@@ -227,6 +252,7 @@ func (r *Reloader) Watch(ctx context.Context, debounce, resync time.Duration) er
 	}
 	defer w.Close()
 	r.watchDirs(w)
+	defer r.watchDirs(nil)
 
 	if resync <= 0 {
 		resync = time.Minute

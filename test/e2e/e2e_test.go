@@ -120,6 +120,7 @@ func TestEndToEnd(t *testing.T) {
 	s.run(t, "editing maxAttempts 4 to 2 reaches the running sidecar without a pod restart within 5 s, over 5 edits", s.policyEditPropagates)
 	s.run(t, "the RetryPolicy status reaches 1/1 pods run the edited generation", s.statusCountsProgrammedPods)
 	s.run(t, "invalid edits are rejected by the API server and the running behaviour is unchanged", s.invalidEditRejected)
+	s.run(t, "two namespaces share one SharedQuota kept in Redis from Debian's package: the upstream sees its rate within ±2 %, never more than rate × t + burst, and both namespaces are served", s.sharedQuota)
 	s.run(t, "with the API server restarted, the sidecar keeps its configuration, its watch resumes and a rendered edit arrives within 5 s", s.apiServerRestarted)
 	s.run(t, "with the sidecar container killed, requests in flight fail, none reaches the upstream twice, and the restarted sidecar serves again", s.sidecarKilled)
 	s.run(t, "with the API access removed the sidecar follows the mounted file", s.fileFallback)
@@ -397,11 +398,17 @@ func (s *suite) deployWorkloads(t *testing.T) {
 // applyTemplate applies testdata/<file> with ${NAMESPACE} and vars filled in.
 func (s *suite) applyTemplate(t *testing.T, file string, vars map[string]string) {
 	t.Helper()
+	s.applyTemplateIn(t, s.ns, file, vars)
+}
+
+// applyTemplateIn is applyTemplate with ${NAMESPACE} set to ns.
+func (s *suite) applyTemplateIn(t *testing.T, ns, file string, vars map[string]string) {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := strings.ReplaceAll(string(b), "${NAMESPACE}", s.ns)
+	text := strings.ReplaceAll(string(b), "${NAMESPACE}", ns)
 	for k, v := range vars {
 		text = strings.ReplaceAll(text, "${"+k+"}", v)
 	}
@@ -414,8 +421,14 @@ func (s *suite) applyTemplate(t *testing.T, file string, vars map[string]string)
 // podOf returns the single running pod of a Deployment.
 func (s *suite) podOf(t *testing.T, app string) corev1.Pod {
 	t.Helper()
+	return s.podOfIn(t, s.ns, app)
+}
+
+// podOfIn is podOf for a Deployment of namespace ns.
+func (s *suite) podOfIn(t *testing.T, ns, app string) corev1.Pod {
+	t.Helper()
 	var pods corev1.PodList
-	if err := s.c.List(context.Background(), &pods, client.InNamespace(s.ns), client.MatchingLabels{"app": app}); err != nil {
+	if err := s.c.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
 		t.Fatalf("listing %s pods: %v", app, err)
 	}
 	var live []corev1.Pod
@@ -726,9 +739,15 @@ func (s *suite) sidecarConfig(t *testing.T, pod string) policyset.ConfigStatus {
 // sidecarMetric reads one series from the sidecar's stats port; -1 if absent.
 func (s *suite) sidecarMetric(t *testing.T, pod, series string) float64 {
 	t.Helper()
+	return s.sidecarMetricIn(t, s.ns, pod, series)
+}
+
+// sidecarMetricIn is sidecarMetric for a pod of namespace ns.
+func (s *suite) sidecarMetricIn(t *testing.T, ns, pod, series string) float64 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	body, err := s.cs.CoreV1().Pods(s.ns).ProxyGet("http", pod, strconv.Itoa(statsPort), "metrics", nil).DoRaw(ctx)
+	body, err := s.cs.CoreV1().Pods(ns).ProxyGet("http", pod, strconv.Itoa(statsPort), "metrics", nil).DoRaw(ctx)
 	if err != nil {
 		t.Fatalf("GET /metrics of %s: %v", pod, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,14 +46,20 @@ type Options struct {
 // Store is a Redis server holding the state of any number of quotas. Safe
 // for concurrent use.
 type Store struct {
-	rdb    *redis.Client
-	prefix func(string) string
+	opts Options
+	rdb  atomic.Pointer[redis.Client]
 }
 
 // New returns a store over a small pool to o.Address. Nothing is dialled
 // until the first lease operation.
 func New(o Options) *Store {
-	rdb := redis.NewClient(&redis.Options{
+	s := &Store{opts: o}
+	s.rdb.Store(newClient(o))
+	return s
+}
+
+func newClient(o Options) *redis.Client {
+	return redis.NewClient(&redis.Options{
 		Addr: o.Address, Username: o.Username, Password: o.Password,
 		DialTimeout: quota.StoreTimeout, ReadTimeout: quota.StoreTimeout, WriteTimeout: quota.StoreTimeout,
 		ContextTimeoutEnabled: true,
@@ -61,20 +68,30 @@ func New(o Options) *Store {
 		DisableIdentity:       true, // no CLIENT SETINFO: the ACL user need not be allowed it
 		Protocol:              2,
 	})
-	return &Store{rdb: rdb, prefix: o.KeyPrefix}
+}
+
+// SetCredentials makes the lease operations from now on authenticate as
+// username with password, on new connections (a password rotated in the
+// mounted Secret, docs/quota.md#credentials). The old connections are closed
+// once a lease operation begun on them has had its time.
+func (s *Store) SetCredentials(username, password string) {
+	o := s.opts
+	o.Username, o.Password = username, password
+	old := s.rdb.Swap(newClient(o))
+	time.AfterFunc(quota.StoreTimeout, func() { _ = old.Close() })
 }
 
 // Close closes the connections.
-func (s *Store) Close() error { return s.rdb.Close() }
+func (s *Store) Close() error { return s.rdb.Load().Close() }
 
 // Lease implements quota.Store.
 func (s *Store) Lease(ctx context.Context, spec quota.Spec, r quota.LeaseRequest) (quota.LeaseReply, error) {
-	p := s.prefix(spec.Name)
+	p := s.opts.KeyPrefix(spec.Name)
 	var hold int64
 	if !r.Hold.IsZero() {
 		hold = r.Hold.UnixMilli()
 	}
-	res, err := lease.Run(ctx, s.rdb, []string{p + "bucket", p + "pods", p + "hold"},
+	res, err := lease.Run(ctx, s.rdb.Load(), []string{p + "bucket", p + "pods", p + "hold"},
 		r.Pod, spec.RequestsPerSecond, spec.Burst, spec.Concurrency, r.Want, r.Held,
 		strconv.FormatFloat(r.Demand, 'f', 3, 64), r.Slots, r.InUse, hold, quota.LeaseTTL.Milliseconds(), r.Returned).Slice()
 	if err != nil {

@@ -7,6 +7,12 @@
 //
 // answers JSON: the request id it sent (id, or a random one), status, the X-Retry-* headers, the elapsed
 // time, and the upstream's arrivals for that request id (fetched without the proxy).
+//
+//	GET /load?url=http://flaky-upstream.demo.svc/ok/a&rate=30&seconds=20
+//
+// starts rate GETs a second for seconds (open loop: a slow answer does not slow the
+// starts; at most maxInFlight at once), waits for every answer and answers JSON
+// (wire.LoadReport): how many were sent and their answers by status and outcome.
 package main
 
 import (
@@ -20,7 +26,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/retrydev/retry-operator/test/e2e/wire"
@@ -90,12 +98,74 @@ func main() {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(rep)
 	})
+	mux.HandleFunc("GET /load", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		target, err := url.Parse(q.Get("url"))
+		rate, rerr := strconv.Atoi(q.Get("rate"))
+		secs, serr := strconv.Atoi(q.Get("seconds"))
+		if err != nil || target.Scheme != "http" || target.Host == "" || rerr != nil || serr != nil ||
+			rate < 1 || rate > 1000 || secs < 1 || secs > 120 {
+			http.Error(w, "want url (absolute http://), rate (1-1000) and seconds (1-120)", http.StatusBadRequest)
+			return
+		}
+		rep := load(r.Context(), viaProxy, target.String(), rate, time.Duration(secs)*time.Second)
+		log.Info("load", "path", target.Path, "rate", rate, "seconds", secs, "sent", rep.Sent, "dropped", rep.Dropped, "outcomes", rep.Outcomes)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(rep)
+	})
 	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	log.Info("demo-app listening", "addr", *listen)
 	if err := srv.ListenAndServe(); err != nil {
 		log.Error("serve", "err", err)
 		os.Exit(1)
 	}
+}
+
+// maxInFlight bounds the requests of one load in flight: a sidecar that holds
+// every request must not make the app open connections without end.
+const maxInFlight = 500
+
+// load starts rate GETs of target a second through c for d, each with its own
+// X-Request-Id, and returns once every answer is in.
+func load(ctx context.Context, c *http.Client, target string, rate int, d time.Duration) wire.LoadReport {
+	rep := wire.LoadReport{URL: target, Rate: rate, Outcomes: map[string]int{}}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, maxInFlight)
+	)
+	prefix := newID()
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	rep.StartedAt = time.Now().UTC()
+	for now := rep.StartedAt; now.Sub(rep.StartedAt) < d; now = <-tick.C {
+		select {
+		case sem <- struct{}{}:
+		default:
+			rep.Dropped++
+			continue
+		}
+		rep.Sent++
+		rep.StoppedAt = now.UTC()
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			outcome := "error"
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+			req.Header.Set("X-Request-Id", id)
+			if resp, err := c.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				outcome = strconv.Itoa(resp.StatusCode) + " " + resp.Header.Get("X-Retry-Outcome")
+			}
+			mu.Lock()
+			rep.Outcomes[outcome]++
+			mu.Unlock()
+		}(prefix + "-" + strconv.Itoa(rep.Sent))
+	}
+	wg.Wait()
+	return rep
 }
 
 func newID() string {

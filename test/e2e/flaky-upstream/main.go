@@ -13,7 +13,9 @@
 //	ANY  /slow/{ms}         200 after ms milliseconds; the arrival is recorded at once,
 //	                        so a test sees the request in flight
 //	POST /write             503 every time (a write that must not be replayed without a key)
+//	ANY  /ok/{label}        200 every time; the label tells load generators apart
 //	GET  /arrivals?id=X     the recorded arrivals of request id X, as JSON
+//	GET  /arrivals?path=P   the recorded arrivals on path P, of every request id, in arrival order
 //	GET  /healthz           200
 //
 // With --tls-cert-dir holding tls.crt and tls.key (a mounted kubernetes.io/tls
@@ -30,6 +32,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +53,22 @@ func (r *recorder) add(id string, a wire.Arrival) int {
 	return len(r.log[id])
 }
 
+// onPath returns every arrival on path, sorted by arrival time.
+func (r *recorder) onPath(path string) []wire.Arrival {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []wire.Arrival
+	for _, as := range r.log {
+		for _, a := range as {
+			if a.Path == path {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b wire.Arrival) int { return a.At.Compare(b.At) })
+	return out
+}
+
 func (r *recorder) get(id string) []wire.Arrival {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -68,6 +87,10 @@ func main() {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /arrivals", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		if p := r.URL.Query().Get("path"); p != "" {
+			_ = json.NewEncoder(w).Encode(rec.onPath(p))
+			return
+		}
 		_ = json.NewEncoder(w).Encode(rec.get(r.URL.Query().Get("id")))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -139,7 +162,7 @@ func respond(w http.ResponseWriter, r *http.Request, rec *recorder, id string, a
 		}
 	case path == "/always-503", path == "/write":
 		status = http.StatusServiceUnavailable
-	case path == "/echo":
+	case path == "/echo", strings.HasPrefix(path, "/ok/"):
 	case strings.HasPrefix(path, "/slow/"):
 		ms, err := strconv.Atoi(strings.TrimPrefix(path, "/slow/"))
 		if err != nil || ms < 0 || ms > 60000 {

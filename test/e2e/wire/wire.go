@@ -35,3 +35,20 @@ type Report struct {
 	StartedAt     time.Time         `json:"startedAt"`
 	Arrivals      []Arrival         `json:"arrivals,omitempty"`
 }
+
+// LoadReport is the demo app's answer to GET /load: an open-loop load of GETs
+// through the sidecar, and what came back.
+type LoadReport struct {
+	URL  string `json:"url"`
+	Rate int    `json:"rate"` // requests started per second
+	// StartedAt and StoppedAt bound the starts: the first request started at
+	// StartedAt, none after StoppedAt.
+	StartedAt time.Time `json:"startedAt"`
+	StoppedAt time.Time `json:"stoppedAt"`
+	Sent      int       `json:"sent"`
+	// Dropped are starts skipped because the in-flight limit was reached.
+	Dropped int `json:"dropped"`
+	// Outcomes counts the answers by "<status> <X-Retry-Outcome>", e.g.
+	// "200 success", "503 shed"; "error" is a call that got no answer.
+	Outcomes map[string]int `json:"outcomes"`
+}
