@@ -104,7 +104,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 	if rt, ok := p.Transport.(*retryhttp.Transport); ok {
 		// One lookup: the policy applied is the one counted.
 		pol := rt.Policy(out)
-		if span := p.startSpan(r, &out, pol); span != nil {
+		if span := p.startSpan(r, out, pol); span != nil {
 			defer func() { span.End(status) }()
 		}
 		resp, err = rt.RoundTripPolicy(out, pol)
@@ -157,9 +157,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 	}
 }
 
-// startSpan starts the SERVER span of the app's request r, forwarded as *out
-// under policy pol, when tracing records it: *out then carries the span.
-func (p *Proxy) startSpan(r *http.Request, out **http.Request, pol *retrypolicy.Policy) *retryotel.Request {
+// startSpan starts the SERVER span of the app's request r, forwarded as out
+// under policy pol, when tracing records it: out then carries the span in
+// its context, set in place (out is the proxy's own copy of r, and a sampled
+// request is spared another).
+func (p *Proxy) startSpan(r, out *http.Request, pol *retrypolicy.Policy) *retryotel.Request {
 	if p.Tracing == nil {
 		return nil
 	}
@@ -172,7 +174,7 @@ func (p *Proxy) startSpan(r *http.Request, out **http.Request, pol *retrypolicy.
 	}
 	ctx, span := p.Tracing.Start(r.Context(), r.Header, r.Method, policy, upstream)
 	if span != nil {
-		*out = (*out).WithContext(ctx)
+		*out = *out.WithContext(ctx)
 	}
 	return span
 }

@@ -59,12 +59,13 @@ func newHooked(tb testing.TB, tr *Tracing) *hooked {
 	return &hooked{tr: tr, pol: pol, rt: &retryhttp.Transport{Inner: inner, Observer: obs, Route: retryhttp.Static(pol)}}
 }
 
-// do sends one request as Proxy.forward does.
+// do sends one request as Proxy.ServeHTTP and forward do: through the
+// proxy's own copy of it, which carries the span.
 func (h *hooked) do(req *http.Request) {
-	out := req
+	out := req.WithContext(req.Context())
 	ctx, span := h.tr.Start(req.Context(), req.Header, req.Method, "default/test", h.pol.Name())
 	if span != nil {
-		out = req.WithContext(ctx)
+		*out = *out.WithContext(ctx)
 	}
 	resp, err := h.rt.RoundTripPolicy(out, h.pol)
 	if err != nil {

@@ -150,7 +150,8 @@ func (r *Request) End(status int) {
 	r.endAttempt("")
 	buf := attrScratch.Get().(*[8]attribute.KeyValue)
 	defer putScratch(buf)
-	a := append(buf[:0], AttrMethod.String(r.method))
+	a := buf[:0]
+	a = append(a, AttrMethod.String(r.method))
 	if r.policyName != "" {
 		a = append(a, AttrPolicy.String(r.policyName))
 	}
@@ -256,7 +257,8 @@ func (r *Request) endAttempt(errorType string) {
 	at := &r.at
 	buf := attrScratch.Get().(*[8]attribute.KeyValue)
 	defer putScratch(buf)
-	a := append(buf[:0], AttrMethod.String(at.method))
+	a := buf[:0]
+	a = append(a, AttrMethod.String(at.method))
 	if at.host != "" {
 		a = append(a, AttrServerAddr.String(at.host))
 		if at.port != 0 {

@@ -115,7 +115,7 @@ func requestSpans(r *tracetest.SpanRecorder) []sdktrace.ReadOnlySpan {
 func statusOf(s sdktrace.ReadOnlySpan) string {
 	for _, kv := range s.Attributes() {
 		if kv.Key == retryotel.AttrStatus {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
