@@ -50,7 +50,7 @@ func main() {
 	flag.Float64Var(&o.demand, "demand", 1.2, "the demand offered to the quota, × R")
 	flag.Float64Var(&o.probe, "probe-rate", 100, "latency probes per second in all, to each of the spare-quota and the no-quota upstream")
 	flag.DurationVar(&maxWait, "max-wait", time.Second, "the requests' deadline: how long one may wait for a token before it is shed")
-	podCounts := flag.String("pods", "10,50", "fleet sizes of the steady scenarios")
+	podCounts := flag.String("pods", "10,50", "fleet sizes of the steady scenarios (none: only the growth and the outage)")
 	flag.BoolVar(&verbose, "v", false, "print each sidecar's quota series and store-loss log lines at the end of each scenario")
 	only := flag.Bool("steady-only", false, "run only the steady shared-quota scenarios (no per-pod split, growth or outage)")
 	cpuprofile := flag.String("cpuprofile", "", "write the load generator's CPU profile here")
@@ -61,7 +61,7 @@ func main() {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	for _, f := range strings.Split(*podCounts, ",") {
+	for _, f := range strings.FieldsFunc(*podCounts, func(r rune) bool { return r == ',' }) {
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 {
 			fmt.Fprintln(os.Stderr, "-pods: want a comma-separated list of counts")
@@ -268,6 +268,7 @@ func (e *env) run(sc scenario) (result, error) {
 	}
 	time.Sleep(time.Until(start))
 	ops0, at0 := readAt(fleet, opsSeries)
+	var later []func() string // notes of the growth or the outage, once the run is over
 	load0 := loadavg()
 	switch {
 	case sc.grow > 0:
@@ -284,11 +285,11 @@ func (e *env) run(sc scenario) (result, error) {
 			ops0 = append(ops0, 0)
 		}
 		fleet = append(fleet, more...)
-		defer func() {
+		later = append(later, func() string {
 			n, most := e.partner.sum(joined+time.Second, e.duration)
-			res.notes = append(res.notes, fmt.Sprintf("%d → %d pods: the added sidecars were serving %s after the start; from 1 s later to the end: admitted %.1f %% of R, max in any 1 s %d",
-				sc.pods, sc.pods+sc.grow, joined.Round(time.Millisecond), 100*float64(n)/(e.rate*(e.duration-joined-time.Second).Seconds()), most))
-		}()
+			return fmt.Sprintf("%d → %d pods: the added sidecars were serving %s after the start; from 1 s later to the end: admitted %.1f %% of R, max in any 1 s %d",
+				sc.pods, sc.pods+sc.grow, joined.Round(time.Millisecond), 100*float64(n)/(e.rate*(e.duration-joined-time.Second).Seconds()), most)
+		})
 	case sc.outage > 0:
 		from := e.duration / 3
 		time.Sleep(time.Until(start.Add(from)))
@@ -301,7 +302,7 @@ func (e *env) run(sc scenario) (result, error) {
 		}
 		back := time.Now()
 		inStep := waitAll(fleet, reachable, 5*time.Second)
-		defer func() { res.notes = append(res.notes, e.outageNote(sc, rec, from, inStep, back.Sub(start))) }()
+		later = append(later, func() string { return e.outageNote(sc, rec, from, inStep, back.Sub(start)) })
 	}
 	<-ctx.Done()
 	ops1, at1 := readAt(fleet, opsSeries)
@@ -330,6 +331,9 @@ func (e *env) run(sc scenario) (result, error) {
 		res.opsMax = max(res.opsMax, d/window)
 	}
 	res.opsMean = total / window / (float64(sc.pods) + float64(sc.grow)/2)
+	for _, note := range later {
+		res.notes = append(res.notes, note())
+	}
 	res.notes = append(res.notes, failures(sc, rec)...)
 	return res, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -41,8 +42,12 @@ func startUpstream(slots int) (*upstream, error) {
 func (u *upstream) accept() {
 	for {
 		c, err := u.l.Accept()
-		if err != nil {
+		if errors.Is(err, net.ErrClosed) {
 			return
+		}
+		if err != nil { // out of file descriptors in an overloaded run: try again
+			time.Sleep(5 * time.Millisecond)
+			continue
 		}
 		u.mu.Lock()
 		u.conns[c] = struct{}{}
