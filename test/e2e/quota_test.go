@@ -315,7 +315,10 @@ func checkQuotaArrivals(t *testing.T, reports [2]wire.LoadReport, arrivals [2][]
 	if math.Abs(dev) > quotaTargetP {
 		t.Errorf("the fleet's admitted rate is %.2f/s, %+.2f %% off the quota's %d/s; want within ±%.0f %%", rate, 100*dev, quotaRate, 100*quotaTargetP)
 	}
-	// rate × t + burst over every interval between two arrivals, the whole run included.
+	// rate × t + burst over every interval between two arrivals, the whole run
+	// included. The store bounds the starts; the upstream stamps arrivals after
+	// the network, which may bring two starts a few milliseconds closer: one
+	// arrival is allowed for that.
 	worst, wi, wj := math.Inf(-1), 0, 0
 	for i := range all {
 		for j := i; j < len(all); j++ {
@@ -326,8 +329,8 @@ func checkQuotaArrivals(t *testing.T, reports [2]wire.LoadReport, arrivals [2][]
 		}
 	}
 	t.Logf("most arrivals above rate × t in any interval: %.2f (burst %d), %d arrivals in %s", worst, quotaBurst, wj-wi+1, all[wj].At.Sub(all[wi].At).Round(time.Millisecond))
-	if worst > quotaBurst {
-		t.Errorf("%d arrivals in %s: %.2f above rate × t, more than burst %d", wj-wi+1, all[wj].At.Sub(all[wi].At).Round(time.Millisecond), worst, quotaBurst)
+	if worst > quotaBurst+1 {
+		t.Errorf("%d arrivals in %s: %.2f above rate × t, more than burst %d (+1 for the network)", wj-wi+1, all[wj].At.Sub(all[wi].At).Round(time.Millisecond), worst, quotaBurst)
 	}
 	for i := range in {
 		if share := float64(in[i]) / float64(in[0]+in[1]); share < 0.10 {
