@@ -16,26 +16,10 @@ import (
 	"unsafe"
 
 	"github.com/retrydev/retry-operator/internal/admission"
+	"github.com/retrydev/retry-operator/internal/notbefore"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
-
-// Header names the Transport reads and writes (docs/retry-semantics.md#r5).
-const (
-	HeaderAttempt   = "X-Retry-Attempt"    // on each outgoing attempt: 1, 2, …
-	HeaderOutcome   = "X-Retry-Outcome"    // on the returned response
-	HeaderAttempts  = "X-Retry-Attempts"   // on the returned response: transmissions made
-	HeaderNotBefore = "X-Retry-Not-Before" // on deferred / deadline-exceeded responses, IMF-fixdate
-	HeaderRequestID = "X-Request-Id"
-)
-
-// DefaultMaxDrainBytes bounds how much of a retried response body is read to
-// reuse its connection before waiting; the rest is dropped with the connection.
-const DefaultMaxDrainBytes = 64 << 10
-
-// MaxDrainWait bounds the time spent draining a retried response body: a body
-// that stalls costs its connection, never the logical request's deadline.
-const MaxDrainWait = time.Second
 
 // Transport is an http.RoundTripper that applies a Policy to each request
 // (R4–R10): it buffers replayable bodies, marks attempts with X-Retry-Attempt,
@@ -713,8 +697,8 @@ func (c *call) finish(resp *http.Response, d retrypolicy.Decision, n int) *http.
 	resp.Header[HeaderOutcome] = c.vals[1:2:2]
 	resp.Header[HeaderAttempts] = c.vals[2:3:3]
 	if d.Action == retrypolicy.Defer {
-		d.NotBefore = retrypolicy.CeilSecond(d.NotBefore)
-		resp.Header[HeaderNotBefore] = []string{retrypolicy.FormatNotBefore(d.NotBefore)}
+		d.NotBefore = notbefore.Ceil(d.NotBefore)
+		resp.Header[HeaderNotBefore] = []string{notbefore.Format(d.NotBefore)}
 	}
 	c.observeOutcome(d.Outcome, n, resp.StatusCode, d.NotBefore)
 	c.stopTimer()
@@ -787,7 +771,7 @@ func (c *call) failDecided(d retrypolicy.Decision, attempts int, err error, phas
 	c.releaseReplayMemory()
 	var notBefore time.Time
 	if d.Action == retrypolicy.Defer {
-		notBefore = retrypolicy.CeilSecond(d.NotBefore)
+		notBefore = notbefore.Ceil(d.NotBefore)
 	}
 	c.observeOutcomePhase(d.Outcome, attempts, 0, notBefore, phase)
 	return nil, &Error{Outcome: d.Outcome, Attempts: attempts, Err: err, NotBefore: notBefore, Phase: phase}
