@@ -47,7 +47,7 @@ CONTAINER_TOOL ?= docker
 DEPLOY_OVERLAY ?= config/default
 
 # Files that `make manifests generate` writes; `make test` fails if they are stale.
-GENERATED = api/v1alpha1/zz_generated.deepcopy.go api/v1alpha1/zz_generated.defaults.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml docs/api.md
+GENERATED = api/v1alpha1/zz_generated.deepcopy.go api/v1alpha1/zz_generated.defaults.go internal/policyset/zz_generated.wire.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml docs/api.md
 
 GO_PACKAGES = $$(go list ./... | grep -v /test/e2e)
 GO_FILES = $$(find . -name '*.go' -not -path './bin/*' -not -path './.git/*' -not -path './.local-cluster/*')
@@ -69,8 +69,9 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD, RBAC and webhook configuration
 	go run ./hack/gendefaults config/crd/bases/policy.retry.dev_retrypolicies.yaml api/v1alpha1/zz_generated.defaults.go
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
+generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods and the wire form of an upstream (policies.json).
 	"$(CONTROLLER_GEN)" object:headerFile="hack/boilerplate.go.txt",year=2026 paths="./..."
+	go run ./hack/genwire internal/policyset/zz_generated.wire.go
 
 .PHONY: fmt
 fmt: ## Format the code.

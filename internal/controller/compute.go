@@ -221,7 +221,11 @@ func sortOldestFirst(cands []candidate) {
 func render(in Input, winners []candidate) (Output, error) {
 	out := Output{UIDs: map[string]types.UID{}}
 	for _, w := range winners {
-		out.Document.Policies = append(out.Document.Policies, renderPolicy(w, countReady(in.Pods, w.selector)))
+		rp, err := renderPolicy(w, countReady(in.Pods, w.selector))
+		if err != nil {
+			return Output{}, err
+		}
+		out.Document.Policies = append(out.Document.Policies, rp)
 		out.UIDs[w.policy.Name] = w.policy.UID
 	}
 	out.Document.Version = policyset.DocumentVersion
@@ -238,17 +242,20 @@ func render(in Input, winners []candidate) (Output, error) {
 
 // renderPolicy is the document's entry for the candidate w: its upstreams with
 // defaults applied, the share of the given number of ready pods, and their CA
-// bundles.
-func renderPolicy(w candidate, pods int32) policyset.Policy {
+// bundles. Its upstreams are valid, so rendering them fails only on a bug.
+func renderPolicy(w candidate, pods int32) (policyset.Policy, error) {
 	rp := policyset.Policy{Namespace: w.policy.Namespace, Name: w.policy.Name, Generation: w.generation, PodSelector: w.selector.DeepCopy()}
 	for j, u := range w.upstreams {
-		cu := policyset.RenderUpstream(u, pods)
+		cu, err := policyset.RenderUpstream(u, pods)
+		if err != nil {
+			return policyset.Policy{}, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].%w", w.policy.Namespace, w.policy.Name, j, err)
+		}
 		if j < len(w.bundles) {
 			cu.CABundle = w.bundles[j]
 		}
 		rp.Upstreams = append(rp.Upstreams, cu)
 	}
-	return rp
+	return rp, nil
 }
 
 // statuses derives the status of every policy that has an Accepted verdict
@@ -315,7 +322,7 @@ func lastAcceptedRenderings(policies []v1alpha1.RetryPolicy, winners []candidate
 	for _, w := range winners {
 		la := &v1alpha1.AcceptedRendering{Generation: w.generation, Revision: acceptedRevision(w, revision), PodSelector: w.selector.DeepCopy()}
 		for _, u := range w.upstreams {
-			la.Upstreams = append(la.Upstreams, policyset.RenderUpstream(u, 0).Upstream)
+			la.Upstreams = append(la.Upstreams, policyset.Defaulted(u))
 		}
 		lastAcc[w.policy.Name] = la
 	}
@@ -360,7 +367,7 @@ func lastAccepted(p *v1alpha1.RetryPolicy, previous map[string]policyset.Policy)
 	}
 	ups := make([]v1alpha1.Upstream, len(prev.Upstreams))
 	for j := range prev.Upstreams {
-		ups[j] = prev.Upstreams[j].Upstream
+		ups[j] = *prev.Upstreams[j].API()
 	}
 	return candidate{policy: p, selector: prev.PodSelector, upstreams: ups, bundles: previousBundles(prev), generation: prev.Generation}, true
 }

@@ -36,7 +36,7 @@ func TestCompute(t *testing.T) {
 	}
 	invalid := pol("p", 0, 2, nil, "Bad.Host")
 	prevGood := policyset.Policy{Namespace: "ns", Name: "p", Generation: 1,
-		Upstreams: []policyset.Upstream{policyset.RenderUpstream(v1alpha1.Upstream{Name: "u", Hosts: []string{"good.svc"}}, 0)}}
+		Upstreams: []policyset.Upstream{renderedUpstream(t, v1alpha1.Upstream{Name: "u", Hosts: []string{"good.svc"}}, 0)}}
 	tests := map[string]struct {
 		in       Input
 		want     map[string]want
@@ -217,7 +217,7 @@ func TestComputeRevisionAndLastAccepted(t *testing.T) {
 	now := time.Unix(1796083200, 0)
 	valid := pol("p", 0, 3, nil, "good.svc")
 	kept := &v1alpha1.AcceptedRendering{Generation: 1, Revision: 1796000000,
-		Upstreams: []v1alpha1.Upstream{policyset.RenderUpstream(v1alpha1.Upstream{Name: "u", Hosts: []string{"kept.svc"}}, 0).Upstream}}
+		Upstreams: []v1alpha1.Upstream{policyset.Defaulted(v1alpha1.Upstream{Name: "u", Hosts: []string{"kept.svc"}})}}
 	invalidWithKept := pol("p", 0, 2, nil, "Bad.Host")
 	invalidWithKept.Status.LastAccepted = kept
 	rendered := func(in Input) policyset.Document {
@@ -269,7 +269,7 @@ func TestComputeRevisionAndLastAccepted(t *testing.T) {
 		"status.lastAccepted wins over a hand-edited ConfigMap entry": {
 			in: Input{Policies: []v1alpha1.RetryPolicy{invalidWithKept}, Now: now,
 				Previous: policyset.Document{Version: 1, Revision: 1796000000, Policies: []policyset.Policy{{Namespace: "ns", Name: "p", Generation: 1,
-					Upstreams: []policyset.Upstream{policyset.RenderUpstream(v1alpha1.Upstream{Name: "u", Hosts: []string{"edited.svc"}}, 0)}}}}},
+					Upstreams: []policyset.Upstream{renderedUpstream(t, v1alpha1.Upstream{Name: "u", Hosts: []string{"edited.svc"}}, 0)}}}}},
 			wantRevision: 1796083200, wantHosts: "kept.svc",
 			wantLA: kept,
 		},
@@ -289,7 +289,7 @@ func TestComputeRevisionAndLastAccepted(t *testing.T) {
 			got := out.Status["p"].LastAccepted
 			want := tc.wantLA.DeepCopy()
 			for i := range want.Upstreams { // the status holds the defaulted upstream
-				want.Upstreams[i] = policyset.RenderUpstream(want.Upstreams[i], 0).Upstream
+				want.Upstreams[i] = policyset.Defaulted(want.Upstreams[i])
 			}
 			if !equality.Semantic.DeepEqual(got, want) {
 				t.Errorf("lastAccepted = %+v, want %+v", got, want)
@@ -301,7 +301,7 @@ func TestComputeRevisionAndLastAccepted(t *testing.T) {
 func TestComputeProgrammedPods(t *testing.T) {
 	p := pol("p", 0, 3, map[string]string{"app": "web"}, "a.svc")
 	p.Status.LastAccepted = &v1alpha1.AcceptedRendering{Generation: 3, Revision: 100,
-		Upstreams: []v1alpha1.Upstream{policyset.RenderUpstream(p.Spec.Upstreams[0], 0).Upstream}}
+		Upstreams: []v1alpha1.Upstream{policyset.Defaulted(p.Spec.Upstreams[0])}}
 	web := map[string]string{"app": "web"}
 	prev, err := Compute(Input{Policies: []v1alpha1.RetryPolicy{p}, Now: time.Unix(200, 0)})
 	if err != nil {
@@ -344,7 +344,7 @@ func TestComputeResolvesCACertificateRefs(t *testing.T) {
 	ca := testenv.CAPEM(t, "partner")
 	withRef := pol("p", 0, 2, nil, "api.partner.example")
 	withRef.Spec.Upstreams[0].TLS = &v1alpha1.UpstreamTLS{CACertificateRefs: []v1alpha1.CACertificateRef{{Name: "partner-ca"}}}
-	prev := policyset.RenderUpstream(withRef.Spec.Upstreams[0], 0)
+	prev := renderedUpstream(t, withRef.Spec.Upstreams[0], 0)
 	prev.CABundle = "previous bundle"
 	previous := policyset.Document{Version: 1, Policies: []policyset.Policy{{Namespace: "ns", Name: "p", Generation: 1, Upstreams: []policyset.Upstream{prev}}}}
 	tests := map[string]struct {
@@ -421,4 +421,14 @@ func TestReadyCondition(t *testing.T) {
 			}
 		})
 	}
+}
+
+// renderedUpstream is policyset.RenderUpstream of a valid upstream.
+func renderedUpstream(t testing.TB, u v1alpha1.Upstream, readyPods int32) policyset.Upstream {
+	t.Helper()
+	out, err := policyset.RenderUpstream(u, readyPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -33,11 +33,11 @@ func TestComputeQuotaRefs(t *testing.T) {
 		Store: policyset.QuotaStore{Redis: policyset.RedisStore{Address: "redis:6379", CredentialsFile: v1alpha1.QuotaCredentialsPath}}}
 	keptPolicy := func() policyset.Policy {
 		return policyset.Policy{Namespace: "ns", Name: "p", Generation: 1, Upstreams: []policyset.Upstream{
-			policyset.RenderUpstream(quotaPol("p", 1, "partner").Spec.Upstreams[0], 0)}}
+			renderedUpstream(t, quotaPol("p", 1, "partner").Spec.Upstreams[0], 0)}}
 	}
 	withLastAccepted := func(p v1alpha1.RetryPolicy) v1alpha1.RetryPolicy {
 		p.Status.LastAccepted = &v1alpha1.AcceptedRendering{Generation: 1, Revision: 7,
-			Upstreams: []v1alpha1.Upstream{keptPolicy().Upstreams[0].Upstream}}
+			Upstreams: []v1alpha1.Upstream{*keptPolicy().Upstreams[0].API()}}
 		return p
 	}
 	tests := map[string]struct {

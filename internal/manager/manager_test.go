@@ -1144,7 +1144,9 @@ func render(t *testing.T, p *v1alpha1.RetryPolicy, pods int32, revision int64) [
 	t.Helper()
 	rp := policyset.Policy{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, PodSelector: p.Spec.PodSelector}
 	for _, u := range p.Spec.Upstreams {
-		rp.Upstreams = append(rp.Upstreams, policyset.RenderUpstream(u, pods))
+		ru, err := policyset.RenderUpstream(u, pods)
+		must(t, err)
+		rp.Upstreams = append(rp.Upstreams, ru)
 	}
 	data, err := policyset.Marshal(policyset.Document{Revision: revision, Policies: []policyset.Policy{rp}})
 	must(t, err)

@@ -8,26 +8,24 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/retrydev/retry-operator/api/v1alpha1"
 )
 
-const (
-	// DocumentVersion is bumped on any incompatible change of Document. A sidecar
-	// refuses a document whose version it does not know (and keeps its old config).
-	DocumentVersion = 1
-	// QuotaDocumentVersion is the version of a document with Quotas: a sidecar
-	// that knows only version 1 would ignore quotaRef and serve the upstream
-	// without its quota, so it must refuse the document instead. A document
-	// without quotas stays version 1, readable by every sidecar.
-	QuotaDocumentVersion = 2
-)
+// DocumentVersion is the version Marshal writes; it is bumped on any
+// incompatible change of Document. A sidecar refuses a document whose version
+// it does not know (and keeps its old config). Unmarshal reads the earlier
+// versions too, so a sidecar reads what an older manager wrote
+// (docs/operations.md#version-skew):
+//
+//	1  durations as API strings ("10s"), no quotas
+//	2  as 1, with quotas
+//	3  durations parsed: integer nanoseconds; quotas allowed (written since)
+const DocumentVersion = 3
 
 // Document is the content of ConfigMap retry-policies, key policies.json:
 //
-//	{"version":1,"revision":1796083200,"policies":[{"namespace":"shop","name":"payments","generation":3,
+//	{"version":3,"revision":1796083200,"policies":[{"namespace":"shop","name":"payments","generation":3,
 //	  "podSelector":{"matchLabels":{"app":"checkout"}},
-//	  "upstreams":[{"name":"payments-api","hosts":["payments.shop.svc"],"maxAttempts":4,…,
+//	  "upstreams":[{"name":"payments-api","hosts":["payments.shop.svc"],"maxAttempts":4,"deadline":10000000000,…,
 //	                "podRequestsPerMinute":45}]}]}
 //
 // Policies are sorted by (namespace, name) and upstreams keep their order in the
@@ -77,10 +75,12 @@ type Policy struct {
 	Upstreams   []Upstream            `json:"upstreams"`
 }
 
-// Upstream is a RetryPolicy upstream with every default applied, plus the per-pod
-// share of the fleet-wide rate limit.
+// Upstream is a RetryPolicy upstream with every default applied and every
+// duration parsed (UpstreamSpec, generated from v1alpha1.Upstream), plus what
+// the manager works out for the pods: the per-pod share of the fleet-wide rate
+// limit and the CA bundle. RenderUpstream builds it from the API type.
 type Upstream struct {
-	v1alpha1.Upstream `json:",inline"`
+	UpstreamSpec
 	// PodRequestsPerMinute is rateLimit.requestsPerMinute / max(1, ready selected
 	// pods): what one sidecar may start so the fleet stays in one account quota.
 	// Zero when rateLimit is not set.

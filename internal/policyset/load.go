@@ -8,13 +8,13 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
@@ -224,7 +224,10 @@ func (pf *policyFiles) render(p *v1alpha1.RetryPolicy) (Policy, error) {
 		return Policy{}, fmt.Errorf("RetryPolicy %s/%s: %w (give the CA ConfigMap as a document of a --policy-file, or use the system roots: wellKnownCACertificates: System with SSL_CERT_FILE)",
 			p.Namespace, p.Name, errs.ToAggregate())
 	}
-	rp := FromRetryPolicy(p, 1)
+	rp, err := FromRetryPolicy(p, 1)
+	if err != nil {
+		return Policy{}, err
+	}
 	for i := range rp.Upstreams {
 		rp.Upstreams[i].CABundle = bundles[i]
 	}
@@ -232,16 +235,21 @@ func (pf *policyFiles) render(p *v1alpha1.RetryPolicy) (Policy, error) {
 }
 
 // FromRetryPolicy renders one valid policy as the manager does, for readyPods
-// ready selected pods (see RenderUpstream).
-func FromRetryPolicy(p *v1alpha1.RetryPolicy, readyPods int32) Policy {
+// ready selected pods (see RenderUpstream); an error names the policy and the
+// field.
+func FromRetryPolicy(p *v1alpha1.RetryPolicy, readyPods int32) (Policy, error) {
 	out := Policy{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation}
 	if p.Spec.PodSelector != nil {
 		out.PodSelector = p.Spec.PodSelector.DeepCopy()
 	}
-	for _, u := range p.Spec.Upstreams {
-		out.Upstreams = append(out.Upstreams, RenderUpstream(u, readyPods))
+	for i, u := range p.Spec.Upstreams {
+		ru, err := RenderUpstream(u, readyPods)
+		if err != nil {
+			return Policy{}, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].%w", p.Namespace, p.Name, i, err)
+		}
+		out.Upstreams = append(out.Upstreams, ru)
 	}
-	return out
+	return out, nil
 }
 
 // Select returns the policies of doc that apply to a pod with these labels. A nil
@@ -327,42 +335,39 @@ func CompileWithQuotas(policies []Policy, quotaOf func(name string) retrypolicy.
 	return set, origin, nil
 }
 
-// ToConfig converts a rendered (defaulted) upstream to the plain-Go config of
-// pkg/retrypolicy. Absent optionals fall back to the API defaults so a document
-// written by hand still means what the API says. It refuses, with the field path
-// and the allowed values, what the Config cannot carry and Compile therefore
-// cannot judge: the name (Compile's may be qualified), the text of durations,
-// the fleet-wide rate limit (Compile sees the pod's share) and tls. The rules
-// are the API's (internal/rules, v1alpha1.ValidateTLS).
+// ToConfig converts a rendered upstream to the plain-Go config of
+// pkg/retrypolicy: its durations are parsed already (the manager parsed them,
+// RenderUpstream), so this is a copy. Absent optionals fall back to the API
+// defaults so a document written by hand still means what the API says. It
+// refuses, with the field path and the allowed values, what the Config cannot
+// carry and Compile therefore cannot judge: the name (Compile's may be
+// qualified), a duration that is not positive, the fleet-wide rate limit
+// (Compile sees the pod's share) and tls. The rules are the API's
+// (internal/rules, v1alpha1.ValidateTLS).
 func ToConfig(u Upstream) (retrypolicy.Config, error) {
-	up := u.DeepCopy()
-	p := &v1alpha1.RetryPolicy{Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{*up}}}
-	v1alpha1.SetDefaults(p)
-	d := p.Spec.Upstreams[0]
-	err := checkBeyondConfig(d)
-	dur := func(field string, v *v1alpha1.Duration) time.Duration {
-		if v == nil || err != nil {
-			return 0
-		}
-		x, problem := rules.ParseDuration(string(*v))
-		if problem != "" {
-			err = fieldError(field, problem, strconv.Quote(string(*v)))
-		}
-		return x
+	if err := checkDurations(&u.UpstreamSpec); err != nil {
+		return retrypolicy.Config{}, err
+	}
+	d, err := withDefaults(u.UpstreamSpec)
+	if err != nil {
+		return retrypolicy.Config{}, err
+	}
+	if err := checkBeyondConfig(d); err != nil {
+		return retrypolicy.Config{}, err
 	}
 	cfg := retrypolicy.Config{
 		Name:               d.Name,
 		Hosts:              append([]string(nil), d.Hosts...),
 		MaxAttempts:        int(*d.MaxAttempts),
-		Deadline:           dur("deadline", d.Deadline),
-		PerTryTimeout:      dur("perTryTimeout", d.PerTryTimeout),
-		ConnectTimeout:     dur("connectTimeout", d.ConnectTimeout),
-		Backoff:            retrypolicy.Backoff{Base: dur("backoff.base", d.Backoff.Base), Max: dur("backoff.max", d.Backoff.Max), Jitter: retrypolicy.Jitter(*d.Backoff.Jitter)},
+		Deadline:           *d.Deadline,
+		PerTryTimeout:      ptr.Deref(d.PerTryTimeout, 0),
+		ConnectTimeout:     ptr.Deref(d.ConnectTimeout, 0),
+		Backoff:            retrypolicy.Backoff{Base: *d.Backoff.Base, Max: *d.Backoff.Max, Jitter: retrypolicy.Jitter(*d.Backoff.Jitter)},
 		RetryOn:            retryOnConditions(d.RetryOn),
 		ReplayableMethods:  append([]string(nil), d.ReplayableMethods...),
 		MaxReplayBodyBytes: *d.MaxReplayBodyBytes,
-		RetryAfterMaxWait:  dur("retryAfter.maxWait", d.RetryAfter.MaxWait),
-		RetryAfterSpread:   dur("retryAfter.spread", d.RetryAfter.Spread),
+		RetryAfterMaxWait:  *d.RetryAfter.MaxWait,
+		RetryAfterSpread:   *d.RetryAfter.Spread,
 		Budget:             &retrypolicy.BudgetConfig{RetryPercent: int(*d.Budget.RetryPercent), MinRetriesPerSecond: int(*d.Budget.MinRetriesPerSecond)},
 	}
 	for _, c := range d.RetryOn.StatusCodes {
@@ -381,10 +386,10 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 		cfg.Concurrency = &retrypolicy.ConcurrencyConfig{
 			MaxInFlight:  int(c.MaxInFlight),
 			MaxQueued:    int(*c.MaxQueued),
-			QueueTimeout: dur("concurrency.queueTimeout", c.QueueTimeout),
+			QueueTimeout: *c.QueueTimeout,
 		}
 	}
-	return cfg, err
+	return cfg, nil
 }
 
 // retryOnBools maps each boolean of retryOn to its condition in
@@ -441,7 +446,7 @@ func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewRe
 // means none), the fleet-wide rate limit (Compile sees the pod's share) and
 // tls. The rules are the API's: internal/rules and
 // v1alpha1.ValidateTLS.
-func checkBeyondConfig(d v1alpha1.Upstream) error {
+func checkBeyondConfig(d UpstreamSpec) error {
 	if d.Name != "" {
 		if problem := rules.NameProblem(d.Name); problem != "" {
 			return fieldError("name", problem, strconv.Quote(d.Name))

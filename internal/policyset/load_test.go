@@ -302,7 +302,7 @@ func TestToConfigRetryOnConditions(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			u := Upstream{Upstream: v1alpha1.Upstream{Name: "api", Hosts: []string{"api.example"}, RetryOn: tc.retryOn}}
+			u := Upstream{UpstreamSpec: UpstreamSpec{Name: "api", Hosts: []string{"api.example"}, RetryOn: tc.retryOn}}
 			cfg, err := ToConfig(u)
 			if err != nil {
 				t.Fatal(err)

@@ -21,9 +21,6 @@ import (
 // skip a volume update, and the sidecar skip a reload) when nothing changed.
 func Marshal(doc Document) ([]byte, error) {
 	doc.Version = DocumentVersion
-	if len(doc.Quotas) > 0 {
-		doc.Version = QuotaDocumentVersion
-	}
 	quotas := append([]Quota(nil), doc.Quotas...)
 	sort.Slice(quotas, func(i, j int) bool { return quotas[i].Name < quotas[j].Name })
 	doc.Quotas = quotas
@@ -60,15 +57,28 @@ func PeekRevision(data []byte) (int64, error) {
 	return head.Revision, nil
 }
 
-// Unmarshal decodes a policies.json value. It refuses a document of another
-// version rather than guess at its meaning.
+// Unmarshal decodes a policies.json value of any version this sidecar knows
+// (DocumentVersion and the earlier ones, which it converts). It refuses a
+// document of another version rather than guess at its meaning.
 func Unmarshal(data []byte) (Document, error) {
-	var doc Document
-	if err := json.Unmarshal(data, &doc); err != nil {
+	var head struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
 		return Document{}, fmt.Errorf("decoding %s: %w", v1alpha1.PoliciesConfigMapKey, err)
 	}
-	if doc.Version != DocumentVersion && doc.Version != QuotaDocumentVersion {
-		return Document{}, fmt.Errorf("decoding %s: version %d is not supported (supported: %d, %d)", v1alpha1.PoliciesConfigMapKey, doc.Version, DocumentVersion, QuotaDocumentVersion)
+	var doc Document
+	var err error
+	switch head.Version {
+	case DocumentVersion:
+		err = json.Unmarshal(data, &doc)
+	case 1, 2:
+		doc, err = unmarshalLegacy(data)
+	default:
+		return Document{}, fmt.Errorf("decoding %s: version %d is not supported (supported: 1, 2, %d)", v1alpha1.PoliciesConfigMapKey, head.Version, DocumentVersion)
+	}
+	if err != nil {
+		return Document{}, fmt.Errorf("decoding %s: %w", v1alpha1.PoliciesConfigMapKey, err)
 	}
 	if err := CheckQuotaRefs(doc); err != nil {
 		return Document{}, fmt.Errorf("decoding %s: %w", v1alpha1.PoliciesConfigMapKey, err)
@@ -83,24 +93,28 @@ func Hash(data []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:8])
 }
 
-// RenderUpstream returns u with every default applied (so the sidecar needs no
-// knowledge of API defaults) and its per-pod share of the fleet-wide rate limit:
+// RenderUpstream returns the wire form of u (Spec: every default applied and
+// every duration parsed, so the sidecar needs no knowledge of API defaults and
+// parses nothing) and its per-pod share of the fleet-wide rate limit:
 //
 //	rateLimit {requestsPerMinute: 90, burst: 3}, ready selected pods = 4  ->  podRequestsPerMinute 22.5, podBurst 1
 //	rateLimit {requestsPerMinute: 90, burst: 5}, ready selected pods = 2  ->  podRequestsPerMinute 45, podBurst 3
 //	rateLimit {requestsPerMinute: 90, burst: 3}, ready selected pods = 0  ->  podRequestsPerMinute 90, podBurst 3
 //	no rateLimit                                                          ->  both 0 (omitted)
 //
-// u is not modified.
-func RenderUpstream(u v1alpha1.Upstream, readyPods int32) Upstream {
-	p := v1alpha1.RetryPolicy{Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{*u.DeepCopy()}}}
-	v1alpha1.SetDefaults(&p)
-	out := Upstream{Upstream: p.Spec.Upstreams[0]}
+// u is not modified. A duration that does not parse is an error naming its
+// field (u is not valid: the manager renders only valid policies).
+func RenderUpstream(u v1alpha1.Upstream, readyPods int32) (Upstream, error) {
+	spec, err := Spec(u)
+	if err != nil {
+		return Upstream{}, err
+	}
+	out := Upstream{UpstreamSpec: spec}
 	if out.RateLimit != nil {
 		out.PodRequestsPerMinute = PodShare(out.RateLimit.RequestsPerMinute, readyPods)
 		out.PodBurst = PodBurst(*out.RateLimit.Burst, readyPods)
 	}
-	return out
+	return out, nil
 }
 
 // PodShare is requestsPerMinute / max(1, pods): what one sidecar may start so

@@ -42,12 +42,12 @@ func TestPodShare(t *testing.T) {
 func TestCompileUpstreamAppliesDefaultsWithoutTouchingInput(t *testing.T) {
 	in := v1alpha1.Upstream{Name: "api", Hosts: []string{"api.shop.svc"},
 		RateLimit: &v1alpha1.RateLimit{RequestsPerMinute: 90}}
-	got := RenderUpstream(in, 3)
+	got := mustRender(t, in, 3)
 	if in.MaxAttempts != nil || in.RateLimit.Burst != nil {
 		t.Fatalf("input was modified: %+v", in)
 	}
 	if *got.MaxAttempts != v1alpha1.DefaultMaxAttempts || *got.RateLimit.Burst != v1alpha1.DefaultBurst ||
-		*got.Deadline != v1alpha1.DefaultDeadline || got.PodRequestsPerMinute != 30 {
+		*got.Deadline != 10*time.Second || got.PodRequestsPerMinute != 30 {
 		t.Fatalf("defaults not applied or share wrong: maxAttempts=%d burst=%d deadline=%s share=%v",
 			*got.MaxAttempts, *got.RateLimit.Burst, *got.Deadline, got.PodRequestsPerMinute)
 	}
@@ -56,7 +56,7 @@ func TestCompileUpstreamAppliesDefaultsWithoutTouchingInput(t *testing.T) {
 // TestPacingIsRenderedWithDefaultsAndReadBack: the sidecar gets both pacing
 // fields spelled out, and they reach the compiled policy.
 func TestPacingIsRenderedWithDefaultsAndReadBack(t *testing.T) {
-	up := RenderUpstream(v1alpha1.Upstream{Name: "partner", Hosts: []string{"api.partner.example"},
+	up := mustRender(t, v1alpha1.Upstream{Name: "partner", Hosts: []string{"api.partner.example"},
 		Pacing: &v1alpha1.Pacing{RateLimitHeaders: ptr.To(true)}}, 1)
 	data, err := Marshal(Document{Policies: []Policy{{Namespace: "shop", Name: "p", Upstreams: []Upstream{up}}}})
 	if err != nil {
@@ -73,17 +73,17 @@ func TestPacingIsRenderedWithDefaultsAndReadBack(t *testing.T) {
 	if !cfg.Pacing.RateLimitHeaders || cfg.Pacing.HoldOnDeferral {
 		t.Fatalf("compiled pacing = %+v, want rateLimitHeaders only", cfg.Pacing)
 	}
-	noPacing, _ := ToConfig(RenderUpstream(v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"}}, 1))
+	noPacing, _ := ToConfig(mustRender(t, v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"}}, 1))
 	if noPacing.Pacing.Enabled() {
 		t.Fatalf("an upstream without pacing compiled to %+v, want off", noPacing.Pacing)
 	}
 }
 
 func TestMarshalIsIndependentOfInputOrder(t *testing.T) {
-	a := Policy{Namespace: "shop", Name: "a", Generation: 1, Upstreams: []Upstream{RenderUpstream(v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"}}, 0)}}
+	a := Policy{Namespace: "shop", Name: "a", Generation: 1, Upstreams: []Upstream{mustRender(t, v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"}}, 0)}}
 	b := Policy{Namespace: "shop", Name: "b", Generation: 2,
 		PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"z": "1", "app": "checkout", "m": "2"}},
-		Upstreams:   []Upstream{RenderUpstream(v1alpha1.Upstream{Name: "y", Hosts: []string{"y.svc"}}, 0)}}
+		Upstreams:   []Upstream{mustRender(t, v1alpha1.Upstream{Name: "y", Hosts: []string{"y.svc"}}, 0)}}
 	one, err := Marshal(Document{Policies: []Policy{a, b}})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestMarshalEmptyDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "{\n  \"version\": 1,\n  \"revision\": 0,\n  \"policies\": []\n}\n"; string(got) != want {
+	if want := "{\n  \"version\": 3,\n  \"revision\": 0,\n  \"policies\": []\n}\n"; string(got) != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
@@ -119,9 +119,16 @@ func TestUnmarshal(t *testing.T) {
 	}{
 		"a version 1 document is read":       {in: `{"version":1,"policies":[{"namespace":"a","name":"b","generation":1,"upstreams":[]}]}`},
 		"a version 2 document is read":       {in: `{"version":2,"policies":[],"quotas":[{"name":"q","requestsPerSecond":1,"burst":1,"onStoreLoss":"Deny","store":{"redis":{"address":"r:6379"}}}]}`},
-		"an unknown version is refused":      {in: `{"version":3,"policies":[]}`, wantErr: "decoding policies.json: version 3 is not supported (supported: 1, 2)"},
-		"a document without version refused": {in: `{"policies":[]}`, wantErr: "decoding policies.json: version 0 is not supported (supported: 1, 2)"},
-		"malformed JSON is refused":          {in: `{`, wantErr: "decoding policies.json: unexpected end of JSON input"},
+		"a version 3 document is read":       {in: `{"version":3,"policies":[{"namespace":"a","name":"b","generation":1,"upstreams":[{"name":"u","hosts":["u.svc"],"deadline":2000000000}]}]}`},
+		"a newer version is refused":         {in: `{"version":4,"policies":[]}`, wantErr: "decoding policies.json: version 4 is not supported (supported: 1, 2, 3)"},
+		"a document without version refused": {in: `{"policies":[]}`, wantErr: "decoding policies.json: version 0 is not supported (supported: 1, 2, 3)"},
+		"a version 1 duration that does not parse is refused": {
+			in:      `{"version":1,"policies":[{"namespace":"a","name":"b","generation":1,"upstreams":[{"name":"u","hosts":["u.svc"],"deadline":"10"}]}]}`,
+			wantErr: `decoding policies.json: RetryPolicy a/b: spec.upstreams[0].deadline: must be a positive duration such as 100ms, 1.5s or 2m (units ns, us, ms, s, m, h) (got "10")`},
+		"a version 3 duration given as a string is refused": {
+			in:      `{"version":3,"policies":[{"namespace":"a","name":"b","generation":1,"upstreams":[{"name":"u","hosts":["u.svc"],"deadline":"10s"}]}]}`,
+			wantErr: `decoding policies.json: json: cannot unmarshal string into Go struct field Upstream.policies.upstreams.UpstreamSpec.deadline of type time.Duration`},
+		"malformed JSON is refused": {in: `{`, wantErr: "decoding policies.json: unexpected end of JSON input"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -140,7 +147,7 @@ func TestGoldenRendering(t *testing.T) {
 	doc := Document{Revision: 1796083200, Policies: []Policy{{
 		Namespace: "shop", Name: "payments", Generation: 3,
 		PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}},
-		Upstreams: []Upstream{RenderUpstream(v1alpha1.Upstream{
+		Upstreams: []Upstream{mustRender(t, v1alpha1.Upstream{
 			Name: "payments-api", Hosts: []string{"payments.shop.svc", "api.partner.example:8443"},
 			MaxAttempts:    ptr.To[int32](4),
 			IdempotencyKey: &v1alpha1.IdempotencyKey{Header: "Idempotency-Key"},
@@ -172,6 +179,16 @@ func compareGolden(t *testing.T, path string, got []byte) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s is stale (run with -update to refresh); got:\n%s", path, got)
 	}
+}
+
+// mustRender is RenderUpstream of a valid upstream.
+func mustRender(t testing.TB, u v1alpha1.Upstream, readyPods int32) Upstream {
+	t.Helper()
+	out, err := RenderUpstream(u, readyPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func errString(err error) string {
@@ -247,7 +264,7 @@ func TestPeekRevision(t *testing.T) {
 // An empty statusCodes or replayableMethods means "none": the ConfigMap keeps
 // the empty list, so the sidecar does not fill in the defaults.
 func TestEmptyListsSurviveTheDocument(t *testing.T) {
-	up := RenderUpstream(v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"},
+	up := mustRender(t, v1alpha1.Upstream{Name: "x", Hosts: []string{"x.svc"},
 		RetryOn: &v1alpha1.RetryOn{StatusCodes: []v1alpha1.StatusCode{}}, ReplayableMethods: []string{},
 		IdempotencyKey: &v1alpha1.IdempotencyKey{Header: "Idempotency-Key"}}, 1)
 	data, err := Marshal(Document{Policies: []Policy{{Namespace: "shop", Name: "p", Upstreams: []Upstream{up}}}})

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/retrydev/retry-operator/internal/notbefore"
 	"github.com/retrydev/retry-operator/internal/tracing"
 	"github.com/retrydev/retry-operator/pkg/retryotel"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
@@ -278,7 +279,7 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) in
 		h[retryhttp.HeaderOutcome] = []string{string(re.Outcome)}
 		h[retryhttp.HeaderAttempts] = []string{itoa(re.Attempts)}
 		if !re.NotBefore.IsZero() {
-			h[retryhttp.HeaderNotBefore] = []string{retrypolicy.FormatNotBefore(re.NotBefore)}
+			h[retryhttp.HeaderNotBefore] = []string{notbefore.Format(re.NotBefore)}
 		}
 		msg = "retry-sidecar: " + string(re.Outcome) + "\n"
 		phase = re.Phase

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrydev/retry-operator/internal/notbefore"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
@@ -162,7 +163,7 @@ func (r *Request) End(status int) {
 		a = append(a, AttrOutcome.String(string(r.outcome)), AttrAttempts.Int(r.attempts))
 	}
 	if !r.notBefore.IsZero() {
-		a = append(a, AttrNotBefore.String(retrypolicy.FormatNotBefore(r.notBefore)))
+		a = append(a, AttrNotBefore.String(notbefore.Format(r.notBefore)))
 	}
 	if status != 0 {
 		a = append(a, AttrStatus.Int(status))

@@ -55,7 +55,7 @@ type Config struct {
 	// PerTryTimeout bounds one attempt up to its response headers; 0 = none.
 	PerTryTimeout time.Duration
 	// ConnectTimeout bounds the dial (and TLS handshake) of an attempt on a new
-	// connection; 0 means DefaultConnectTimeout, or Deadline if shorter.
+	// connection; 0 means 5 s, or Deadline if shorter.
 	ConnectTimeout time.Duration
 	Backoff        Backoff
 	// RetryOnStatus is a subset of 408, 425, 429, 500, 502, 503, 504.
@@ -125,14 +125,14 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
 
-// DefaultConnectTimeout bounds a dial when the policy sets no connectTimeout
+// defaultConnectTimeout bounds a dial when the policy sets no connectTimeout
 // (and the deadline is not shorter).
-const DefaultConnectTimeout = 5 * time.Second
+const defaultConnectTimeout = 5 * time.Second
 
-// MinReserve is the time kept free after a wait for the next attempt when the
+// minReserve is the time kept free after a wait for the next attempt when the
 // policy has no perTryTimeout (R3): a retry that could not even start a useful
 // attempt before the deadline is not made.
-const MinReserve = 100 * time.Millisecond
+const minReserve = 100 * time.Millisecond
 
 // Policy is an immutable, validated upstream policy: build it with Compile and
 // share it freely between goroutines. Its runtime state (budget, rate limiter,
@@ -160,7 +160,7 @@ func Compile(c Config) (*Policy, error) {
 	if len(v.errs) > 0 {
 		return nil, errors.Join(v.errs...)
 	}
-	p := &Policy{cfg: c, statusMask: mask, methods: methods, idemKey: idem, reserve: MinReserve}
+	p := &Policy{cfg: c, statusMask: mask, methods: methods, idemKey: idem, reserve: minReserve}
 	p.cfg.Hosts = append([]string(nil), c.Hosts...)
 	p.cfg.RetryOnStatus = append([]int(nil), c.RetryOnStatus...)
 	p.cfg.ReplayableMethods = append([]string(nil), c.ReplayableMethods...)
@@ -181,7 +181,7 @@ func Compile(c Config) (*Policy, error) {
 	}
 	p.connect = c.ConnectTimeout
 	if p.connect == 0 {
-		p.connect = min(DefaultConnectTimeout, c.Deadline)
+		p.connect = min(defaultConnectTimeout, c.Deadline)
 	}
 	p.limits.Store(admission.New(p.cfg.limitSettings()))
 	return p, nil
@@ -233,7 +233,7 @@ func (v *configErrors) timing(c Config) {
 		v.bad("deadline", "must be > 0 (got %s)", c.Deadline)
 	}
 	if c.ConnectTimeout < 0 {
-		v.bad("connectTimeout", "must be >= 0, 0 = the default %s (got %s)", DefaultConnectTimeout, c.ConnectTimeout)
+		v.bad("connectTimeout", "must be >= 0, 0 = the default %s (got %s)", defaultConnectTimeout, c.ConnectTimeout)
 	} else if c.ConnectTimeout > 0 && c.Deadline > 0 {
 		v.check("connectTimeout", rules.ConnectTimeoutProblem(c.ConnectTimeout, c.Deadline), nil)
 	}
@@ -398,12 +398,12 @@ func (p *Policy) Deadline() time.Duration { return p.cfg.Deadline }
 func (p *Policy) PerTryTimeout() time.Duration { return p.cfg.PerTryTimeout }
 
 // ConnectTimeout is the effective bound of a dial and TLS handshake:
-// Config.ConnectTimeout, or if that is 0 the shorter of DefaultConnectTimeout
+// Config.ConnectTimeout, or if that is 0 the shorter of 5 s
 // and Deadline.
 func (p *Policy) ConnectTimeout() time.Duration { return p.connect }
 
 // Reserve is the time an attempt needs left before the deadline to be worth
-// starting: PerTryTimeout, or MinReserve if the policy has none. A wait (for a
+// starting: PerTryTimeout, or 100 ms if the policy has none. A wait (for a
 // retry, admission or a hold) that would leave less is not made (R3).
 func (p *Policy) Reserve() time.Duration { return p.reserve }
 

@@ -149,13 +149,13 @@ func TestPolicyAccessors(t *testing.T) {
 		want   view
 	}{
 		"no per-try or connect timeout: the default connect timeout and the minimum reserve": {nil, view{
-			MaxAttempts: 4, Deadline: 30 * time.Second, ConnectTimeout: DefaultConnectTimeout, Reserve: MinReserve,
+			MaxAttempts: 4, Deadline: 30 * time.Second, ConnectTimeout: defaultConnectTimeout, Reserve: minReserve,
 			Backoff: base.Backoff, RetriesConnectFailure: true, MaxReplayBodyBytes: 64 << 10,
 		}},
 		"a deadline shorter than the default connect timeout bounds the dial": {func(c *Config) {
 			c.Deadline = 2 * time.Second
 		}, view{
-			MaxAttempts: 4, Deadline: 2 * time.Second, ConnectTimeout: 2 * time.Second, Reserve: MinReserve,
+			MaxAttempts: 4, Deadline: 2 * time.Second, ConnectTimeout: 2 * time.Second, Reserve: minReserve,
 			Backoff: base.Backoff, RetriesConnectFailure: true, MaxReplayBodyBytes: 64 << 10,
 		}},
 		"set timeouts are used as they are; the per-try timeout is the reserve": {func(c *Config) {

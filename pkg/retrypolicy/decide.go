@@ -146,7 +146,7 @@ type Decision struct {
 // with local = Backoff.Delay(Number−1, Random), delay = max(local, h + Random·spread)
 // when there is a hint h and delay = local otherwise: a server wait is never
 // shortened, jitter is only added after it (R2, R3). reserve is perTryTimeout, or
-// MinReserve when there is none.
+// 100 ms (minReserve) when there is none.
 //
 // Worked examples (docs/retry-semantics.md#r3): base 1s, max 8s, Equal jitter, 4 attempts:
 //

@@ -205,11 +205,11 @@ func TestDecideRules(t *testing.T) {
 			want: Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: now.Add(8 * time.Second)},
 		},
 		"a wait that leaves exactly the reserve is made": {
-			a:    with(get, func(a *Attempt) { a.Status = 503; a.Deadline = now.Add(time.Second + MinReserve) }),
+			a:    with(get, func(a *Attempt) { a.Status = 503; a.Deadline = now.Add(time.Second + minReserve) }),
 			want: Decision{Action: Retry, Delay: time.Second},
 		},
 		"a wait that leaves less than the reserve is not made": {
-			a:    with(get, func(a *Attempt) { a.Status = 503; a.Deadline = now.Add(time.Second + MinReserve - 1) }),
+			a:    with(get, func(a *Attempt) { a.Status = 503; a.Deadline = now.Add(time.Second + minReserve - 1) }),
 			want: Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: now.Add(time.Second)},
 		},
 		"the reserve is the per-try timeout when there is one": {

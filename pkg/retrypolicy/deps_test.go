@@ -27,16 +27,18 @@ func TestImportsNoKubernetes(t *testing.T) {
 		t.Fatalf("go list -deps ./...: %v\n%s", err, stderr)
 	}
 	const own = "github.com/retrydev/retry-operator/pkg/retrypolicy"
-	// The field rules Compile shares with the API, and the runtime state of
-	// an upstream: held to the same imports as the library itself.
+	// The field rules Compile shares with the API, the runtime state of an
+	// upstream and the Not-Before notation: held to the same imports as the
+	// library itself.
 	const rules, admission = "github.com/retrydev/retry-operator/internal/rules", "github.com/retrydev/retry-operator/internal/admission"
+	const notBefore = "github.com/retrydev/retry-operator/internal/notbefore"
 	var kubernetes, thirdParty []string
 	for _, p := range strings.Fields(string(out)) {
 		switch {
 		case strings.HasPrefix(p, "k8s.io/") || strings.HasPrefix(p, "sigs.k8s.io/"):
 			kubernetes = append(kubernetes, p)
 			thirdParty = append(thirdParty, p)
-		case p == own || strings.HasPrefix(p, own+"/") || p == rules || p == admission:
+		case p == own || strings.HasPrefix(p, own+"/") || p == rules || p == admission || p == notBefore:
 		default:
 			thirdParty = append(thirdParty, p)
 		}

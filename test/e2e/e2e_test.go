@@ -570,7 +570,7 @@ func (s *suite) configMapHoldsPolicy(t *testing.T) {
 	if got := ptr.Deref(up.MaxAttempts, 0); got != 4 {
 		t.Errorf("rendered maxAttempts = %d, want 4", got)
 	}
-	if up.RetryAfter == nil || up.RetryAfter.MaxWait == nil || *up.RetryAfter.MaxWait != "10s" {
+	if up.RetryAfter == nil || up.RetryAfter.MaxWait == nil || *up.RetryAfter.MaxWait != 10*time.Second {
 		t.Errorf("rendered retryAfter = %+v, want maxWait 10s", up.RetryAfter)
 	}
 	if up.Budget == nil || up.ReplayableMethods == nil {

@@ -81,7 +81,11 @@ func LocalVerdicts(obj map[string]any, readyPods int32) (v Verdicts, decoded boo
 	if errs := v1alpha1.Validate(&p); len(errs) > 0 {
 		v.Validate = errs.ToAggregate()
 	}
-	rendered := policyset.FromRetryPolicy(&p, readyPods)
+	rendered, err := policyset.FromRetryPolicy(&p, readyPods)
+	if err != nil {
+		v.Sidecar = err
+		return v, true
+	}
 	data, err := policyset.Marshal(policyset.Document{Policies: []policyset.Policy{rendered}})
 	if err != nil {
 		v.Sidecar = err

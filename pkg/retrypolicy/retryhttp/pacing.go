@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/admission"
+	"github.com/retrydev/retry-operator/internal/notbefore"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -107,10 +108,10 @@ func (c *call) holdLocal(pc *admission.Pacer, now, until time.Time, reason retry
 // X-Retry-Outcome deferred and X-Retry-Attempts (0 for a first attempt).
 func (c *call) answerHeld(n int, until time.Time) *http.Response {
 	secs := max(ceilSeconds(until.Sub(c.clk.Now())), 1)
-	notBefore := retrypolicy.CeilSecond(until)
+	notBefore := notbefore.Ceil(until)
 	resp := c.answerLocally(n, http.StatusTooManyRequests,
 		"retry: upstream quota exhausted; request not sent before X-Retry-Not-Before\n", secs,
-		HeaderOutcome, string(retrypolicy.OutcomeDeferred), HeaderNotBefore, retrypolicy.FormatNotBefore(notBefore))
+		HeaderOutcome, string(retrypolicy.OutcomeDeferred), HeaderNotBefore, notbefore.Format(notBefore))
 	if o := c.t.Observer; o != nil {
 		o.Observe(Event{Kind: EventHeld, Context: c.req.Context(), RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
 			Path: c.req.URL.Path, Attempt: n - 1, Outcome: retrypolicy.OutcomeDeferred, NotBefore: notBefore})

@@ -25,10 +25,6 @@ const (
 	PhaseHeaders Phase = "headers"
 )
 
-// HeaderTimeoutPhase is set on the responses the sidecar generates for a
-// timeout (504, and the 503 of a shed request): which budget ran out.
-const HeaderTimeoutPhase = "X-Retry-Timeout-Phase"
-
 // PhaseError tags an upstream client's error with the phase it happened in. A
 // client that dials TLS returns its handshake failures as PhaseError{PhaseTLS}
 // and its dial failures as PhaseError{PhaseConnect}, so a timeout there is

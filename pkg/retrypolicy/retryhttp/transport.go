@@ -8,34 +8,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
-
-// Header names the Transport reads and writes (docs/retry-semantics.md#r5).
-const (
-	HeaderAttempt   = "X-Retry-Attempt"    // on each outgoing attempt: 1, 2, …
-	HeaderOutcome   = "X-Retry-Outcome"    // on the returned response
-	HeaderAttempts  = "X-Retry-Attempts"   // on the returned response: transmissions made
-	HeaderNotBefore = "X-Retry-Not-Before" // on deferred / deadline-exceeded responses, IMF-fixdate
-	HeaderRequestID = "X-Request-Id"
-)
-
-// DefaultMaxDrainBytes bounds how much of a retried response body is read to
-// reuse its connection before waiting; the rest is dropped with the connection.
-const DefaultMaxDrainBytes = 64 << 10
-
-// MaxDrainWait bounds the time spent draining a retried response body: a body
-// that stalls costs its connection, never the logical request's deadline.
-const MaxDrainWait = time.Second
 
 // Transport is an http.RoundTripper that applies a Policy to each request
 // (R4–R10): it buffers replayable bodies, marks attempts with X-Retry-Attempt,
@@ -208,22 +188,6 @@ const (
 	firedPerTry         // perTryTimeout
 	firedDeadline       // the logical request's deadline
 )
-
-type bodyKind uint8
-
-const (
-	bodyNone     bodyKind = iota // no body: always rewindable
-	bodyGetBody                  // in-process GetBody
-	bodyBuffered                 // buffered up to maxReplayBodyBytes
-	bodyTracked                  // streamed; rewindable while never read
-	bodyStream                   // streamed once
-)
-
-type bodySource struct {
-	kind    bodyKind
-	buf     []byte
-	tracked *trackedBody
-}
 
 func (c *call) run() (*http.Response, error) {
 	ctx := c.req.Context()
@@ -405,101 +369,6 @@ func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error
 	return a, ev
 }
 
-// prepareBody decides how the request body can be sent again (R4).
-func (c *call) prepareBody() error {
-	req, p := c.req, c.p
-	switch {
-	case req.Body == nil || req.Body == http.NoBody:
-		c.body.kind = bodyNone
-	case req.GetBody != nil:
-		c.body.kind = bodyGetBody
-	case c.idem && !c.nested && p.MaxAttempts() > 1 && req.ContentLength <= p.MaxReplayBodyBytes() &&
-		c.reserveReplayMemory(replayReservation(req.ContentLength, p.MaxReplayBodyBytes())):
-		limit := p.MaxReplayBodyBytes()
-		if req.ContentLength > 0 { // 0 with a non-nil Body means "unknown" for clients
-			limit = req.ContentLength
-		}
-		buf := make([]byte, 0, min(limit+1, 32<<10))
-		if req.ContentLength > 0 {
-			buf = make([]byte, 0, limit+1) // reserved already: read without regrowing
-		}
-		buf, err := readUpTo(req.Body, buf, limit+1)
-		if err != nil {
-			req.Body.Close()
-			return err
-		}
-		if int64(len(buf)) <= p.MaxReplayBodyBytes() && (req.ContentLength <= 0 || int64(len(buf)) == req.ContentLength) {
-			req.Body.Close()
-			c.body = bodySource{kind: bodyBuffered, buf: buf}
-			return nil
-		}
-		// Longer than announced or than the replay limit: send what was read and
-		// the rest once, never replayed.
-		c.body = bodySource{kind: bodyStream}
-		c.body.tracked = &trackedBody{rc: struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(buf), req.Body), req.Body}}
-		c.body.tracked.read.Store(true)
-	case p.Retries(retrypolicy.RetryConnectFailure) && !c.nested && p.MaxAttempts() > 1:
-		c.body = bodySource{kind: bodyTracked, tracked: &trackedBody{rc: req.Body}}
-	default:
-		c.body.kind = bodyStream
-	}
-	return nil
-}
-
-// replayReservation is what a replay buffer may grow to: the announced length
-// plus the one byte that detects a longer body, or twice the replay limit for a
-// body of unknown length (the buffer doubles as it grows).
-func replayReservation(contentLength, maxReplay int64) int64 {
-	if contentLength > 0 {
-		return contentLength + 1
-	}
-	return 2*maxReplay + 1
-}
-
-func (c *call) reserveReplayMemory(n int64) bool {
-	if !c.t.ReplayMemory.TryReserve(n) {
-		return false
-	}
-	c.reserved = n
-	return true
-}
-
-func (c *call) releaseReplayMemory() {
-	c.t.ReplayMemory.Release(c.reserved)
-	c.reserved = 0
-}
-
-func readUpTo(r io.Reader, buf []byte, limit int64) ([]byte, error) {
-	for int64(len(buf)) < limit {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		room := min(int64(cap(buf)), limit)
-		n, err := r.Read(buf[len(buf):room])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
-	return buf, nil
-}
-
-func (c *call) rewindable() bool {
-	switch c.body.kind {
-	case bodyNone, bodyGetBody, bodyBuffered:
-		return true
-	case bodyTracked:
-		return !c.body.tracked.read.Load()
-	}
-	return false
-}
-
 // attemptRequest builds the outgoing request of transmission n: a shallow copy
 // with its own context (deadline and per-try timeout), X-Retry-Attempt, and a
 // fresh body. The caller's request is never modified.
@@ -569,42 +438,6 @@ func (c *call) attemptRequest(ctx context.Context, n int, now time.Time) (*http.
 	return out, nil
 }
 
-func (b bodySource) getBody() (io.ReadCloser, error) {
-	return &replayBody{Reader: bytes.NewReader(b.buf)}, nil
-}
-
-type replayBody struct{ *bytes.Reader }
-
-func (*replayBody) Close() error { return nil }
-
-// trackedBody is a streamed body that may be sent again as long as nobody has
-// read from it (a connect failure never touches it). Close from the inner
-// transport is held back while it is unread, so a resend can still use it.
-type trackedBody struct {
-	rc     io.ReadCloser
-	read   atomic.Bool
-	closed atomic.Bool
-}
-
-func (b *trackedBody) Read(p []byte) (int, error) {
-	b.read.Store(true)
-	return b.rc.Read(p)
-}
-
-func (b *trackedBody) Close() error {
-	if b.read.Load() {
-		return b.closeUnderlying()
-	}
-	return nil
-}
-
-func (b *trackedBody) closeUnderlying() error {
-	if b.closed.CompareAndSwap(false, true) {
-		return b.rc.Close()
-	}
-	return nil
-}
-
 // stopTimer stops the attempt's timer; false if it had already fired.
 func (c *call) stopTimer() bool {
 	stopped := true
@@ -667,239 +500,9 @@ func nothingSent(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// drain reads what is left of a response that will be retried, so its
-// connection can be reused (R9), bounded in bytes and in time by drainBound.
-// When the time is up the attempt's context is canceled, which closes the
-// connection instead.
-func (c *call) drain(body io.ReadCloser, now time.Time) {
-	limit := c.t.MaxDrainBytes
-	if limit == 0 {
-		limit = DefaultMaxDrainBytes
-	}
-	if limit > 0 {
-		if bound := drainBound(now, c.deadline, c.p.Reserve()); bound > 0 {
-			stop := c.clk.AfterFunc(bound, c.cancel)
-			_, _ = io.CopyN(io.Discard, body, limit)
-			stop.Stop()
-		}
-	}
-	body.Close()
-}
-
-// drainBound is how long a drain starting at now may take: at most
-// MaxDrainWait, and never into the reserve before the deadline. A retry was
-// decided only if it starts with its reserve left (R3), so a drain that ends
-// in time leaves that retry possible.
-func drainBound(now, deadline time.Time, reserve time.Duration) time.Duration {
-	return min(MaxDrainWait, deadline.Sub(now)-reserve)
-}
-
-// waitLeft is what remains at now of a wait of delay anchored at received:
-// the time already spent (draining the response) counts inside it, never on
-// top of it (docs/retry-semantics.md#r9). It is never negative.
-func waitLeft(received time.Time, delay time.Duration, now time.Time) time.Duration {
-	return max(received.Add(delay).Sub(now), 0)
-}
-
-// finish decorates the response given back to the caller. The attempt's context
-// and admission slot live until its body is closed.
-func (c *call) finish(resp *http.Response, d retrypolicy.Decision, n int) *http.Response {
-	c.closeRequestBody()
-	c.releaseReplayMemory()
-	if resp.Header == nil {
-		resp.Header = make(http.Header)
-	}
-	c.vals[1], c.vals[2] = string(d.Outcome), attemptString(n)
-	resp.Header[HeaderOutcome] = c.vals[1:2:2]
-	resp.Header[HeaderAttempts] = c.vals[2:3:3]
-	if d.Action == retrypolicy.Defer {
-		d.NotBefore = retrypolicy.CeilSecond(d.NotBefore)
-		resp.Header[HeaderNotBefore] = []string{retrypolicy.FormatNotBefore(d.NotBefore)}
-	}
-	c.observeOutcome(d.Outcome, n, resp.StatusCode, d.NotBefore)
-	c.stopTimer()
-	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil {
-		// An upgraded connection is not an attempt in flight any more.
-		c.ticket.Release(c.clk.Now())
-		c.ticket = admission.Ticket{}
-		return resp
-	}
-	c.rc = resp.Body
-	resp.Body = c
-	return resp
-}
-
-// Read and Close make the call the body of the returned response.
-func (c *call) Read(p []byte) (int, error) {
-	n, err := c.rc.Read(p)
-	if err == io.EOF {
-		c.done()
-	}
-	return n, err
-}
-
-func (c *call) Close() error {
-	err := c.rc.Close()
-	c.done()
-	return err
-}
-
-func (c *call) done() {
-	c.doneOnce.Do(func() {
-		c.ticket.Release(c.clk.Now())
-		if c.cancel != nil {
-			c.cancel()
-		}
-	})
-}
-
-func (c *call) closeRequestBody() {
-	if c.body.tracked != nil {
-		_ = c.body.tracked.closeUnderlying()
-	}
-}
-
-// closeUnsentBody closes the caller's body when it never reached Inner: a
-// RoundTripper must always close it.
-func (c *call) closeUnsentBody() {
-	switch c.body.kind {
-	case bodyGetBody:
-		c.req.Body.Close()
-	case bodyStream:
-		if c.body.tracked == nil {
-			c.req.Body.Close()
-		}
-	}
-}
-
-// fail ends the logical request without a response.
-func (c *call) fail(o retrypolicy.Outcome, attempts int, err error) (*http.Response, error) {
-	return c.failDecided(retrypolicy.Decision{Action: retrypolicy.Stop, Outcome: o}, attempts, err, "")
-}
-
-// failDecided ends the logical request without a response as d says; a Defer
-// carries its Not-Before (rounded up) into the *Error, a timeout its phase.
-func (c *call) failDecided(d retrypolicy.Decision, attempts int, err error, phase Phase) (*http.Response, error) {
-	c.closeRequestBody()
-	if attempts == 0 {
-		c.closeUnsentBody()
-	}
-	c.releaseReplayMemory()
-	var notBefore time.Time
-	if d.Action == retrypolicy.Defer {
-		notBefore = retrypolicy.CeilSecond(d.NotBefore)
-	}
-	c.observeOutcomePhase(d.Outcome, attempts, 0, notBefore, phase)
-	return nil, &Error{Outcome: d.Outcome, Attempts: attempts, Err: err, NotBefore: notBefore, Phase: phase}
-}
-
-// shed answers for an upstream with no capacity: a 503 whose Retry-After says
-// when capacity returns (seconds, rounded up), outcome shed (R7).
-func (c *call) shed(n int, retryAfter time.Duration) (*http.Response, error) {
-	secs := max(ceilSeconds(retryAfter), 1)
-	resp := c.answerLocally(n, http.StatusServiceUnavailable, "retry: upstream capacity exhausted, shed\n", secs,
-		HeaderOutcome, string(retrypolicy.OutcomeShed), HeaderTimeoutPhase, string(PhaseQueue))
-	if c.t.Observer != nil {
-		ev := Event{Phase: PhaseQueue}
-		c.observeAttempt(&ev, n, retrypolicy.Attempt{}, retrypolicy.Decision{Action: retrypolicy.Stop, Outcome: retrypolicy.OutcomeShed})
-	}
-	c.observeOutcomePhase(retrypolicy.OutcomeShed, n-1, resp.StatusCode, time.Time{}, PhaseQueue)
-	return resp, nil
-}
-
-// answerLocally releases the request's body and replay memory and returns a
-// response the Transport made itself (shed, held): status, a plain-text msg,
-// Retry-After secs, X-Retry-Attempts n-1 and the given header pairs.
-func (c *call) answerLocally(n, status int, msg string, secs int64, pairs ...string) *http.Response {
-	c.closeRequestBody()
-	c.releaseReplayMemory()
-	if n == 1 {
-		c.closeUnsentBody()
-	}
-	h := http.Header{
-		"Content-Type": {"text/plain; charset=utf-8"},
-		"Retry-After":  {strconv.FormatInt(secs, 10)},
-		HeaderAttempts: {attemptString(n - 1)},
-	}
-	for i := 0; i+1 < len(pairs); i += 2 {
-		h[pairs[i]] = []string{pairs[i+1]}
-	}
-	return &http.Response{
-		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
-		StatusCode: status,
-		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header:        h,
-		Body:          io.NopCloser(strings.NewReader(msg)),
-		ContentLength: int64(len(msg)),
-		Request:       c.req,
-	}
-}
-
-func (c *call) observeAttempt(ev *Event, n int, a retrypolicy.Attempt, d retrypolicy.Decision) {
-	o := c.t.Observer
-	if o == nil {
-		return
-	}
-	ev.Kind, ev.Context = EventAttempt, c.req.Context()
-	ev.RequestID, ev.Upstream = c.id, c.p.Name()
-	ev.Method, ev.Path = c.req.Method, c.req.URL.Path
-	ev.Attempt, ev.Status, ev.ErrorClass = n, a.Status, a.Err
-	ev.Action, ev.Delay, ev.NotBefore = d.Action, d.Delay, d.NotBefore
-	ev.Outcome = d.Outcome
-	o.Observe(*ev)
-}
-
-// observeAdmitted reports an admission that made transmission n wait, each
-// wait under the gate that made it (admission.Waits).
-func (c *call) observeAdmitted(n int, w admission.Waits) {
-	if c.t.Observer == nil || w == (admission.Waits{}) {
-		return
-	}
-	c.t.Observer.Observe(Event{Kind: EventAdmitted, Context: c.req.Context(), RequestID: c.id,
-		Upstream: c.p.Name(), Method: c.req.Method, Path: c.req.URL.Path, Attempt: n - 1,
-		Delay: w.RateLimit, QuotaDelay: w.Quota, QueueDelay: w.Queue})
-}
-
-func (c *call) observeOutcome(o retrypolicy.Outcome, attempts, status int, notBefore time.Time) {
-	c.observeOutcomePhase(o, attempts, status, notBefore, "")
-}
-
-func (c *call) observeOutcomePhase(o retrypolicy.Outcome, attempts, status int, notBefore time.Time, phase Phase) {
-	obs := c.t.Observer
-	if obs == nil {
-		return
-	}
-	obs.Observe(Event{Kind: EventOutcome, Context: c.req.Context(), RequestID: c.id, Upstream: c.p.Name(),
-		Method: c.req.Method, Path: c.req.URL.Path, Attempt: attempts, Status: status,
-		Outcome: o, NotBefore: notBefore, Phase: phase, Elapsed: c.clk.Now().Sub(c.start)})
-}
-
-var attemptStrings = [...]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}
-
-func attemptString(n int) string {
-	if n >= 0 && n < len(attemptStrings) {
-		return attemptStrings[n]
-	}
-	return strconv.Itoa(n)
-}
-
 func firstValue(v []string) string {
 	if len(v) == 0 {
 		return ""
 	}
 	return v[0]
-}
-
-// newRequestID makes a 16-hex-digit id for requests that carry no X-Request-Id.
-// Its bytes live in the call (already allocated) and are never written again,
-// so the string costs no allocation of its own.
-func (c *call) newRequestID() string {
-	const hex = "0123456789abcdef"
-	b := &c.idBuf
-	x := rand.Uint64()
-	for i := range b {
-		b[i] = hex[x&15]
-		x >>= 4
-	}
-	return unsafe.String(&b[0], len(b))
 }

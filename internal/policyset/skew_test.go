@@ -1,0 +1,123 @@
+package policyset
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The version skews a rolling upgrade creates (docs/operations.md#version-skew):
+// a sidecar reads what an older manager wrote, and a manager reads the
+// ConfigMap an older manager wrote. testdata/policies.v1.json is
+// testdata/policies.json as the manager wrote it before durations were parsed
+// (version 1): the same policy.
+
+// TestASidecarReadsAnOlderManagersDocument: a version 1 document compiles to
+// the same configuration as the version 3 rendering of the same policy.
+func TestASidecarReadsAnOlderManagersDocument(t *testing.T) {
+	old := readTestdata(t, "policies.v1.json")
+	current := readTestdata(t, "policies.json")
+	if diff := cmp.Diff(firstUpstreamConfig(t, current), firstUpstreamConfig(t, old)); diff != "" {
+		t.Fatalf("version 1 compiles to another config than version 3 (-v3 +v1):\n%s", diff)
+	}
+	if got := firstUpstreamConfig(t, old); got.Deadline != 10*time.Second || got.Backoff.Base != 100*time.Millisecond || got.RetryAfterMaxWait != 30*time.Second {
+		t.Fatalf("durations of version 1 read as deadline %s, backoff.base %s, retryAfter.maxWait %s; want 10s, 100ms, 30s",
+			got.Deadline, got.Backoff.Base, got.RetryAfterMaxWait)
+	}
+}
+
+// TestAManagerReadsAnOlderManagersConfigMap: the manager re-encodes the
+// ConfigMap it finds to decide whether its content changed; an older
+// manager's version 1 document of the same policies re-encodes to exactly
+// the new rendering, so the upgrade keeps the revision (no sidecar reloads).
+func TestAManagerReadsAnOlderManagersConfigMap(t *testing.T) {
+	doc, err := Unmarshal(readTestdata(t, "policies.v1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := readTestdata(t, "policies.json"); !bytes.Equal(got, want) {
+		t.Fatalf("version 1 re-encoded:\n%s\nwant the version 3 rendering:\n%s", got, want)
+	}
+}
+
+// TestAVersion2DocumentKeepsItsQuotas: version 2 (quotas, durations as
+// strings) is read with its quotas and its durations.
+func TestAVersion2DocumentKeepsItsQuotas(t *testing.T) {
+	data := `{"version":2,"revision":5,"policies":[{"namespace":"shop","name":"p","generation":1,
+	  "upstreams":[{"name":"u","hosts":["a.svc"],"deadline":"1500ms","quotaRef":{"name":"q"}}]}],
+	  "quotas":[{"name":"q","requestsPerSecond":1.5,"burst":5,"onStoreLoss":"Deny","store":{"redis":{"address":"r:6379"}}}]}`
+	doc, err := Unmarshal([]byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, ok := doc.Quota("q"); !ok || q.Burst != 5 || doc.Revision != 5 {
+		t.Fatalf("quota q = %+v (found %v), revision %d; want burst 5, revision 5", q, ok, doc.Revision)
+	}
+	cfg, err := ToConfig(doc.Policies[0].Upstreams[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Deadline != 1500*time.Millisecond || cfg.Backoff.Max != 10*time.Second {
+		t.Fatalf("deadline %s, backoff.max %s; want 1.5s and the default 10s", cfg.Deadline, cfg.Backoff.Max)
+	}
+}
+
+// TestAVersion3DocumentWrittenByHand: a duration the API could not say is
+// refused with its field path; one left out takes the API's default.
+func TestAVersion3DocumentWrittenByHand(t *testing.T) {
+	tests := map[string]struct {
+		upstream     string
+		wantDeadline time.Duration
+		wantErr      string
+	}{
+		"every default left out":          {upstream: `{"name":"u","hosts":["u.svc"]}`, wantDeadline: 10 * time.Second},
+		"a deadline of one nanosecond":    {upstream: `{"name":"u","hosts":["u.svc"],"deadline":1}`, wantDeadline: time.Nanosecond},
+		"a deadline of zero is refused":   {upstream: `{"name":"u","hosts":["u.svc"],"deadline":0}`, wantErr: "deadline: must be a positive duration such as 100ms, 1.5s or 2m (units ns, us, ms, s, m, h) (got 0)"},
+		"a negative spread is refused":    {upstream: `{"name":"u","hosts":["u.svc"],"retryAfter":{"spread":-1}}`, wantErr: "retryAfter.spread: must be a positive duration such as 100ms, 1.5s or 2m (units ns, us, ms, s, m, h) (got -1)"},
+		"a zero queue timeout is refused": {upstream: `{"name":"u","hosts":["u.svc"],"concurrency":{"maxInFlight":1,"queueTimeout":0}}`, wantErr: "concurrency.queueTimeout: must be a positive duration such as 100ms, 1.5s or 2m (units ns, us, ms, s, m, h) (got 0)"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			doc, err := Unmarshal([]byte(`{"version":3,"policies":[{"namespace":"a","name":"b","generation":1,"upstreams":[` + tc.upstream + `]}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := ToConfig(doc.Policies[0].Upstreams[0])
+			if got := errString(err); got != tc.wantErr {
+				t.Fatalf("error = %q, want %q", got, tc.wantErr)
+			}
+			if cfg.Deadline != tc.wantDeadline {
+				t.Fatalf("deadline = %s, want %s", cfg.Deadline, tc.wantDeadline)
+			}
+		})
+	}
+}
+
+// TestDurationsSurviveTheAPINotation: formatDuration is the inverse of the
+// manager's parse, also below a millisecond (Go writes "µs", the API "us").
+func TestDurationsSurviveTheAPINotation(t *testing.T) {
+	for _, d := range []time.Duration{time.Nanosecond, 1500 * time.Nanosecond, 1500 * time.Microsecond, 100 * time.Millisecond,
+		1500 * time.Millisecond, 61 * time.Minute, 2562047 * time.Hour} {
+		back, err := parseDuration("deadline", formatDuration(&d))
+		if err != nil || *back != d {
+			t.Errorf("%s: formatted %q, parsed back %v (%v)", d, *formatDuration(&d), back, err)
+		}
+	}
+}
+
+func readTestdata(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
