@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -156,15 +158,30 @@ func startSidecars(bin, dir, prefix string, n int, policy, creds string) ([]*sid
 	return out, nil
 }
 
+// metrics is the body of the sidecar's /metrics.
+func (s *sidecar) metrics() ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.admin+"/metrics", http.NoBody)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
 // metric is the value of one series (name with labels, exactly as exposed)
 // on the sidecar's /metrics; ok is false if it is absent or unreadable.
 func (s *sidecar) metric(series string) (float64, bool) {
-	resp, err := http.Get("http://" + s.admin + "/metrics")
+	body, err := s.metrics()
 	if err != nil {
 		return 0, false
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {

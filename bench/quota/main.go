@@ -25,8 +25,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -55,12 +53,6 @@ func main() {
 	only := flag.Bool("steady-only", false, "run only the steady shared-quota scenarios (no per-pod split, growth or outage)")
 	cpuprofile := flag.String("cpuprofile", "", "write the load generator's CPU profile here")
 	flag.Parse()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err == nil && pprof.StartCPUProfile(f) == nil {
-			defer pprof.StopCPUProfile()
-		}
-	}
 	for _, f := range strings.FieldsFunc(*podCounts, func(r rune) bool { return r == ',' }) {
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 {
@@ -68,6 +60,11 @@ func main() {
 			os.Exit(2)
 		}
 		o.pods = append(o.pods, n)
+	}
+	if *cpuprofile != "" {
+		if f, err := os.Create(*cpuprofile); err == nil {
+			_ = pprof.StartCPUProfile(f)
+		}
 	}
 	code := benchmark(o, *only)
 	pprof.StopCPUProfile()
@@ -405,12 +402,10 @@ func loadavg() string {
 // dump prints each sidecar's series of quota q and its log's warnings.
 func dump(fleet []*sidecar, q string) {
 	for i, s := range fleet {
-		resp, err := http.Get("http://" + s.admin + "/metrics")
+		b, err := s.metrics()
 		if err != nil {
 			continue
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
 		var keep []string
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.Contains(l, `quota="`+q+`"`) && !strings.Contains(l, "_bucket") {
