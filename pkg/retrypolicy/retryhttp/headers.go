@@ -1,7 +1,5 @@
 package retryhttp
 
-import "time"
-
 // Header names the Transport reads and writes (docs/retry-semantics.md#r5).
 const (
 	HeaderAttempt   = "X-Retry-Attempt"    // on each outgoing attempt: 1, 2, …
@@ -12,15 +10,4 @@ const (
 	// HeaderTimeoutPhase is set on the responses generated for a timeout
 	// (504, and the 503 of a shed request): which budget ran out (Phase).
 	HeaderTimeoutPhase = "X-Retry-Timeout-Phase"
-)
-
-// The bounds of draining a retried response body before the wait, so its
-// connection can be reused (R9).
-const (
-	// DefaultMaxDrainBytes bounds how much is read; the rest is dropped with
-	// the connection.
-	DefaultMaxDrainBytes = 64 << 10
-	// MaxDrainWait bounds the time spent: a body that stalls costs its
-	// connection, never the logical request's deadline.
-	MaxDrainWait = time.Second
 )

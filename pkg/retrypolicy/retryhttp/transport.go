@@ -53,7 +53,7 @@ type Transport struct {
 	// Random returns numbers in [0, 1] for jitter; nil means math/rand/v2.
 	Random func() float64
 	// MaxDrainBytes bounds the drain of a retried response; 0 means
-	// DefaultMaxDrainBytes, negative means do not drain.
+	// 64 KiB, negative means do not drain.
 	MaxDrainBytes int64
 	// ReplayMemory caps the bytes all replay buffers hold at once; nil means no
 	// cap. A body that does not fit is streamed once, never replayed.
