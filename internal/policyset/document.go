@@ -10,16 +10,24 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// DocumentVersion is the version Marshal writes; it is bumped on any
-// incompatible change of Document. A sidecar refuses a document whose version
-// it does not know (and keeps its old config). Unmarshal reads the earlier
-// versions too, so a sidecar reads what an older manager wrote
+// DocumentVersion is the newest version of Document; it is bumped on any
+// incompatible change. A sidecar refuses a document whose version it does not
+// know (and keeps its old config). Unmarshal reads the earlier versions too,
+// so a sidecar reads what an older manager wrote
 // (docs/operations.md#version-skew):
 //
 //	1  durations as API strings ("10s"), no quotas
 //	2  as 1, with quotas
-//	3  durations parsed: integer nanoseconds; quotas allowed (written since)
+//	3  durations parsed: integer nanoseconds; quotas allowed
 const DocumentVersion = 3
+
+// WrittenVersion is the version Marshal writes. A reader ships one release
+// before its writer: the sidecars of the previous release read versions 1 and
+// 2 only, and a pod keeps its sidecar until it is recreated, so this release
+// still writes 2 (durations in the API's notation, formatted from the parsed
+// values) and reads 3; the release after it writes 3
+// (docs/operations.md#version-skew).
+const WrittenVersion = 2
 
 // Document is the content of ConfigMap retry-policies, key policies.json:
 //

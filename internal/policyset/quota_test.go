@@ -66,8 +66,8 @@ func TestPolicyFilesRenderTheReferencedQuotas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.Version != DocumentVersion {
-		t.Errorf("a document with quotas has version %d, want %d", back.Version, DocumentVersion)
+	if back.Version != WrittenVersion {
+		t.Errorf("a document with quotas has version %d, want %d", back.Version, WrittenVersion)
 	}
 	if diff := cmp.Diff(want, back.Quotas); diff != "" {
 		t.Errorf("quotas read back (-want +got):\n%s", diff)

@@ -20,7 +20,6 @@ import (
 // Byte-identical output is what lets the reconciler skip a write (and the kubelet
 // skip a volume update, and the sidecar skip a reload) when nothing changed.
 func Marshal(doc Document) ([]byte, error) {
-	doc.Version = DocumentVersion
 	quotas := append([]Quota(nil), doc.Quotas...)
 	sort.Slice(quotas, func(i, j int) bool { return quotas[i].Name < quotas[j].Name })
 	doc.Quotas = quotas
@@ -35,11 +34,21 @@ func Marshal(doc Document) ([]byte, error) {
 		policies = []Policy{} // "policies":[] rather than null, for readers in any language
 	}
 	doc.Policies = policies
+	return encode(doc, WrittenVersion)
+}
+
+// encode writes doc in version (DocumentVersion or 2).
+func encode(doc Document, version int) ([]byte, error) {
+	doc.Version = version
+	var v any = doc
+	if version < 3 {
+		v = legacyOf(doc)
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false) // hosts and selectors are not HTML; keep them readable
-	if err := enc.Encode(doc); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("encoding %s: %w", v1alpha1.PoliciesConfigMapKey, err)
 	}
 	return buf.Bytes(), nil

@@ -107,7 +107,7 @@ func TestMarshalEmptyDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "{\n  \"version\": 3,\n  \"revision\": 0,\n  \"policies\": []\n}\n"; string(got) != want {
+	if want := "{\n  \"version\": 2,\n  \"revision\": 0,\n  \"policies\": []\n}\n"; string(got) != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }

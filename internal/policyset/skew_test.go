@@ -121,3 +121,28 @@ func readTestdata(t *testing.T, name string) []byte {
 	}
 	return data
 }
+
+// TestTheNextVersionReadsAsTheWrittenOne: the same rendering written as
+// version 3 (what the next release writes, docs/operations.md#version-skew)
+// and as WrittenVersion reads back to the same document.
+func TestTheNextVersionReadsAsTheWrittenOne(t *testing.T) {
+	written, err := Unmarshal(readTestdata(t, "policies.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := encode(written, DocumentVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(next, []byte(`"version": 3`)) || !bytes.Contains(next, []byte(`"deadline": 10000000000`)) {
+		t.Fatalf("version 3 encoding has no version 3 or no deadline in nanoseconds:\n%s", next)
+	}
+	read, err := Unmarshal(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written.Version, read.Version = 0, 0
+	if diff := cmp.Diff(written, read); diff != "" {
+		t.Fatalf("version 3 reads back to another document (-version 2 +version 3):\n%s", diff)
+	}
+}

@@ -108,6 +108,39 @@ type legacyUpstream struct {
 	PodBurst             int32   `json:"podBurst,omitempty"`
 }
 
+// legacyWritten is a document of version 2 as the previous release's manager
+// wrote it, fields in its order.
+type legacyWritten struct {
+	Version  int            `json:"version"`
+	Revision int64          `json:"revision"`
+	Policies []legacyPolicy `json:"policies"`
+	Quotas   []Quota        `json:"quotas,omitempty"`
+}
+
+type legacyPolicy struct {
+	Policy
+	Upstreams []legacyUpstream `json:"upstreams"`
+}
+
+// legacyOf is doc in the form of version 2 (WrittenVersion): each upstream in
+// the API's notation, every default applied, durations formatted from the
+// parsed values (which read back to the same values).
+func legacyOf(doc Document) legacyWritten {
+	out := legacyWritten{Version: doc.Version, Revision: doc.Revision, Policies: make([]legacyPolicy, 0, len(doc.Policies)), Quotas: doc.Quotas}
+	for _, p := range doc.Policies {
+		lp := legacyPolicy{Policy: p}
+		if p.Upstreams != nil {
+			lp.Upstreams = make([]legacyUpstream, 0, len(p.Upstreams))
+		}
+		for _, u := range p.Upstreams {
+			lp.Upstreams = append(lp.Upstreams, legacyUpstream{Upstream: *u.API(),
+				PodRequestsPerMinute: u.PodRequestsPerMinute, CABundle: u.CABundle, PodBurst: u.PodBurst})
+		}
+		out.Policies = append(out.Policies, lp)
+	}
+	return out
+}
+
 // unmarshalLegacy decodes a document of version 1 or 2 through Spec, the
 // conversion the manager renders with, so an older manager's document means
 // to this sidecar what it meant to an older one.
