@@ -483,12 +483,8 @@ func (r *CheckReport) checkPolicies(ctx context.Context, c client.Client) error 
 	}
 	var bad []string
 	for _, p := range rps.Items {
-		cond := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
-		switch {
-		case cond == nil:
-			bad = append(bad, p.Namespace+"/"+p.Name+" (no status: is the manager running?)")
-		case cond.Status != metav1.ConditionTrue:
-			bad = append(bad, p.Namespace+"/"+p.Name+" ("+cond.Reason+")")
+		if why := notTrue(p.Status.Conditions, v1alpha1.ConditionAccepted); why != "" {
+			bad = append(bad, p.Namespace+"/"+p.Name+" ("+why+")")
 		}
 	}
 	sort.Strings(bad)
@@ -512,12 +508,8 @@ func (r *CheckReport) checkQuotas(ctx context.Context, c client.Client) error {
 	}
 	var bad []string
 	for _, q := range qs.Items {
-		cond := meta.FindStatusCondition(q.Status.Conditions, string(v1alpha1.ConditionStoreReachable))
-		switch {
-		case cond == nil:
-			bad = append(bad, q.Name+" (no status: is the manager running?)")
-		case cond.Status != metav1.ConditionTrue:
-			bad = append(bad, q.Name+" ("+cond.Reason+")")
+		if why := notTrue(q.Status.Conditions, v1alpha1.ConditionStoreReachable); why != "" {
+			bad = append(bad, q.Name+" ("+why+")")
 		}
 	}
 	sort.Strings(bad)
@@ -527,6 +519,19 @@ func (r *CheckReport) checkQuotas(ctx context.Context, c client.Client) error {
 		r.add("quotas", false, "%d of %d without a reachable store (kubectl describe sq): %s", len(bad), len(qs.Items), listSome(bad, 5))
 	}
 	return nil
+}
+
+// notTrue is why condition t is not True: its reason, or that there is no
+// status yet; "" when it is True.
+func notTrue(conds []metav1.Condition, t v1alpha1.ConditionType) string {
+	cond := meta.FindStatusCondition(conds, string(t))
+	switch {
+	case cond == nil:
+		return "no status: is the manager running?"
+	case cond.Status != metav1.ConditionTrue:
+		return cond.Reason
+	}
+	return ""
 }
 
 type webhookInfo struct {
