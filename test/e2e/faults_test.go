@@ -319,19 +319,25 @@ func (s *suite) liveAppPod(t *testing.T) corev1.Pod {
 	return p
 }
 
-// arrivals are the flaky upstream's recorded arrivals of request id, read
-// through the API server's service proxy.
+// arrivals are the flaky upstream's recorded arrivals of request id.
 func (s *suite) arrivals(t *testing.T, id string) []wire.Arrival {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return s.arrivalsWhere(t, "id", id)
+}
+
+// arrivalsWhere reads the flaky upstream's recorded arrivals whose key (id or
+// path) is value, through the API server's service proxy.
+func (s *suite) arrivalsWhere(t *testing.T, key, value string) []wire.Arrival {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := s.cs.CoreV1().Services(s.ns).ProxyGet("http", "flaky-upstream", "80", "arrivals", map[string]string{"id": id}).DoRaw(ctx)
+	b, err := s.cs.CoreV1().Services(s.ns).ProxyGet("http", "flaky-upstream", "80", "arrivals", map[string]string{key: value}).DoRaw(ctx)
 	if err != nil {
-		t.Fatalf("GET /arrivals of %s: %v", id, err)
+		t.Fatalf("GET /arrivals?%s=%s: %v (%s)", key, value, err, b)
 	}
 	var arr []wire.Arrival
 	if err := json.Unmarshal(b, &arr); err != nil {
-		t.Fatalf("GET /arrivals of %s: %q: %v", id, b, err)
+		t.Fatalf("GET /arrivals?%s=%s: %q: %v", key, value, b, err)
 	}
 	return arr
 }

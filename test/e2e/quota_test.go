@@ -262,21 +262,10 @@ func (s *suite) driveLoads(t *testing.T, consumers [2]string) [2]wire.LoadReport
 	return reports
 }
 
-// arrivalsOn reads the flaky upstream's arrivals on path, through the API
-// server's service proxy.
+// arrivalsOn reads the flaky upstream's arrivals on path.
 func (s *suite) arrivalsOn(t *testing.T, path string) []wire.Arrival {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	body, err := s.cs.CoreV1().Services(s.ns).ProxyGet("http", "flaky-upstream", "80", "arrivals", map[string]string{"path": path}).DoRaw(ctx)
-	if err != nil {
-		t.Fatalf("arrivals on %s: %v (%s)", path, err, body)
-	}
-	var as []wire.Arrival
-	if err := json.Unmarshal(body, &as); err != nil {
-		t.Fatalf("arrivals on %s: %q: %v", path, body, err)
-	}
-	return as
+	return s.arrivalsWhere(t, "path", path)
 }
 
 // checkQuotaArrivals asserts, on the arrivals at the upstream, that the
