@@ -84,15 +84,15 @@ set -e
 if ((rc == 0)); then
   log "e2e passed in $((SECONDS - START))s"
 else
-  # A CI log may keep only its tail: repeat there the last lines of each
-  # failed case and the suite's summary of the manager (the whole output is in
-  # bin/e2e-last.log).
+  # A CI log may keep only its tail: repeat there the last log lines of each
+  # failed case (its own lines, not the dumps under them) and the suite's
+  # summary of the manager (the whole output is in bin/e2e-last.log).
   log "the failed cases' last lines and the manager's state (all of it: bin/e2e-last.log):"
   awk '
     /^=== (RUN|CONT|NAME|PAUSE) / { cur = $3; next }
     /^--- (PASS|FAIL|SKIP)/ || /^ +--- (PASS|FAIL|SKIP)/ { if ($2 == "FAIL:" && $3 ~ /\//) failed[++n] = $3; next }
     /e2e-summary: / { sub(/.*e2e-summary: /, "  manager: "); summary[++m] = $0; next }
-    cur != "" { lines[cur, ++count[cur]] = $0 }
+    cur != "" && /^    [^ ]+_test\.go:[0-9]+: / && !/: ----- / { lines[cur, ++count[cur]] = substr($0, 1, 400) }
     END {
       for (i = 1; i <= n; i++) {
         c = failed[i]; print "--- " c
