@@ -93,7 +93,8 @@ func (s *Store) Lease(ctx context.Context, spec quota.Spec, r quota.LeaseRequest
 	}
 	res, err := lease.Run(ctx, s.rdb.Load(), []string{p + "bucket", p + "pods", p + "hold"},
 		r.Pod, spec.RequestsPerSecond, spec.Burst, spec.Concurrency, r.Want, r.Held,
-		strconv.FormatFloat(r.Demand, 'f', 3, 64), r.Slots, r.InUse, hold, quota.LeaseTTL.Milliseconds(), r.Returned).Slice()
+		strconv.FormatFloat(r.Demand, 'f', 3, 64), r.Slots, r.InUse, hold, quota.LeaseTTL.Milliseconds(), r.Returned,
+		quota.IdleInterval.Milliseconds()).Slice()
 	if err != nil {
 		return quota.LeaseReply{}, classify(err)
 	}
