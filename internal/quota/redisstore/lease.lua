@@ -1,8 +1,9 @@
 -- One pod's lease operation on one SharedQuota, atomic, on the server's clock
 -- (the steps of quota.Model; docs/quota.md).
--- KEYS[1] bucket hash {tokens, ts}   KEYS[2] pods hash pod -> "held demand slots seen credit"
--- (credit: quota.Entitlement's; a record without it has none)
+-- KEYS[1] bucket hash {tokens, ts}   KEYS[2] pods hash pod -> "held demand slots seen"
 -- KEYS[3] hold (end of the fleet's pacing hold, Unix ms)
+-- KEYS[4] credits hash pod -> credit (quota.Entitlement's; apart from KEYS[2],
+-- whose format an older script running beside this one during a rollout reads)
 -- ARGV: pod, rate/s, burst, concurrency, want, held, demand/s, slots, in use, hold ms, ttl ms, returned,
 -- idle ms (quota.IdleInterval: the most time a pod's credit grows for)
 local t = redis.call('TIME')
@@ -18,15 +19,21 @@ local idle = tonumber(ARGV[13]) or 1000
 local othersHeld, othersSlots, fleet, pods = 0, 0, demand, 1
 local elapsed, credit = -1, 0 -- a new pod
 local all = redis.call('HGETALL', KEYS[2])
+local credits = {}
+local cs = redis.call('HGETALL', KEYS[4])
+for i = 1, #cs, 2 do
+  credits[cs[i]] = tonumber(cs[i + 1])
+end
 for i = 1, #all, 2 do
-  local h, d, s, seen, c = string.match(all[i + 1], '^(%S+) (%S+) (%S+) (%S+) ?(%S*)$')
+  local h, d, s, seen = string.match(all[i + 1], '^(%S+) (%S+) (%S+) (%S+)$')
   if all[i] == pod then
     if h ~= nil and now - tonumber(seen) < ttl then
-      elapsed, credit = now - tonumber(seen), tonumber(c) or 0
+      elapsed, credit = now - tonumber(seen), credits[pod] or 0
     end
   else
     if h == nil or now - tonumber(seen) >= ttl then
       redis.call('HDEL', KEYS[2], all[i])
+      redis.call('HDEL', KEYS[4], all[i])
     else
       othersHeld = othersHeld + tonumber(h)
       othersSlots = othersSlots + tonumber(s)
@@ -65,10 +72,10 @@ if capped then
   -- other pods' credits leave, whichever is more
   local owed = 0
   for i = 1, #all, 2 do
-    local _, d, _, seen, c = string.match(all[i + 1], '^(%S+) (%S+) (%S+) (%S+) ?(%S*)$')
+    local _, d, _, seen = string.match(all[i + 1], '^(%S+) (%S+) (%S+) (%S+)$')
     if all[i] ~= pod and d ~= nil and now - tonumber(seen) < ttl then
       local sh = rate * tonumber(d) / fleet
-      owed = owed + math.min((tonumber(c) or 0) + sh * math.min(now - tonumber(seen), idle) / 1000, math.max(sh * idle / 1000, 1))
+      owed = owed + math.min((credits[all[i]] or 0) + sh * math.min(now - tonumber(seen), idle) / 1000, math.max(sh * idle / 1000, 1))
     end
   end
   granted = math.min(granted, math.max(math.floor(credit) + 1, math.floor(tokens - owed)))
@@ -91,8 +98,10 @@ redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts', strin
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + ttl)
 
 -- 4. record this pod
-redis.call('HSET', KEYS[2], pod, string.format('%d %.3f %d %d %.4f', held + granted, demand, math.max(slots, inuse), now, credit))
+redis.call('HSET', KEYS[2], pod, string.format('%d %.3f %d %d', held + granted, demand, math.max(slots, inuse), now))
 redis.call('PEXPIRE', KEYS[2], 2 * ttl)
+redis.call('HSET', KEYS[4], pod, string.format('%.4f', credit))
+redis.call('PEXPIRE', KEYS[4], 2 * ttl)
 
 -- 5. the fleet's hold: the latest one wins
 local h = tonumber(redis.call('GET', KEYS[3]) or '0')

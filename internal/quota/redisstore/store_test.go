@@ -270,7 +270,8 @@ func TestShortFleetLeavesTheBusyPodsCredit(t *testing.T) {
 				t.Fatal(err)
 			}
 			do(t, srv, "hset", v1alpha1.QuotaKeys(sp.Name)+"pods", "busy",
-				fmt.Sprintf("0 %.3f 0 %d 50.0000", tc.busyDemand, now.UnixMilli()))
+				fmt.Sprintf("0 %.3f 0 %d", tc.busyDemand, now.UnixMilli()))
+			do(t, srv, "hset", v1alpha1.QuotaKeys(sp.Name)+"credits", "busy", "50.0000")
 			var r quota.LeaseReply
 			for _, want := range []int64{0, 20} {
 				if r, err = leaseOnce(t, s, sp, quota.LeaseRequest{Pod: "quiet", Demand: 0.02, Want: want}); err != nil {
