@@ -56,7 +56,9 @@ func BenchmarkFleetOnRedis(b *testing.B) {
 							}
 							wait, v := c.TakeAt(now, now.Sub(arrived))
 							if v == admission.QuotaGranted {
-								admitted[p].Add(1)
+								if now.Sub(start) < d { // the run's length: R × d + burst at most
+									admitted[p].Add(1)
+								}
 								return
 							}
 							time.Sleep(wait)
