@@ -88,6 +88,14 @@ func TestTwoSidecarsShareOneQuota(t *testing.T) {
 		if n := s.metric(`retry_sidecar_quota_admissions_total{quota="partner"}`); n == 0 {
 			t.Errorf("sidecar %d admitted nothing of the shared quota", i)
 		}
+		// Every admission is in the wait histogram, and some waited for a lease.
+		n := s.metric(`retry_sidecar_quota_admissions_total{quota="partner"}`)
+		if waits := s.metric(`retry_sidecar_quota_admission_wait_seconds_count{quota="partner"}`); waits != n {
+			t.Errorf("sidecar %d: %v admissions in the wait histogram, want all %v", i, waits, n)
+		}
+		if onHand := s.metric(`retry_sidecar_quota_admission_wait_seconds_bucket{quota="partner",le="0"}`); onHand >= n {
+			t.Errorf("sidecar %d: %v of %v admissions found a token on hand, want some to have waited for a lease", i, onHand, n)
+		}
 	}
 }
 

@@ -40,3 +40,30 @@ func BenchmarkTakeAt(b *testing.B) {
 		}
 	})
 }
+
+func TestAdmissionWaitsAreCountedByBucket(t *testing.T) {
+	tests := map[string]struct {
+		waited time.Duration
+		bucket int
+	}{
+		"a token on hand":                  {0, 0},
+		"a wait of one lease interval":     {Interval, 6},
+		"a wait just past a bound":         {Interval + 1, 7},
+		"a wait longer than every bound":   {time.Minute, len(WaitBuckets)},
+		"a wait of exactly the last bound": {10 * time.Second, len(WaitBuckets) - 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := newFullClient(t, 1)
+			if _, v := c.TakeAt(t0, tc.waited); v != admission.QuotaGranted {
+				t.Fatalf("verdict %v, want granted", v)
+			}
+			counts, sum := c.AdmissionWaits()
+			var want [len(WaitBuckets) + 1]uint64
+			want[tc.bucket] = 1
+			if counts != want || sum != tc.waited {
+				t.Errorf("waits %v, sum %s; want %v, sum %s", counts, sum, want, tc.waited)
+			}
+		})
+	}
+}

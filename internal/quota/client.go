@@ -83,10 +83,12 @@ type Client struct {
 	tokens    atomic.Int64
 	arrivals  atomic.Int64 // attempts that asked since the last step
 	admitted  atomic.Uint64
-	waited    atomic.Uint64 // attempts that found no token on hand
-	denied    atomic.Uint64 // attempts refused outright (Deny)
-	leased    atomic.Uint64 // tokens granted by the store, all time
-	ops       atomic.Uint64 // lease operations, all time
+	waited    atomic.Uint64                       // attempts that found no token on hand
+	denied    atomic.Uint64                       // attempts refused outright (Deny)
+	leased    atomic.Uint64                       // tokens granted by the store, all time
+	ops       atomic.Uint64                       // lease operations, all time
+	waits     [len(WaitBuckets) + 1]atomic.Uint64 // admissions by wait (WaitBuckets, then longer)
+	waitSum   atomic.Int64                        // ns
 	fallback  atomic.Pointer[fallbackLimiter]
 	hold      atomic.Int64 // fleet hold end, Unix ns; 0 = none
 	wantHold  atomic.Int64 // a hold seen here, not yet told to the store
@@ -181,6 +183,7 @@ func (c *Client) TakeAt(now time.Time, waited time.Duration) (time.Duration, adm
 	for n := c.tokens.Load(); n > 0; n = c.tokens.Load() {
 		if c.tokens.CompareAndSwap(n, n-1) {
 			c.admitted.Add(1)
+			c.observeWait(waited)
 			return 0, admission.QuotaGranted
 		}
 	}
@@ -191,6 +194,7 @@ func (c *Client) TakeAt(now time.Time, waited time.Duration) (time.Duration, adm
 		}
 		if fb.lim.AllowN(now, 1) {
 			c.admitted.Add(1)
+			c.observeWait(waited)
 			return 0, admission.QuotaGranted
 		}
 	}
@@ -217,6 +221,36 @@ func (c *Client) TakeAt(now time.Time, waited time.Duration) (time.Duration, adm
 		wait += rtt + time.Millisecond
 	}
 	return max(wait, time.Millisecond), admission.QuotaWait
+}
+
+// WaitBuckets are the upper bounds of the admission-wait histogram
+// (retry_sidecar_quota_admission_wait_seconds, docs/quota.md#metrics): from
+// a token on hand (0) through a wait for the next lease (about Interval) to
+// a deadline's worth.
+var WaitBuckets = [...]time.Duration{0, time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
+	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second}
+
+// observeWait counts an admission after waited in its bucket: a few
+// comparisons and two atomic adds, no allocation.
+func (c *Client) observeWait(waited time.Duration) {
+	i := 0
+	for i < len(WaitBuckets) && waited > WaitBuckets[i] {
+		i++
+	}
+	c.waits[i].Add(1)
+	c.waitSum.Add(int64(waited))
+}
+
+// AdmissionWaits are the attempts admitted since New by the time they waited
+// for a token: counts[i] waited at most WaitBuckets[i] and more than the
+// bucket before, the last those that waited longer than every bound; sum is
+// the time waited in all.
+func (c *Client) AdmissionWaits() (counts [len(WaitBuckets) + 1]uint64, sum time.Duration) {
+	for i := range c.waits {
+		counts[i] = c.waits[i].Load()
+	}
+	return counts, time.Duration(c.waitSum.Load())
 }
 
 // kick leases at once when the tokens ran out and the last lease operation

@@ -21,7 +21,11 @@ import (
 //  2. the bucket fills at the rate for the time since the last operation,
 //     and takes back the tokens p returns, up to burst − the tokens every pod holds (so bucket + tokens on hand ≤
 //     burst, and the fleet starts at most rate × t + burst in any window t);
-//  3. p gets min(want, whole tokens in the bucket), and as much again from
+//  3. p gets min(want, whole tokens in the bucket) but, while the fleet is
+//     short, no more than its whole credit (Entitlement) plus one token it
+//     may owe (a share of less than a token per lease is not starved), or
+//     the tokens the other pods' credits leave, whichever is more; and as
+//     much again from
 //     what is left above half the burst (tokens the other pods did not ask
 //     for, which would overflow), and min(slots asked, concurrency − slots
 //     of the other pods) slots;
@@ -44,6 +48,7 @@ type modelPod struct {
 	demand float64
 	slots  int64
 	seen   time.Time
+	credit float64 // Entitlement's
 }
 
 // NewModel returns an empty store on clk.
@@ -69,8 +74,12 @@ func (m *Model) Lease(_ context.Context, spec Spec, r LeaseRequest) (LeaseReply,
 	now := m.Clock.Now()
 	var othersHeld, othersSlots int64
 	reply := LeaseReply{FleetDemand: r.Demand, Pods: 1}
+	elapsed, credit := time.Duration(-1), 0.0 // a new pod
 	for name, p := range m.pods {
 		if name == r.Pod {
+			if now.Sub(p.seen) < LeaseTTL {
+				elapsed, credit = now.Sub(p.seen), p.credit
+			}
 			continue
 		}
 		if now.Sub(p.seen) >= LeaseTTL {
@@ -91,7 +100,13 @@ func (m *Model) Lease(_ context.Context, spec Spec, r LeaseRequest) (LeaseReply,
 	}
 	m.tokens += float64(r.Returned)
 	m.tokens = math.Min(m.tokens, math.Max(float64(int64(spec.Burst)-othersHeld-r.Held), 0))
+	credit, capped := Entitlement(credit, r.Demand, reply.FleetDemand, spec.RequestsPerSecond, elapsed)
 	reply.Granted = max(min(r.Want, int64(m.tokens)), 0)
+	if capped {
+		free := int64(m.tokens - m.owed(r.Pod, reply.FleetDemand, spec.RequestsPerSecond, now))
+		reply.Granted = min(reply.Granted, max(int64(math.Floor(credit))+1, free))
+		credit = max(credit-float64(reply.Granted), -1)
+	}
 	m.tokens -= float64(reply.Granted)
 	if over := int64(m.tokens - float64(spec.Burst)/2); over > 0 && r.Want > 0 {
 		// More than half the burst is left: other pods did not ask for it
@@ -104,7 +119,7 @@ func (m *Model) Lease(_ context.Context, spec Spec, r LeaseRequest) (LeaseReply,
 		reply.Slots = max(min(r.Slots, int64(spec.Concurrency)-othersSlots), 0)
 	}
 	m.pods[r.Pod] = modelPod{held: r.Held + reply.Granted, demand: r.Demand,
-		slots: max(reply.Slots, r.InUse), seen: now}
+		slots: max(reply.Slots, r.InUse), seen: now, credit: credit}
 	if r.Hold.After(m.hold) && r.Hold.After(now) {
 		m.hold = r.Hold
 	}
@@ -112,4 +127,17 @@ func (m *Model) Lease(_ context.Context, spec Spec, r LeaseRequest) (LeaseReply,
 		reply.Hold = m.hold
 	}
 	return reply, nil
+}
+
+// owed is the credit of every live pod but pod, as of now: the tokens of the
+// bucket they are owed, which pod may not take beyond its own credit.
+func (m *Model) owed(pod string, fleetDemand, rate float64, now time.Time) float64 {
+	owed := 0.0
+	for name, p := range m.pods {
+		if name != pod {
+			c, _ := Entitlement(p.credit, p.demand, fleetDemand, rate, now.Sub(p.seen))
+			owed += c
+		}
+	}
+	return owed
 }

@@ -77,3 +77,27 @@ func TestHorizonLeasesForTheStepsAsTheyCome(t *testing.T) {
 		})
 	}
 }
+
+func TestEntitlement(t *testing.T) {
+	tests := map[string]struct {
+		credit, demand, fleet, rate float64
+		elapsed                     time.Duration
+		want                        float64
+		capped                      bool
+	}{
+		"a busy pod of a short fleet earns its share of the rate": {0, 600, 1200, 1000, 100 * time.Millisecond, 50, true},
+		"credit left from the last lease is kept":                 {2, 20, 1200, 1000, 100 * time.Millisecond, 2 + 20.0/1200*1000*0.1, true},
+		"at most one second of the share is earned":               {0, 20, 1200, 1000, 5 * time.Second, 20.0 / 1200 * 1000, true},
+		"a slow pod may save up to one token":                     {0.95, 1, 10, 1.5, time.Second, 1, true},
+		"a pod of a fleet that fits the rate takes what it asks":  {7, 600, 900, 1000, 100 * time.Millisecond, 0, false},
+		"a pod the store has not seen takes what it asks":         {0, 600, 1200, 1000, -1, 0, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, capped := Entitlement(tc.credit, tc.demand, tc.fleet, tc.rate, tc.elapsed)
+			if capped != tc.capped || got < tc.want-1e-9 || got > tc.want+1e-9 {
+				t.Errorf("Entitlement = %g, capped %v; want %g, capped %v", got, capped, tc.want, tc.capped)
+			}
+		})
+	}
+}

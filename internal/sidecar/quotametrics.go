@@ -12,6 +12,7 @@ import (
 // The series of the shared quotas (docs/quota.md#metrics), per SharedQuota:
 //
 //	retry_sidecar_quota_admissions_total{quota}            attempts that took a token
+//	retry_sidecar_quota_admission_wait_seconds{quota}      the time each waited for it (0: one was on hand)
 //	retry_sidecar_quota_denials_total{quota,reason}        quota: no token on hand (waited or shed); store-loss: refused by onStoreLoss Deny
 //	retry_sidecar_quota_tokens_leased_total{quota}         tokens the store granted this pod
 //	retry_sidecar_quota_tokens{quota}                      tokens on hand now
@@ -23,7 +24,7 @@ type quotaSeries struct {
 	latency *prometheus.HistogramVec
 	errors  *prometheus.CounterVec
 
-	admissions, denials, leased, tokens, ops, state *prometheus.Desc
+	admissions, denials, leased, tokens, ops, state, waits *prometheus.Desc
 }
 
 func newQuotaSeries(ns string) *quotaSeries {
@@ -36,6 +37,7 @@ func newQuotaSeries(ns string) *quotaSeries {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "quota_store_errors_total",
 			Help: "Failed lease operations on a shared quota's store, by the state they put it in (unreachable, refused)."}, []string{"quota", "state"}),
 		admissions: d("admissions_total", "Attempts that took a token of a shared quota (locally)."),
+		waits:      d("admission_wait_seconds", "Time an attempt waited in the sidecar for a token of a shared quota before it took one (0: one was on hand)."),
 		denials:    d("denials_total", "Attempts of a shared quota that found no token on hand (reason quota: they waited for the next lease or were shed) or were refused while the store is lost (reason store-loss, onStoreLoss Deny).", "reason"),
 		leased:     d("tokens_leased_total", "Tokens of a shared quota the store granted this pod."),
 		tokens:     d("tokens", "Tokens of a shared quota on hand now."),
@@ -46,7 +48,7 @@ func newQuotaSeries(ns string) *quotaSeries {
 
 // Describe implements prometheus.Collector.
 func (s *quotaSeries) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.admissions, s.denials, s.leased, s.tokens, s.ops, s.state} {
+	for _, d := range []*prometheus.Desc{s.admissions, s.denials, s.leased, s.tokens, s.ops, s.state, s.waits} {
 		ch <- d
 	}
 	s.latency.Describe(ch)
@@ -60,6 +62,7 @@ func (m *Metrics) collectQuotas(ch chan<- prometheus.Metric) {
 		c := k.(*quota.Client)
 		st, name := c.Stats(), c.Spec().Name
 		ch <- prometheus.MustNewConstMetric(s.admissions, prometheus.CounterValue, float64(st.Admitted), name)
+		ch <- waitHistogram(s.waits, c, name)
 		ch <- prometheus.MustNewConstMetric(s.denials, prometheus.CounterValue, float64(st.Waited), name, "quota")
 		ch <- prometheus.MustNewConstMetric(s.denials, prometheus.CounterValue, float64(st.Denied), name, "store-loss")
 		ch <- prometheus.MustNewConstMetric(s.leased, prometheus.CounterValue, float64(st.Leased), name)
@@ -101,3 +104,16 @@ func (m *Metrics) quotaObserver() quota.Observer {
 // watchQuota and unwatchQuota add and remove a client read at scrape time.
 func (m *Metrics) watchQuota(c *quota.Client)   { m.quotaClients.Store(c, struct{}{}) }
 func (m *Metrics) unwatchQuota(c *quota.Client) { m.quotaClients.Delete(c) }
+
+// waitHistogram is the admission-wait histogram of c, read from its counters.
+func waitHistogram(d *prometheus.Desc, c *quota.Client, name string) prometheus.Metric {
+	counts, sum := c.AdmissionWaits()
+	buckets := make(map[float64]uint64, len(quota.WaitBuckets))
+	var n uint64
+	for i, le := range quota.WaitBuckets {
+		n += counts[i]
+		buckets[le.Seconds()] = n
+	}
+	n += counts[len(quota.WaitBuckets)]
+	return prometheus.MustNewConstHistogram(d, n, sum.Seconds(), buckets, name)
+}

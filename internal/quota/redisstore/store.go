@@ -39,7 +39,7 @@ type Options struct {
 	Address            string
 	Username, Password string
 	// KeyPrefix names a quota's keys: KeyPrefix(name) + "bucket", "pods",
-	// "hold".
+	// "hold", "credits".
 	KeyPrefix func(name string) string
 }
 
@@ -91,9 +91,10 @@ func (s *Store) Lease(ctx context.Context, spec quota.Spec, r quota.LeaseRequest
 	if !r.Hold.IsZero() {
 		hold = r.Hold.UnixMilli()
 	}
-	res, err := lease.Run(ctx, s.rdb.Load(), []string{p + "bucket", p + "pods", p + "hold"},
+	res, err := lease.Run(ctx, s.rdb.Load(), []string{p + "bucket", p + "pods", p + "hold", p + "credits"},
 		r.Pod, spec.RequestsPerSecond, spec.Burst, spec.Concurrency, r.Want, r.Held,
-		strconv.FormatFloat(r.Demand, 'f', 3, 64), r.Slots, r.InUse, hold, quota.LeaseTTL.Milliseconds(), r.Returned).Slice()
+		strconv.FormatFloat(r.Demand, 'f', 3, 64), r.Slots, r.InUse, hold, quota.LeaseTTL.Milliseconds(), r.Returned,
+		quota.IdleInterval.Milliseconds()).Slice()
 	if err != nil {
 		return quota.LeaseReply{}, classify(err)
 	}

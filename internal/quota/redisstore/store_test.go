@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/retrydev/retry-operator/internal/admission"
 	"io"
 	"log/slog"
@@ -240,6 +241,45 @@ func TestStoreStoppedAndBack(t *testing.T) {
 			srv.Restart()
 			if took := waitState(t, c, quota.StateReachable, 2*time.Second); took > time.Second {
 				t.Errorf("back in step %s after the store returned, want <= 1 s", took)
+			}
+		})
+	}
+}
+
+// While the fleet's demand is above the rate, a pod gets no more than its
+// own credit (quota.Entitlement) plus a token, or what the others' credits
+// leave: a quiet pod leasing often does not take the tokens a busy pod that
+// leases late is owed. The busy pod's record is written as the script
+// writes it, its credit at the most it can be (one second of its share).
+func TestShortFleetLeavesTheBusyPodsCredit(t *testing.T) {
+	sp := quota.Spec{Name: "credit", RequestsPerSecond: 10, Burst: 20, OnStoreLoss: quota.StoreLossLastShare}
+	tests := map[string]struct {
+		busyDemand float64
+		granted    int64
+	}{
+		// busy 19.98/s of 20/s: owed 9.99 of the 20 tokens in the bucket.
+		"a quiet pod of a short fleet gets what the busy pod is not owed": {19.98, 10},
+		"a pod of a fleet that fits the rate gets what it asks for":       {5, 20},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			s := newStore(t, srv.Addr, "", "")
+			now, err := srv.Client().Time(context.Background()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			do(t, srv, "hset", v1alpha1.QuotaKeys(sp.Name)+"pods", "busy",
+				fmt.Sprintf("0 %.3f 0 %d", tc.busyDemand, now.UnixMilli()))
+			do(t, srv, "hset", v1alpha1.QuotaKeys(sp.Name)+"credits", "busy", "50.0000")
+			var r quota.LeaseReply
+			for _, want := range []int64{0, 20} {
+				if r, err = leaseOnce(t, s, sp, quota.LeaseRequest{Pod: "quiet", Demand: 0.02, Want: want}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if r.Granted != tc.granted || r.Pods != 2 {
+				t.Errorf("the quiet pod's second lease = %+v, want %d tokens of 2 pods", r, tc.granted)
 			}
 		})
 	}
