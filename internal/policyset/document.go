@@ -29,12 +29,15 @@ const DocumentVersion = 3
 // (docs/operations.md#version-skew).
 const WrittenVersion = 2
 
-// Document is the content of ConfigMap retry-policies, key policies.json:
+// Document is the content of ConfigMap retry-policies, key policies.json, in
+// memory every duration parsed; Marshal writes it in WrittenVersion:
 //
-//	{"version":3,"revision":1796083200,"policies":[{"namespace":"shop","name":"payments","generation":3,
+//	{"version":2,"revision":1796083200,"policies":[{"namespace":"shop","name":"payments","generation":3,
 //	  "podSelector":{"matchLabels":{"app":"checkout"}},
-//	  "upstreams":[{"name":"payments-api","hosts":["payments.shop.svc"],"maxAttempts":4,"deadline":10000000000,…,
+//	  "upstreams":[{"name":"payments-api","hosts":["payments.shop.svc"],"maxAttempts":4,"deadline":"10s",…,
 //	                "podRequestsPerMinute":45}]}]}
+//
+// and in version 3 "deadline":10000000000 (integer nanoseconds).
 //
 // Policies are sorted by (namespace, name) and upstreams keep their order in the
 // spec, so identical input gives byte-identical output.
