@@ -28,6 +28,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 func TestBuildMatchesTheDockerfile(t *testing.T) {
@@ -58,30 +60,13 @@ func TestBuildMatchesTheDockerfile(t *testing.T) {
 		t.Errorf("labels = %v", cf.Config.Labels)
 	}
 
-	layers, err := img.Layers()
-	if err != nil || len(layers) != 1 {
-		t.Fatalf("layers = %d, %v; want exactly one", len(layers), err)
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
 	type entry struct {
 		mode int64
 		uid  int
 	}
 	got := map[string]entry{}
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got[h.Name] = entry{h.Mode, h.Uid}
+	for name, e := range layerEntries(t, img) {
+		got[name] = entry{e.mode, e.uid}
 	}
 	want := map[string]entry{
 		"etc/":          {0o755, 0},
@@ -133,25 +118,12 @@ func TestCABundleLandsWhereGoLooksForSystemRoots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layers, _ := img.Layers()
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
+	e, ok := layerEntries(t, img)[CABundlePath]
+	if !ok {
+		t.Fatalf("no %s in the layer", CABundlePath)
 	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			t.Fatalf("no %s in the layer (%v)", CABundlePath, err)
-		}
-		if h.Name == CABundlePath {
-			b, _ := io.ReadAll(tr)
-			if string(b) != "PEM" || h.Mode != 0o644 {
-				t.Fatalf("%s: %q mode %o, want \"PEM\" 644", h.Name, b, h.Mode)
-			}
-			return
-		}
+	if e.data != "PEM" || e.mode != 0o644 {
+		t.Fatalf("%s: %q mode %o, want \"PEM\" 644", CABundlePath, e.data, e.mode)
 	}
 }
 
@@ -206,24 +178,9 @@ func TestFilesLandAtTheirPathsWithTheirDirectories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layers, _ := img.Layers()
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
 	got := map[string]string{}
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
-		got[h.Name] = fmt.Sprintf("%o %s", h.Mode, b)
+	for name, e := range layerEntries(t, img) {
+		got[name] = fmt.Sprintf("%o %s", e.mode, e.data)
 	}
 	want := map[string]string{
 		"lib64/":                         "755 ",
@@ -241,5 +198,42 @@ func TestFilesLandAtTheirPathsWithTheirDirectories(t *testing.T) {
 	}
 	if _, err := Build(Options{Name: "x", Files: []File{{Path: "/a"}, {Path: "a"}}}, nil, "amd64"); err == nil {
 		t.Error("the same file twice was accepted")
+	}
+}
+
+// layerEntry is one file or directory of an image's layer.
+type layerEntry struct {
+	mode int64
+	uid  int
+	data string
+}
+
+// layerEntries reads the one layer of img, by entry name.
+func layerEntries(t *testing.T, img v1.Image) map[string]layerEntry {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers = %d, %v; want exactly one", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	entries := map[string]layerEntry{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return entries
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries[h.Name] = layerEntry{mode: h.Mode, uid: h.Uid, data: string(b)}
 	}
 }
