@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
 
 // TestSidecarImagePullSecretsFlag: --sidecar-image-pull-secrets becomes the
@@ -23,15 +25,9 @@ func TestSidecarImagePullSecretsFlag(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			o := options{sidecarImage: "retry.dev/retry-sidecar:dev", sidecarPullSecrets: tc.flag}
-			cfg, err := o.injectConfig()
-			if tc.wantErr != "" {
-				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
-					t.Fatalf("injectConfig() error = %v, want one starting %q", err, tc.wantErr)
-				}
+			cfg, ok := injectConfigOrRefusal(t, o, tc.wantErr)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !slices.Equal(cfg.ImagePullSecrets, tc.want) {
 				t.Errorf("ImagePullSecrets = %q, want %q", cfg.ImagePullSecrets, tc.want)
@@ -59,19 +55,31 @@ func TestTracingFlags(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			o := options{sidecarImage: "retry.dev/retry-sidecar:dev", tracingEndpoint: tc.endpoint, tracingSamplingRatio: tc.ratio}
-			cfg, err := o.injectConfig()
-			if tc.wantErr != "" {
-				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
-					t.Fatalf("injectConfig() error = %v, want one starting %q", err, tc.wantErr)
-				}
+			cfg, ok := injectConfigOrRefusal(t, o, tc.wantErr)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if cfg.Tracing.OTLPEndpoint != tc.endpoint || cfg.Tracing.SamplingRatio != tc.ratio {
 				t.Errorf("Tracing = %+v, want endpoint %q ratio %v", cfg.Tracing, tc.endpoint, tc.ratio)
 			}
 		})
 	}
+}
+
+// injectConfigOrRefusal returns o's injector settings and true; with wantErr
+// set it checks instead that o is refused with an error starting wantErr, and
+// returns false.
+func injectConfigOrRefusal(t *testing.T, o options, wantErr string) (podinject.Config, bool) {
+	t.Helper()
+	cfg, err := o.injectConfig()
+	if wantErr != "" {
+		if err == nil || !strings.HasPrefix(err.Error(), wantErr) {
+			t.Fatalf("injectConfig() error = %v, want one starting %q", err, wantErr)
+		}
+		return cfg, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, true
 }
