@@ -333,15 +333,20 @@ func (c *Client) step(first bool) error {
 	spec := c.Spec()
 	arrivals := c.arrivals.Swap(0)
 	horizon := Interval
-	if dt := now.Sub(c.lastStep); !c.lastStep.IsZero() && dt > 0 {
-		inst := float64(arrivals) / dt.Seconds()
+	if dt := now.Sub(c.lastStep); !c.lastStep.IsZero() {
+		// Arrivals count over at least an interval: a step kicked just
+		// after an idle one (at the same instant on a virtual clock) would
+		// read one arrival 50 µs later as 20,000/s, or drop it at dt 0.
+		inst := float64(arrivals) / max(dt, Interval).Seconds()
 		if c.demand == 0 {
 			c.demand = inst // the first demand seen is not halved
 		} else {
 			c.demand = (c.demand + inst) / 2
 		}
-		c.gap, c.dev = Lateness(c.gap, c.dev, dt)
-		horizon = Horizon(c.gap, c.dev, c.fleetDemand > spec.RequestsPerSecond)
+		if dt > 0 {
+			c.gap, c.dev = Lateness(c.gap, c.dev, dt)
+			horizon = Horizon(c.gap, c.dev, c.fleetDemand > spec.RequestsPerSecond)
+		}
 	}
 	c.lastStep = now
 	inUse, queued := 0, 0

@@ -133,3 +133,52 @@ func TestWaitersOfAnOverdueStepAskAgainInAQuarterInterval(t *testing.T) {
 		})
 	}
 }
+
+// A pod with an attempt every 1.234 s (longer than IdleInterval, between two
+// steps) on a quota far above the fleet's demand finds a token on hand for
+// each: with none on hand it leases one (Want), even for less than a token
+// of demand per interval.
+func TestASlowPodOfARoomyQuotaFindsATokenOnHand(t *testing.T) {
+	clk, _, cs := newClients(t, Spec{Name: "q", RequestsPerSecond: 1000, Burst: 100}, 1)
+	waited := 0
+	for range 20 {
+		clk.Advance(1234 * time.Millisecond)
+		start := clk.Now()
+		wait, v := cs[0].TakeAt(start, 0)
+		if v != admission.QuotaGranted {
+			waited++
+		}
+		for v == admission.QuotaWait && clk.Now().Sub(start) < time.Second {
+			clk.Advance(wait)
+			wait, v = cs[0].TakeAt(clk.Now(), clk.Now().Sub(start))
+		}
+		if v != admission.QuotaGranted {
+			t.Fatalf("no token within 1 s: verdict %d", v)
+		}
+	}
+	if waited > 1 {
+		t.Errorf("%d of 20 attempts found no token on hand, want at most the first", waited)
+	}
+
+}
+
+// An attempt whose lease is kicked at the instant of an idle step (the same
+// time on a virtual clock) counts in the demand reported to the store: it
+// used to be dropped with a step interval of 0.
+func TestAnAttemptKickedAtAnIdleStepCountsInTheDemand(t *testing.T) {
+	clk, m, cs := newClients(t, Spec{Name: "q", RequestsPerSecond: 1000, Burst: 100}, 1)
+	clk.Advance(2*IdleInterval + 5*Interval) // an idle step now; the store last at 2 s
+	for cs[0].Stats().Tokens > 0 {
+		cs[0].TakeAt(clk.Now(), 0)
+	}
+	if _, v := cs[0].TakeAt(clk.Now(), 0); v != admission.QuotaWait {
+		t.Fatalf("verdict %d with no token on hand, want QuotaWait", v)
+	}
+	clk.Advance(0) // the kicked lease
+	m.mu.Lock()
+	demand := m.pods["a"].demand
+	m.mu.Unlock()
+	if demand <= 0 {
+		t.Errorf("demand reported %g after an attempt, want more than 0", demand)
+	}
+}

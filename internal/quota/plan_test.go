@@ -19,6 +19,8 @@ func TestWant(t *testing.T) {
 		"the carry makes a token once it reaches one":                  {1, 10, 1.5, 0, 0.99, 1, 0.00725},
 		"a first attempt after an idle spell asks for a token at once": {10, 10, 1000, 0, 0, 1, 0.15},
 		"holding more than the share asks for nothing":                 {10, 10, 1000, 5, 0.5, 0, 0},
+		"a roomy quota's slow pod with none on hand asks for a token":  {1, 10, 1000, 0, 0, 1, 0},
+		"a roomy quota's slow pod holding a token asks for nothing":    {1, 10, 1000, 1, 0, 0, 0},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -59,11 +61,11 @@ func TestHorizonLeasesForTheStepsAsTheyCome(t *testing.T) {
 		short                bool
 		wantGap, wantDev, hz time.Duration
 	}{
-		"the first gap seen is taken whole":                                     {0, 0, 100 * ms, false, 100 * ms, 0, 100 * ms},
-		"a late step moves the gap a quarter of the way":                        {100 * ms, 0, 180 * ms, false, 120 * ms, 20 * ms, 160 * ms},
-		"a short fleet leases for the gap alone":                                {100 * ms, 0, 180 * ms, true, 120 * ms, 20 * ms, 120 * ms},
-		"an early step never leases for less than the interval":                 {100 * ms, 0, 60 * ms, false, 90 * ms, 10 * ms, 110 * ms},
-		"a machine running timers very late leases for three intervals at most": {250 * ms, 50 * ms, 250 * ms, false, 250 * ms, 37500 * time.Microsecond, 300 * ms},
+		"the first gap seen is taken whole":                                            {0, 0, 100 * ms, false, 100 * ms, 0, 200 * ms},
+		"a late step moves the gap a quarter of the way":                               {100 * ms, 0, 180 * ms, false, 120 * ms, 20 * ms, 260 * ms},
+		"a short fleet leases for the gap alone":                                       {100 * ms, 0, 180 * ms, true, 120 * ms, 20 * ms, 120 * ms},
+		"an early step never leases for less than the interval, + one":                 {100 * ms, 0, 60 * ms, false, 90 * ms, 10 * ms, 210 * ms},
+		"a machine running timers very late leases for three intervals at most, + one": {250 * ms, 50 * ms, 250 * ms, false, 250 * ms, 37500 * time.Microsecond, 400 * ms},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
