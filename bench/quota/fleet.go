@@ -97,6 +97,9 @@ func startSidecar(bin, dir, name, policy, creds string) (*sidecar, error) {
 	s.cmd = exec.CommandContext(context.Background(), bin, "--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0",
 		"--stats-listen=127.0.0.1:0", "--ready-file="+ready, "--policy-file="+policy,
 		"--quota-credentials-file="+creds, "--log-level=warn", "--drain-timeout=1s")
+	if profileDir != "" {
+		s.cmd.Args = append(s.cmd.Args, "--enable-pprof")
+	}
 	s.cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	s.cmd.SysProcAttr = dieWithParent()
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
@@ -204,3 +207,26 @@ func values(ss []*sidecar, series string) []float64 {
 }
 
 func cpus() int { return runtime.NumCPU() }
+
+// profile writes a CPU profile of d of the sidecar to path.
+func (s *sidecar) profile(path string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d+10*time.Second)
+	defer cancel()
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.admin, int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}

@@ -33,18 +33,21 @@ import (
 	"time"
 )
 
-// maxWait is -max-wait: every upstream's deadline; verbose is -v.
+// maxWait is -max-wait: every upstream's deadline; verbose is -v;
+// profileDir is -sidecar-profiles.
 var (
-	maxWait time.Duration
-	verbose bool
+	maxWait    time.Duration
+	verbose    bool
+	profileDir string
 )
 
 func main() {
 	var o options
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of each scenario")
+	flag.DurationVar(&o.warmup, "warmup", 5*time.Second, "load before each scenario's measured run (its connections opened, its leases sized), not counted")
 	flag.DurationVar(&o.outage, "outage", 15*time.Second, "how long Redis is stopped in the store-loss scenario (from a third of the run)")
 	flag.Float64Var(&o.rate, "rate", 1000, "the quota's rate R per second")
-	flag.IntVar(&o.burst, "burst", 200, "the quota's burst")
+	flag.IntVar(&o.burst, "burst", 500, "the quota's burst (docs/quota.md#choosing-burst: half a second of R or more)")
 	flag.Float64Var(&o.demand, "demand", 1.2, "the demand offered to the quota, × R")
 	flag.Float64Var(&o.probe, "probe-rate", 100, "latency probes per second in all, to each of the spare-quota and the no-quota upstream")
 	flag.DurationVar(&maxWait, "max-wait", time.Second, "the requests' deadline: how long one may wait for a token before it is shed")
@@ -52,6 +55,7 @@ func main() {
 	flag.BoolVar(&verbose, "v", false, "print each sidecar's quota series and store-loss log lines at the end of each scenario")
 	only := flag.Bool("steady-only", false, "run only the steady shared-quota scenarios (no per-pod split, growth or outage)")
 	cpuprofile := flag.String("cpuprofile", "", "write the load generator's CPU profile here")
+	flag.StringVar(&profileDir, "sidecar-profiles", "", "write 5 s CPU profiles of the busy sidecar and of one other, from the middle of each scenario, into this directory")
 	flag.Parse()
 	for _, f := range strings.FieldsFunc(*podCounts, func(r rune) bool { return r == ',' }) {
 		n, err := strconv.Atoi(f)
@@ -73,6 +77,7 @@ func main() {
 
 type options struct {
 	duration, outage time.Duration
+	warmup           time.Duration
 	rate, probe      float64
 	demand           float64
 	burst            int
@@ -101,9 +106,9 @@ func benchmark(o options, only bool) int {
 	fmt.Printf("R = %.0f/s, burst %d, demand %.2g R, skew 10:1, %s per scenario, requests wait up to %s for a token; "+
 		"each sidecar a process with GOMAXPROCS=1; %d CPUs; load average at the start %s\n\n",
 		o.rate, o.burst, o.demand, o.duration, maxWait, cpus(), loadavg())
-	fmt.Printf("| scenario | pods | admitted (%% of R) | max in any 1 s (R + burst = %d) | busy pod admitted (%% of its demand) | added latency p50 / p99 (quota − none) | sidecar latency without quota p50 / p99 | store ops/s per pod (mean / max) | load avg |\n",
+	fmt.Printf("| scenario | pods | admitted (%% of R) | max in any 1 s (R + burst = %d) | busy pod admitted (%% of its demand) | quota's wait in the sidecar p50 / p99 (spare quota) | added latency at the client p50 / p99 (quota − none) | sidecar latency without quota p50 / p99 | store ops/s per pod (mean / max) | load avg |\n",
 		int(o.rate)+o.burst)
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	var runs []scenario
 	for _, n := range o.pods {
 		runs = append(runs, scenario{name: fmt.Sprintf("shared%d", n), pods: n, shared: true})
@@ -158,7 +163,7 @@ func setup(o options) (*env, func(), error) {
 		return nil, cleanup, fmt.Errorf("redis-server: %w", err)
 	}
 	stops = append(stops, func() { e.redis.stop() })
-	slots := int((o.duration+5*time.Second)/bucket) + 1
+	slots := int((o.warmup+o.duration+5*time.Second)/bucket) + 1
 	var ups [3]*upstream
 	for i := range ups {
 		if ups[i], err = startUpstream(slots); err != nil {
@@ -182,6 +187,8 @@ type scenario struct {
 type result struct {
 	sc               scenario
 	admitted, maxWin int
+	warmMax          int      // the most in any 1 s of the warm-up
+	waits            [2]waits // the partner's and the spare quota's admission waits in the sidecars
 	busyPct          float64
 	added, base      [2]time.Duration // p50, p99
 	opsMean, opsMax  float64
@@ -203,8 +210,8 @@ func (r result) print(e *env) {
 	if !r.sc.shared {
 		ops = "0"
 	}
-	fmt.Printf("| %s | %s | %.1f %% | %d | %.1f %% | %s / %s | %s / %s | %s | %s |\n", name, pods,
-		100*float64(r.admitted)/(e.rate*e.duration.Seconds()), r.maxWin, r.busyPct,
+	fmt.Printf("| %s | %s | %.1f %% | %d (warm-up %d) | %.1f %% | %s | %s / %s | %s / %s | %s | %s |\n", name, pods,
+		100*float64(r.admitted)/(e.rate*e.duration.Seconds()), r.maxWin, r.warmMax, r.busyPct, r.waits[1],
 		signed(r.added[0]), signed(r.added[1]), r.base[0].Round(time.Microsecond), r.base[1].Round(time.Microsecond), ops, r.load)
 }
 
@@ -238,9 +245,10 @@ func (e *env) run(sc scenario) (result, error) {
 	if sc.shared && waitAll(fleet, reachable, 10*time.Second) < 0 {
 		return res, fmt.Errorf("the sidecars did not reach the store within 10 s")
 	}
-	start := time.Now().Add(500 * time.Millisecond)
+	begin := time.Now().Add(500 * time.Millisecond)
+	start := begin.Add(e.warmup)
 	rec := &recorder{start: start}
-	e.partner.reset(start)
+	e.partner.reset(begin, e.warmup)
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(e.duration))
 	defer cancel()
 	var wg sync.WaitGroup
@@ -261,10 +269,11 @@ func (e *env) run(sc scenario) (result, error) {
 		}
 	}
 	for i, s := range fleet {
-		load(i, s, start)
+		load(i, s, begin)
 	}
 	time.Sleep(time.Until(start))
 	ops0, at0 := readAt(fleet, opsSeries)
+	waits0 := [2]waits{waitCounts(fleet, "partner-"+sc.name), waitCounts(fleet[:min(probePods, len(fleet))], "spare-"+sc.name)}
 	var later []func() string // notes of the growth or the outage, once the run is over
 	load0 := loadavg()
 	switch {
@@ -301,15 +310,32 @@ func (e *env) run(sc scenario) (result, error) {
 		inStep := waitAll(fleet, reachable, 5*time.Second)
 		later = append(later, func() string { return e.outageNote(sc, rec, from, inStep, back.Sub(start)) })
 	}
+	if profileDir != "" {
+		time.Sleep(time.Until(start.Add(e.duration/2 - 2500*time.Millisecond)))
+		var pw sync.WaitGroup
+		for i := range min(2, len(fleet)) {
+			pw.Go(func() {
+				path := fmt.Sprintf("%s/%s-%d.pprof", profileDir, sc.name, i)
+				if err := fleet[i].profile(path, 5*time.Second); err != nil {
+					fmt.Fprintf(os.Stderr, "%s: %v\n", path, err)
+				}
+			})
+		}
+		pw.Wait()
+	}
 	<-ctx.Done()
 	ops1, at1 := readAt(fleet, opsSeries)
+	res.waits = [2]waits{waitCounts(fleet, "partner-"+sc.name).minus(waits0[0]),
+		waitCounts(fleet[:min(probePods, len(fleet))], "spare-"+sc.name).minus(waits0[1])}
 	window := at1.Sub(at0).Seconds()
 	if verbose {
 		dump(fleet, "partner-"+sc.name)
+		fmt.Fprintf(os.Stderr, "%s: arrivals per second at the upstream: %v\n", sc.name, e.partner.perSecond(e.duration))
 	}
 	res.load = load0 + " → " + loadavg()
 	wg.Wait()
 	res.admitted, res.maxWin = e.partner.sum(0, e.duration)
+	_, res.warmMax = e.partner.sum(-e.warmup, 0)
 	busy := rec.samples(toPartner, 0, e.duration, func(s sample) bool { return s.pod == 0 })
 	ok := 0
 	for _, s := range busy {

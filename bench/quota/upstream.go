@@ -15,12 +15,14 @@ const bucket = 10 * time.Millisecond
 
 // upstream is a minimal HTTP/1.1 server on 127.0.0.1 (keep-alive, bodiless
 // GETs: what the sidecars send here) that answers 200 and counts the
-// requests arriving per 10 ms bucket from start. It is written on the raw
+// requests arriving per 10 ms bucket from the start of the load (warm-up
+// included). It is written on the raw
 // connection, not net/http, so that on a loaded 2-CPU machine the counter
 // costs the fleet under test as little CPU as possible.
 type upstream struct {
 	host  string // 127.0.0.1:port
 	start atomic.Int64
+	warm  time.Duration // from start to the measured run's start
 	b     []atomic.Int64
 	l     net.Listener
 	mu    sync.Mutex
@@ -97,18 +99,21 @@ func (u *upstream) close() {
 	u.mu.Unlock()
 }
 
-// reset zeroes the counts and counts from start on.
-func (u *upstream) reset(start time.Time) {
+// reset zeroes the counts and counts from begin on, the load's start; the
+// times sum takes are from begin + warm, the measured run's start (negative:
+// in the warm-up).
+func (u *upstream) reset(begin time.Time, warm time.Duration) {
 	for i := range u.b {
 		u.b[i].Store(0)
 	}
-	u.start.Store(start.UnixNano())
+	u.warm = warm
+	u.start.Store(begin.UnixNano())
 }
 
-// sum is the arrivals in [from, to) since start, and the most in any 1 s
-// window inside (sliding in 10 ms steps).
+// sum is the arrivals in [from, to) of the measured run, and the most in any
+// 1 s window inside (sliding in 10 ms steps).
 func (u *upstream) sum(from, to time.Duration) (int, int) {
-	lo, hi := int(from/bucket), min(int(to/bucket), len(u.b))
+	lo, hi := max(int((from+u.warm)/bucket), 0), min(int((to+u.warm)/bucket), len(u.b))
 	win := int(time.Second / bucket)
 	total, run, most := 0, 0, 0
 	for i := lo; i < hi; i++ {
@@ -121,4 +126,15 @@ func (u *upstream) sum(from, to time.Duration) (int, int) {
 		most = max(most, run)
 	}
 	return total, most
+}
+
+// perSecond is the arrivals in each whole second of the warm-up and of the
+// measured run until to.
+func (u *upstream) perSecond(to time.Duration) []int {
+	var out []int
+	for from := -u.warm; from+time.Second <= to; from += time.Second {
+		n, _ := u.sum(from, from+time.Second)
+		out = append(out, n)
+	}
+	return out
 }

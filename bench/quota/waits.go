@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// waits is a quota's admission-wait histogram
+// (retry_sidecar_quota_admission_wait_seconds) summed over sidecars: the
+// admissions that waited at most each bucket's bound, in seconds.
+type waits map[float64]float64
+
+// waitCounts reads quota q's histogram on every sidecar of fleet.
+func waitCounts(fleet []*sidecar, q string) waits {
+	w := waits{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	prefix := `retry_sidecar_quota_admission_wait_seconds_bucket{`
+	for _, s := range fleet {
+		wg.Go(func() {
+			body, err := s.metrics()
+			if err != nil {
+				return
+			}
+			sc := bufio.NewScanner(bytes.NewReader(body))
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				labels, ok := strings.CutPrefix(sc.Text(), prefix)
+				if !ok || !strings.Contains(labels, `quota="`+q+`"`) {
+					continue
+				}
+				le, ok := between(labels, `le="`, `"`)
+				_, v, _ := strings.Cut(labels, "} ")
+				bound, err1 := strconv.ParseFloat(le, 64)
+				n, err2 := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if ok && err1 == nil && err2 == nil {
+					mu.Lock()
+					w[bound] += n
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return w
+}
+
+func between(s, from, to string) (string, bool) {
+	_, rest, ok := strings.Cut(s, from)
+	if !ok {
+		return "", false
+	}
+	v, _, ok := strings.Cut(rest, to)
+	return v, ok
+}
+
+// minus is w less the counts of an earlier reading.
+func (w waits) minus(earlier waits) waits {
+	out := waits{}
+	for b, n := range w {
+		out[b] = n - earlier[b]
+	}
+	return out
+}
+
+// quantile is the least bucket bound at or under which a fraction q of the
+// admissions waited, and false without admissions.
+func (w waits) quantile(q float64) (time.Duration, bool) {
+	bounds := make([]float64, 0, len(w))
+	for b := range w {
+		bounds = append(bounds, b)
+	}
+	slices.Sort(bounds)
+	if len(bounds) == 0 || w[bounds[len(bounds)-1]] == 0 {
+		return 0, false
+	}
+	total := w[bounds[len(bounds)-1]] // +Inf
+	for _, b := range bounds {
+		if w[b] >= q*total {
+			return time.Duration(b * float64(time.Second)), true
+		}
+	}
+	return 0, false
+}
+
+// onHand is the share of the admissions that found a token on hand (waited 0).
+func (w waits) onHand() float64 {
+	var total float64
+	for _, n := range w {
+		total = max(total, n) // the +Inf bucket holds them all
+	}
+	if total == 0 {
+		return 0
+	}
+	return w[0] / total
+}
+
+// String is "≤ p50 / ≤ p99 (on hand %)" of the admissions, "–" without any.
+func (w waits) String() string {
+	p50, ok := w.quantile(0.5)
+	p99, _ := w.quantile(0.99)
+	if !ok {
+		return "–"
+	}
+	return "≤ " + p50.String() + " / ≤ " + p99.String() + " (" + strconv.FormatFloat(100*w.onHand(), 'f', 2, 64) + " % on hand)"
+}
