@@ -230,3 +230,12 @@ func (s *sidecar) profile(path string, d time.Duration) error {
 	_, err = io.Copy(f, resp.Body)
 	return err
 }
+
+// fleetCPU is the CPU time the fleet's processes have used.
+func fleetCPU(fleet []*sidecar) time.Duration {
+	var total time.Duration
+	for _, s := range fleet {
+		total += cpuTime(s.cmd.Process.Pid)
+	}
+	return total
+}

@@ -10,13 +10,20 @@
 // (-max-wait), then is shed (503). The same load then goes through today's
 // per-pod split (rateLimit R ÷ N per pod) for comparison.
 //
+// Each scenario's load starts -warmup (5 s) before its measured run, so the
+// connections are open and the leases sized when counting starts; the
+// warm-up's own most in any 1 s is shown beside the run's.
+//
 // Added latency is measured with probes sent in the same run through the same
 // sidecars: to an upstream drawing on a second SharedQuota far above its
-// demand, and to an upstream with no quota; the quota's added latency is the
-// difference of their quantiles (client-side, request sent to response read).
+// demand, and to an upstream with no quota. Two columns: the time the spare
+// quota's attempts waited in the sidecars for a token, from their histogram
+// retry_sidecar_quota_admission_wait_seconds (bucket bounds; le="0": a token
+// on hand), and the difference of the two probes' client-side quantiles
+// (request sent to response read), which holds the machine's noise too.
 //
-//	go run ./bench/quota                               # about 5 minutes
-//	go run ./bench/quota -duration 60s -outage 30s     # the targets, about 9 minutes
+//	go run ./bench/quota                               # about 6 minutes
+//	go run ./bench/quota -duration 60s -outage 30s     # the targets, about 10 minutes
 //
 // Everything runs on 127.0.0.1 and is stopped at the end.
 package main
@@ -106,19 +113,24 @@ func benchmark(o options, only bool) int {
 	fmt.Printf("R = %.0f/s, burst %d, demand %.2g R, skew 10:1, %s per scenario, requests wait up to %s for a token; "+
 		"each sidecar a process with GOMAXPROCS=1; %d CPUs; load average at the start %s\n\n",
 		o.rate, o.burst, o.demand, o.duration, maxWait, cpus(), loadavg())
-	fmt.Printf("| scenario | pods | admitted (%% of R) | max in any 1 s (R + burst = %d) | busy pod admitted (%% of its demand) | quota's wait in the sidecar p50 / p99 (spare quota) | added latency at the client p50 / p99 (quota − none) | sidecar latency without quota p50 / p99 | store ops/s per pod (mean / max) | load avg |\n",
+	fmt.Printf("| scenario | pods | admitted (%% of R) | max in any 1 s (R + burst = %d) | busy pod admitted (%% of its demand) | quota's wait in the sidecar p50 / p99 (spare quota) | added latency at the client p50 / p99 (quota − none) | sidecar latency without quota p50 / p99 | store ops/s per pod (mean / max) | sidecars' CPU (of 2) | load avg |\n",
 		int(o.rate)+o.burst)
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	// The growth and the outage (10 pods) run after the first fleet size,
+	// before the larger ones, which take this 2-CPU machine close to its
+	// limit (docs/performance.md#shared-quota).
 	var runs []scenario
-	for _, n := range o.pods {
+	for i, n := range o.pods {
 		runs = append(runs, scenario{name: fmt.Sprintf("shared%d", n), pods: n, shared: true})
 		if !only {
 			runs = append(runs, scenario{name: fmt.Sprintf("split%d", n), pods: n})
 		}
+		if i == 0 {
+			runs = append(runs, e.growthAndOutage(only)...)
+		}
 	}
-	if !only {
-		runs = append(runs, scenario{name: "grow", pods: 10, grow: 10, shared: true},
-			scenario{name: "loss", pods: 10, shared: true, outage: o.outage})
+	if len(o.pods) == 0 {
+		runs = e.growthAndOutage(only)
 	}
 	var notes []string
 	for _, sc := range runs {
@@ -135,6 +147,15 @@ func benchmark(o options, only bool) int {
 		fmt.Println(n)
 	}
 	return 0
+}
+
+// growthAndOutage are the two 10-pod scenarios beside the steady ones.
+func (e *env) growthAndOutage(only bool) []scenario {
+	if only {
+		return nil
+	}
+	return []scenario{{name: "grow", pods: 10, grow: 10, shared: true},
+		{name: "loss", pods: 10, shared: true, outage: e.outage}}
 }
 
 // setup builds the sidecar and starts Redis and the upstreams; cleanup stops
@@ -193,6 +214,7 @@ type result struct {
 	added, base      [2]time.Duration // p50, p99
 	opsMean, opsMax  float64
 	load             string
+	cpu              float64 // the sidecars' CPU time over the measured run's, in CPUs
 	notes            []string
 }
 
@@ -210,9 +232,9 @@ func (r result) print(e *env) {
 	if !r.sc.shared {
 		ops = "0"
 	}
-	fmt.Printf("| %s | %s | %.1f %% | %d (warm-up %d) | %.1f %% | %s | %s / %s | %s / %s | %s | %s |\n", name, pods,
+	fmt.Printf("| %s | %s | %.1f %% | %d (warm-up %d) | %.1f %% | %s | %s / %s | %s / %s | %s | %.2f | %s |\n", name, pods,
 		100*float64(r.admitted)/(e.rate*e.duration.Seconds()), r.maxWin, r.warmMax, r.busyPct, r.waits[1],
-		signed(r.added[0]), signed(r.added[1]), r.base[0].Round(time.Microsecond), r.base[1].Round(time.Microsecond), ops, r.load)
+		signed(r.added[0]), signed(r.added[1]), r.base[0].Round(time.Microsecond), r.base[1].Round(time.Microsecond), ops, r.cpu, r.load)
 }
 
 func signed(d time.Duration) string {
@@ -273,6 +295,7 @@ func (e *env) run(sc scenario) (result, error) {
 	}
 	time.Sleep(time.Until(start))
 	ops0, at0 := readAt(fleet, opsSeries)
+	cpu0 := fleetCPU(fleet)
 	waits0 := [2]waits{waitCounts(fleet, "partner-"+sc.name), waitCounts(fleet[:min(probePods, len(fleet))], "spare-"+sc.name)}
 	var later []func() string // notes of the growth or the outage, once the run is over
 	load0 := loadavg()
@@ -325,6 +348,7 @@ func (e *env) run(sc scenario) (result, error) {
 	}
 	<-ctx.Done()
 	ops1, at1 := readAt(fleet, opsSeries)
+	res.cpu = (fleetCPU(fleet) - cpu0).Seconds() / at1.Sub(at0).Seconds()
 	res.waits = [2]waits{waitCounts(fleet, "partner-"+sc.name).minus(waits0[0]),
 		waitCounts(fleet[:min(probePods, len(fleet))], "spare-"+sc.name).minus(waits0[1])}
 	window := at1.Sub(at0).Seconds()
