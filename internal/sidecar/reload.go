@@ -61,7 +61,7 @@ func (r *Reloader) SetAPI(running bool, data []byte) error {
 
 // NewReloader returns a Reloader with no configuration yet (not ready).
 func NewReloader(src Sources, log *slog.Logger, m *Metrics) *Reloader {
-	return &Reloader{Sources: src, Log: log, Metrics: m, registry: retrypolicy.NewRegistry(), quotas: newQuotaClients(log, m)}
+	return &Reloader{Sources: src, Log: log, Metrics: m, registry: &retrypolicy.Registry{}, quotas: newQuotaClients(log, m)}
 }
 
 // Route is the retryhttp.Transport route: the policy of the request's

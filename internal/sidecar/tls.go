@@ -14,9 +14,9 @@ import (
 	"sync"
 
 	"github.com/retrydev/retry-operator/internal/h1client"
+	"github.com/retrydev/retry-operator/internal/innerclient"
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
-	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // tlsUpstream is the TLS origination of one upstream (docs/tls.md): the app
@@ -149,7 +149,7 @@ func untrustedReason(err error) string {
 	if errors.As(err, &cv) && cv.Err != nil {
 		return cv.Err.Error()
 	}
-	return retryhttp.ErrUntrustedCertificate.Error()
+	return innerclient.ErrUntrustedCertificate.Error()
 }
 
 func tlsUpstreams(origin map[*retrypolicy.Policy]policyset.Upstream) (map[*retrypolicy.Policy]*tlsUpstream, error) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
@@ -78,7 +79,7 @@ func TestTransportRateLimitHeadersHoldTheUpstream(t *testing.T) {
 		t.Fatalf("first request: %v, %v", resp, err)
 	}
 	starts := ev.kinds(EventHoldStart)
-	if len(starts) != 1 || !starts[0].NotBefore.Equal(now.Add(3*time.Second)) || starts[0].HoldReason != retrypolicy.HoldRateLimit {
+	if len(starts) != 1 || !starts[0].NotBefore.Equal(now.Add(3*time.Second)) || starts[0].HoldReason != admission.HoldRateLimit {
 		t.Fatalf("hold-start events %+v; want one until now+3s, reason rate-limit", starts)
 	}
 
@@ -173,7 +174,7 @@ func TestTransportHoldOnDeferral(t *testing.T) {
 			resp, err = h.do(get(context.Background(), "http://payments.shop.svc/"))
 			if tc.wantSent == 1 {
 				wantLocal429(t, resp, err, "3600", "Fri, 01 May 2026 13:00:00 GMT")
-				if s := ev.kinds(EventHoldStart); len(s) != 1 || s[0].HoldReason != retrypolicy.HoldDeferral {
+				if s := ev.kinds(EventHoldStart); len(s) != 1 || s[0].HoldReason != admission.HoldDeferral {
 					t.Fatalf("hold-start events %+v; want one, reason deferral", s)
 				}
 			} else if err != nil || resp.Header.Get(HeaderAttempts) != "1" {

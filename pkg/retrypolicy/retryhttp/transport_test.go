@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/innerclient"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
@@ -638,7 +639,7 @@ func TestTransportDeadlineWithoutAResponseCarriesNotBefore(t *testing.T) {
 // the request was sent is a headers timeout, and the *Error says so; a dial
 // that timed out is a connect timeout.
 func TestTransportTimeoutNamesItsPhase(t *testing.T) {
-	dialTimeout := &PhaseError{Phase: PhaseConnect, Err: &net.OpError{Op: "dial", Err: timeoutErr{}}}
+	dialTimeout := &innerclient.PhaseError{Phase: innerclient.PhaseConnect, Err: &net.OpError{Op: "dial", Err: timeoutErr{}}}
 	tests := map[string]struct {
 		step  step
 		phase Phase
