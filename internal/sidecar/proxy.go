@@ -1,7 +1,8 @@
 // Package sidecar is the retry-sidecar: a forward HTTP proxy that sends each
-// request through a retryhttp.Transport (routing), loads and hot-reloads the
-// policies (Reloader), and serves health, readiness and metrics (Admin). It has
-// no retry logic of its own: every decision is pkg/retrypolicy's.
+// request through a retryhttp.Transport (routing), with the policies that
+// package config (internal/sidecar/config) loads and hot-reloads, and serves
+// health, readiness and metrics (Admin). It has no retry logic of its own:
+// every decision is pkg/retrypolicy's.
 package sidecar
 
 import (
