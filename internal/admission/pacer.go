@@ -14,7 +14,7 @@ import (
 // that said when it will have capacity again. Both are off by default.
 type PacingConfig struct {
 	// RateLimitHeaders: a response whose rate-limit headers announce remaining 0
-	// with reset R holds the upstream until R (see ParseRateLimit).
+	// with reset R holds the upstream until R (see internal/ratelimitheader).
 	RateLimitHeaders bool
 	// HoldOnDeferral: a response that was deferred (its hint exceeded maxWait or
 	// the deadline) holds the upstream until its Not-Before.

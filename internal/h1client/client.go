@@ -19,7 +19,7 @@
 //   - a connect failure is returned as the dialer's error (a *net.OpError with
 //     Op "dial", or a *net.DNSError), so it is distinguishable from a failure
 //     after the request was written; a failed TLS handshake is one too, except
-//     a certificate that does not verify: retryhttp.ErrUntrustedCertificate;
+//     a certificate that does not verify: innerclient.ErrUntrustedCertificate;
 //   - a request is never sent twice. The sole exception: on a reused connection
 //     where not one byte of the request reached the socket, it goes out on
 //     another connection as the same transmission (with its body produced again
@@ -59,7 +59,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
+	"github.com/retrydev/retry-operator/internal/innerclient"
 )
 
 // DefaultMaxSyncBodyBytes is the largest request body (with a known length)
@@ -428,10 +428,10 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, body io.ReadClo
 // not be written completely.
 const earlyAnswerWait = time.Second
 
-// ErrMalformedResponse is retryhttp.ErrMalformedResponse: the upstream's
+// ErrMalformedResponse is innerclient.ErrMalformedResponse: the upstream's
 // response head cannot be relayed (bad syntax, a status outside 100–999, an
 // unasked-for 101, too many 1xx, a head past MaxResponseHeaderBytes).
-var ErrMalformedResponse = retryhttp.ErrMalformedResponse
+var ErrMalformedResponse = innerclient.ErrMalformedResponse
 
 // readFinalResponse reads response heads until a final one (1xx are skipped).
 func readFinalResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {

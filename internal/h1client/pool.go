@@ -8,7 +8,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
+	"github.com/retrydev/retry-operator/internal/innerclient"
 )
 
 func (t *Transport) dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -119,12 +119,12 @@ func (t *Transport) popIdle(h *host) *conn {
 // here, and comes back as a conn with only h2 set (a stream reserved).
 //
 // The dial and the TLS handshake are bounded by the attempt's connect timeout
-// (retryhttp.ConnectTimeout) when the request carries one. Errors are tagged
+// (innerclient.ConnectTimeout) when the request carries one. Errors are tagged
 // with their phase (connect, or tls for the handshake) and stay the dialer's
 // own underneath (*net.OpError{Op: "dial"} or *net.DNSError).
 func (t *Transport) dial(ctx context.Context, key string, o *TLSOrigin) (*conn, error) {
 	dctx := ctx
-	if d, ok := retryhttp.ConnectTimeout(ctx); ok && d > 0 {
+	if d, ok := innerclient.ConnectTimeout(ctx); ok && d > 0 {
 		var cancel context.CancelFunc
 		dctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
@@ -153,9 +153,9 @@ func (t *Transport) dial(ctx context.Context, key string, o *TLSOrigin) (*conn, 
 	}
 	if err != nil {
 		t.freeSlot(key)
-		var pe *retryhttp.PhaseError
+		var pe *innerclient.PhaseError
 		if !errors.As(err, &pe) {
-			err = &retryhttp.PhaseError{Phase: retryhttp.PhaseConnect, Err: err}
+			err = &innerclient.PhaseError{Phase: innerclient.PhaseConnect, Err: err}
 		}
 		return nil, err
 	}

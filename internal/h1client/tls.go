@@ -22,7 +22,7 @@ package h1client
 //     whichever timer or peer cut it, is a dial error (*net.OpError, Op
 //     "dial") tagged retryhttp.PhaseTLS, a connect failure — nothing of the
 //     request was sent. A
-//     certificate that does not verify is retryhttp.ErrUntrustedCertificate
+//     certificate that does not verify is innerclient.ErrUntrustedCertificate
 //     instead: never retried, since every attempt would meet it again.
 
 import (
@@ -34,7 +34,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
+	"github.com/retrydev/retry-operator/internal/innerclient"
 )
 
 // TLSOrigin is where and how RoundTripTLS reaches an upstream.
@@ -55,14 +55,14 @@ type TLSOrigin struct {
 const DefaultTLSDialTimeout = 10 * time.Second
 
 // errUntrusted wraps a verification failure so that both
-// retryhttp.ErrUntrustedCertificate and the *tls.CertificateVerificationError
+// innerclient.ErrUntrustedCertificate and the *tls.CertificateVerificationError
 // are found by errors.Is / errors.As.
 type untrustedError struct{ err error }
 
 func (e *untrustedError) Error() string {
-	return retryhttp.ErrUntrustedCertificate.Error() + ": " + e.err.Error()
+	return innerclient.ErrUntrustedCertificate.Error() + ": " + e.err.Error()
 }
-func (e *untrustedError) Unwrap() []error { return []error{retryhttp.ErrUntrustedCertificate, e.err} }
+func (e *untrustedError) Unwrap() []error { return []error{innerclient.ErrUntrustedCertificate, e.err} }
 
 // RoundTripTLS sends req (an http:// request as the app made it) to o over TLS:
 // HTTP/2 when the upstream selected it by ALPN, else HTTP/1.1 on this client's
@@ -103,7 +103,7 @@ func (t *Transport) dialTLS(ctx context.Context, o *TLSOrigin) (*tls.Conn, error
 	defer cancel()
 	nc, err := t.dialer()(dctx, "tcp", o.Addr)
 	if err != nil {
-		return nil, &retryhttp.PhaseError{Phase: retryhttp.PhaseConnect, Err: err}
+		return nil, &innerclient.PhaseError{Phase: innerclient.PhaseConnect, Err: err}
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
@@ -129,7 +129,7 @@ func (t *Transport) dialTLS(ctx context.Context, o *TLSOrigin) (*tls.Conn, error
 		// attempt's own bound, the caller), nothing of the request was sent: a
 		// connect failure in phase tls (docs/retry-semantics.md#timeouts). The
 		// context's error stays underneath, so a timeout is seen as one.
-		return nil, &retryhttp.PhaseError{Phase: retryhttp.PhaseTLS,
+		return nil, &innerclient.PhaseError{Phase: innerclient.PhaseTLS,
 			Err: &net.OpError{Op: "dial", Net: "tcp", Source: nc.LocalAddr(), Addr: nc.RemoteAddr(), Err: fmt.Errorf("tls handshake: %w", err)}}
 	}
 	return tc, nil

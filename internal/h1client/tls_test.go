@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
+	"github.com/retrydev/retry-operator/internal/innerclient"
 )
 
 // tlsServer is an httptest TLS server (its own certificate for example.com and
@@ -79,7 +79,7 @@ func TestRoundTripTLSUntrustedCertificateIsNotAConnectFailure(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, "http://upstream.example/", nil)
 	_, err := tr.RoundTripTLS(req, o)
 	var cv *tls.CertificateVerificationError
-	if !errors.Is(err, retryhttp.ErrUntrustedCertificate) || !errors.As(err, &cv) {
+	if !errors.Is(err, innerclient.ErrUntrustedCertificate) || !errors.As(err, &cv) {
 		t.Fatalf("err = %v, want ErrUntrustedCertificate wrapping the verification error", err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/retrydev/retry-operator/internal/sidecar/config"
 )
 
 // Admin serves the admin endpoints:
@@ -18,7 +20,7 @@ import (
 //	/config    the policies.json revision, hash and source in force (configz.go)
 //	/debug/pprof/  only with --enable-pprof
 type Admin struct {
-	Reloader *Reloader
+	Reloader *config.Reloader
 	Metrics  *Metrics
 	Pprof    bool
 	draining atomic.Bool

@@ -9,6 +9,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/sidecar/config"
 )
 
 // DefaultStatsListen is the stats address: every interface of the pod, so
@@ -17,7 +18,7 @@ var DefaultStatsListen = ":" + strconv.Itoa(v1alpha1.StatsPort)
 
 // ConfigHandler serves GET /config: 200 with a policyset.ConfigStatus, or 503 before a
 // configuration is loaded.
-func ConfigHandler(r *Reloader) http.Handler {
+func ConfigHandler(r *config.Reloader) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -38,7 +39,7 @@ func ConfigHandler(r *Reloader) http.Handler {
 // StatsHandler is the mux of --stats-listen, the pod-IP port that Prometheus
 // and the manager reach: GET and HEAD of /metrics and /config, nothing that
 // changes state; any other method is 405 with Allow: GET, HEAD.
-func StatsHandler(r *Reloader, m *Metrics) http.Handler {
+func StatsHandler(r *config.Reloader, m *Metrics) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.Handle("GET /config", ConfigHandler(r))

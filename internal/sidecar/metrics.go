@@ -381,10 +381,10 @@ type EachLimits func(yield func(upstream string, l *admission.Limits))
 // scrape (the Reloader's upstreams in force); until then they are empty.
 func (m *Metrics) WatchLimits(each EachLimits) { m.limits.Store(&each) }
 
-// configLoaded records a configuration put in force. The series of each of its
-// upstreams are created now, at zero, so dashboards and scrapes see them before
-// the first request.
-func (m *Metrics) configLoaded(hash string, upstreams []string, revision int64) {
+// ConfigLoaded records a configuration put in force (config.Metrics). The
+// series of each of its upstreams are created now, at zero, so dashboards and
+// scrapes see them before the first request.
+func (m *Metrics) ConfigLoaded(hash string, upstreams []string, revision int64) {
 	for _, name := range upstreams {
 		m.upstream(name)
 	}
@@ -399,3 +399,22 @@ func (m *Metrics) configLoaded(hash string, upstreams []string, revision int64) 
 	m.configUpstreams.Set(float64(len(upstreams)))
 	m.reloads.Inc()
 }
+
+// ConfigRefused counts a configuration refused (config.Metrics).
+func (m *Metrics) ConfigRefused() { m.reloadErrors.Inc() }
+
+// ConfigStale counts a delivery refused as older than the revision in force
+// (config.Metrics).
+func (m *Metrics) ConfigStale(source string) { m.configStale.WithLabelValues(source).Inc() }
+
+// APIWatchUp sets retry_sidecar_config_api_up (config.Metrics).
+func (m *Metrics) APIWatchUp(up bool) {
+	if up {
+		m.apiUp.Set(1)
+	} else {
+		m.apiUp.Set(0)
+	}
+}
+
+// APIWatchFallback counts a fallback to the mounted file (config.Metrics).
+func (m *Metrics) APIWatchFallback(reason string) { m.apiFallbacks.WithLabelValues(reason).Inc() }

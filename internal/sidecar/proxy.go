@@ -1,7 +1,8 @@
 // Package sidecar is the retry-sidecar: a forward HTTP proxy that sends each
-// request through a retryhttp.Transport (routing), loads and hot-reloads the
-// policies (Reloader), and serves health, readiness and metrics (Admin). It has
-// no retry logic of its own: every decision is pkg/retrypolicy's.
+// request through a retryhttp.Transport (routing), with the policies that
+// package config (internal/sidecar/config) loads and hot-reloads, and serves
+// health, readiness and metrics (Admin). It has no retry logic of its own:
+// every decision is pkg/retrypolicy's.
 package sidecar
 
 import (
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/retrydev/retry-operator/internal/innerclient"
 	"github.com/retrydev/retry-operator/internal/notbefore"
 	"github.com/retrydev/retry-operator/internal/tracing"
 	"github.com/retrydev/retry-operator/pkg/retryotel"
@@ -130,7 +132,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 		// answered like any malformed response, never a panic or a dropped
 		// connection. Upgrades are not proxied.
 		status = p.writeError(w, r, &retryhttp.Error{Outcome: retrypolicy.OutcomeUpstreamError, Attempts: 1,
-			Err: retryhttp.ErrMalformedResponse})
+			Err: innerclient.ErrMalformedResponse})
 		return
 	}
 
@@ -237,10 +239,10 @@ func (p *Proxy) abort(w http.ResponseWriter, r *http.Request, err error) {
 // passthroughPhase is the phase of a timeout of a request without a policy:
 // only its dial (and TLS handshake) is bounded, by --dial-timeout.
 func passthroughPhase(err error) retryhttp.Phase {
-	var pe *retryhttp.PhaseError
+	var pe *innerclient.PhaseError
 	var ne net.Error
 	if errors.As(err, &pe) && errors.As(err, &ne) && ne.Timeout() {
-		return pe.Phase
+		return retryhttp.Phase(pe.Phase)
 	}
 	return ""
 }
@@ -305,10 +307,10 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) in
 		status = http.StatusGatewayTimeout
 		msg = "retry-sidecar: timeout (" + string(phase) + ")\n"
 	}
-	if errors.Is(err, retryhttp.ErrMalformedResponse) {
+	if errors.Is(err, innerclient.ErrMalformedResponse) {
 		msg = "retry-sidecar: upstream-error: the upstream's response could not be relayed\n"
 	}
-	if errors.Is(err, retryhttp.ErrUntrustedCertificate) {
+	if errors.Is(err, innerclient.ErrUntrustedCertificate) {
 		msg = "retry-sidecar: upstream-error: the upstream's TLS certificate did not verify: " + untrustedReason(err) + "\n"
 	}
 	plainError(w, status, msg)

@@ -86,9 +86,9 @@ type quotaCollector struct{ m *Metrics }
 func (c quotaCollector) Describe(ch chan<- *prometheus.Desc) { c.m.quota.Describe(ch) }
 func (c quotaCollector) Collect(ch chan<- prometheus.Metric) { c.m.collectQuotas(ch) }
 
-// quotaObserver feeds the latency and error series from a client's lease
+// QuotaObserver feeds the latency and error series from a client's lease
 // operations.
-func (m *Metrics) quotaObserver() quota.Observer {
+func (m *Metrics) QuotaObserver() quota.Observer {
 	return quota.Observer{Lease: func(name string, took time.Duration, _ int64, err error) {
 		m.quota.latency.WithLabelValues(name).Observe(took.Seconds())
 		if err != nil {
@@ -101,9 +101,10 @@ func (m *Metrics) quotaObserver() quota.Observer {
 	}}
 }
 
-// watchQuota and unwatchQuota add and remove a client read at scrape time.
-func (m *Metrics) watchQuota(c *quota.Client)   { m.quotaClients.Store(c, struct{}{}) }
-func (m *Metrics) unwatchQuota(c *quota.Client) { m.quotaClients.Delete(c) }
+// WatchQuota and UnwatchQuota add and remove a client read at scrape time
+// (config.Metrics).
+func (m *Metrics) WatchQuota(c *quota.Client)   { m.quotaClients.Store(c, struct{}{}) }
+func (m *Metrics) UnwatchQuota(c *quota.Client) { m.quotaClients.Delete(c) }
 
 // waitHistogram is the admission-wait histogram of c, read from its counters.
 func waitHistogram(d *prometheus.Desc, c *quota.Client, name string) prometheus.Metric {
@@ -117,3 +118,7 @@ func waitHistogram(d *prometheus.Desc, c *quota.Client, name string) prometheus.
 	n += counts[len(quota.WaitBuckets)]
 	return prometheus.MustNewConstHistogram(d, n, sum.Seconds(), buckets, name)
 }
+
+// quotaLeaseBuckets: a lease operation on loopback takes ~100 µs; the store
+// timeout is quota.StoreTimeout.
+var quotaLeaseBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25}

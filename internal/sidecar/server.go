@@ -20,6 +20,7 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/h1client"
 	"github.com/retrydev/retry-operator/internal/h1server"
+	"github.com/retrydev/retry-operator/internal/sidecar/config"
 	"github.com/retrydev/retry-operator/internal/tracing"
 )
 
@@ -32,10 +33,10 @@ type Options struct {
 	AdminListen       string // /healthz, /readyz, /metrics
 	// StatsListen serves /metrics and /config on the pod IP; empty: not served.
 	StatsListen string
-	Sources     Sources
+	Sources     config.Sources
 	// API, when API.Dir is set, watches retry-policies through the API server
 	// besides the mounted file (docs/fleet.md).
-	API APICredentials
+	API config.APICredentials
 
 	DrainTimeout time.Duration
 	LogLevel     slog.Level
@@ -172,7 +173,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	reloader := NewReloader(o.Sources, log, metrics)
+	reloader := config.NewReloader(o.Sources, log, metrics)
 	metrics.WatchLimits(reloader.EachLimits)
 	if err := reloader.Reload(); err != nil {
 		log.Warn("starting without a configuration: not ready until a valid one is loaded")
@@ -185,7 +186,7 @@ func Run(ctx context.Context, o Options) error {
 	serveErr := srv.serve(ls)
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
-	watchSources(watchCtx, o, log, reloader, metrics)
+	config.WatchSources(watchCtx, reloader, o.API, o.ReloadDebounce, o.ResyncInterval)
 	ls.announce(o.ReadyFile, log)
 
 	select {
@@ -296,7 +297,7 @@ type servers struct {
 
 // newServers builds the upstream stack once and a server over it per listener
 // of ls; the listeners differ only in how they name a request's upstream.
-func newServers(o Options, log *slog.Logger, ls *listeners, reloader *Reloader, metrics *Metrics, tr *tracing.Tracing) *servers {
+func newServers(o Options, log *slog.Logger, ls *listeners, reloader *config.Reloader, metrics *Metrics, tr *tracing.Tracing) *servers {
 	stack := newUpstreamStack(o, log, ls.own(), reloader, metrics, tr)
 	proxy := stack.proxy(byURL)
 	admin := &Admin{Reloader: reloader, Metrics: metrics, Pprof: o.EnablePprof}
@@ -331,26 +332,6 @@ func (s *servers) serve(ls *listeners) <-chan error {
 		go func() { serveErr <- s.stats.Serve(ls.stats) }()
 	}
 	return serveErr
-}
-
-// watchSources follows the policy sources until ctx ends: the mounted files
-// and, with API credentials, retry-policies through the API server.
-func watchSources(ctx context.Context, o Options, log *slog.Logger, reloader *Reloader, metrics *Metrics) {
-	go func() {
-		if err := reloader.Watch(ctx, o.ReloadDebounce, o.ResyncInterval); err != nil {
-			log.Warn("file watching unavailable; relying on periodic resync", "error", err.Error())
-		}
-	}()
-	if o.API.Dir == "" {
-		return
-	}
-	aw, err := NewAPIWatch(o.API, reloader, log, metrics)
-	if err != nil {
-		metrics.apiFallbacks.WithLabelValues(string(apiFallbackError)).Inc()
-		log.Warn("cannot watch retry-policies through the API server; following the mounted file", "reason", string(apiFallbackError), "error", err.Error())
-		return
-	}
-	go aw.Run(ctx)
 }
 
 // drain stops the servers: readiness goes red, the listeners close, requests

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/h1client"
+	"github.com/retrydev/retry-operator/internal/sidecar/config"
 	"github.com/retrydev/retry-operator/internal/tracing"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
@@ -29,7 +30,7 @@ import (
 // reaches every listener, and no listener can be wired without one of them
 // (the transparent listener once was, without TLS origination).
 type upstreamStack struct {
-	reloader     *Reloader
+	reloader     *config.Reloader
 	client       *h1client.Transport
 	observer     retryhttp.Observer
 	replayMemory *retryhttp.ReplayMemory
@@ -44,7 +45,7 @@ type upstreamStack struct {
 // the sidecar's listen addresses, which no request may loop back to.
 //
 // With tracing (nil: off) every attempt is a span too (docs/observability.md#tracing).
-func newUpstreamStack(o Options, log *slog.Logger, own []net.Addr, reloader *Reloader, metrics *Metrics, tr *tracing.Tracing) *upstreamStack {
+func newUpstreamStack(o Options, log *slog.Logger, own []net.Addr, reloader *config.Reloader, metrics *Metrics, tr *tracing.Tracing) *upstreamStack {
 	self := newSelfAddrs(own...)
 	replayMemory := o.MaxReplayMemory
 	if replayMemory <= 0 {
@@ -131,10 +132,15 @@ func (rt routing) authority(req *http.Request) string {
 	return req.URL.Host
 }
 
-// route is the Reloader's route for rt: the policy in force for a request.
-func (rt routing) route(r *Reloader) func(*http.Request) *retrypolicy.Policy {
-	if rt == byHost {
-		return r.RouteByHost
+// route is the retryhttp.Transport route of a listener: the policy of a
+// request, as rt names its upstream, in the configuration in force, or nil
+// (pass through).
+func (rt routing) route(r *config.Reloader) func(*http.Request) *retrypolicy.Policy {
+	return func(req *http.Request) *retrypolicy.Policy {
+		c := r.Current()
+		if c == nil {
+			return nil
+		}
+		return rt.match(c.Set, req)
 	}
-	return r.Route
 }

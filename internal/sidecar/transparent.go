@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
-
-	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 // Transparent serves --transparent-listen: the connections that the redirect
@@ -78,10 +76,6 @@ func (t *Transparent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out.URL = &u // out.Host stays r.Host: sent upstream, and what the policy matched
 	t.Proxy.forward(w, r, out)
 }
-
-// RouteByHost is Route for the transparent listener: the authority is the
-// Host header (the upstream URL names the original destination's address).
-func (r *Reloader) RouteByHost(req *http.Request) *retrypolicy.Policy { return r.policy(byHost, req) }
 
 // listenAddrPorts are the addresses the sidecar listens on, as AddrPorts.
 func listenAddrPorts(lns ...net.Listener) []netip.AddrPort {

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/retrydev/retry-operator/internal/policyset/policysettest"
+	"github.com/retrydev/retry-operator/internal/sidecar/config"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
@@ -40,12 +42,12 @@ func TestTransparent(t *testing.T) {
 	upAddr := netip.MustParseAddrPort(up.Listener.Addr().String())
 
 	policy := filepath.Join(t.TempDir(), "p.yaml")
-	if err := os.WriteFile(policy, []byte(policyYAML("api.example", "")), 0o644); err != nil {
+	if err := os.WriteFile(policy, []byte(policysettest.PolicyYAML("api.example", "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	m := NewMetrics()
-	rl := NewReloader(Sources{PolicyFiles: []string{policy}}, log, m)
+	rl := config.NewReloader(config.Sources{PolicyFiles: []string{policy}}, log, m)
 	if err := rl.Reload(); err != nil {
 		t.Fatal(err)
 	}

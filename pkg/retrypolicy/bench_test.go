@@ -1,7 +1,6 @@
 package retrypolicy
 
 import (
-	"net/http"
 	"testing"
 	"time"
 )
@@ -55,45 +54,5 @@ func BenchmarkSetMatch(b *testing.B) {
 		if s.Match("payments.shop.svc") == nil {
 			b.Fatal("no match")
 		}
-	}
-}
-
-func BenchmarkParseRateLimitStructured(b *testing.B) {
-	h := http.Header{"Ratelimit": {`"default";r=0;t=30`}}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, ok := ParseRateLimit(h, received).Hold(); !ok {
-			b.Fatal("no hold")
-		}
-	}
-}
-
-func BenchmarkParseRateLimitStructuredWithPolicy(b *testing.B) {
-	h := http.Header{"Ratelimit": {`"default";r=0`}, "Ratelimit-Policy": {`"default";q=100;w=60`}}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, ok := ParseRateLimit(h, received).Hold(); !ok {
-			b.Fatal("no hold")
-		}
-	}
-}
-
-func BenchmarkParseRateLimitXDelta(b *testing.B) {
-	h := http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"30"}}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, ok := ParseRateLimit(h, received).Hold(); !ok {
-			b.Fatal("no hold")
-		}
-	}
-}
-
-// BenchmarkParseRateLimitXEpoch includes the Date header, read to take the
-// longer of reset − received and reset − Date.
-func BenchmarkParseRateLimitXEpoch(b *testing.B) {
-	h := http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"1777636830"}, "Date": {"Fri, 01 May 2026 11:59:00 GMT"}}
-	b.ReportAllocs()
-	for b.Loop() {
-		ParseRateLimit(h, received)
 	}
 }

@@ -102,18 +102,9 @@ type (
 	ConcurrencyConfig = admission.ConcurrencyConfig
 	// PacingConfig is quota-aware pacing; the zero value is off.
 	PacingConfig = admission.PacingConfig
-	// HoldReason says why an upstream is held; its String is the log and metric value.
-	HoldReason = admission.HoldReason
 	// Quota is a fleet-wide quota an upstream draws on (docs/quota.md); the
 	// sidecar's store client implements it.
 	Quota = admission.Quota
-)
-
-// The reasons for a hold (Event.HoldReason of package retryhttp).
-const (
-	HoldNone      = admission.HoldNone
-	HoldRateLimit = admission.HoldRateLimit
-	HoldDeferral  = admission.HoldDeferral
 )
 
 // FieldError is one validation failure: the field path (API JSON names) and what

@@ -18,14 +18,15 @@ const (
 	// Canceled: the caller's context ended. Never retried (R8).
 	Canceled
 	// Malformed: the upstream answered with something that is not a relayable
-	// HTTP response (ErrMalformedResponse: bad head, status outside 100–999).
-	// Never retried: the app gets 502 with outcome upstream-error
+	// HTTP response (a bad head, a status outside 100–999; the upstream client
+	// says so with innerclient.ErrMalformedResponse). Never retried: the app
+	// gets 502 with outcome upstream-error
 	// (docs/retry-semantics.md#unrelayable-responses).
 	Malformed
 	// Untrusted: the upstream's TLS certificate did not verify (unknown
-	// authority, wrong name, expired): ErrUntrustedCertificate. Nothing was sent,
-	// but another attempt would meet the same certificate, so it is never
-	// retried: outcome upstream-error (docs/tls.md).
+	// authority, wrong name, expired): innerclient.ErrUntrustedCertificate.
+	// Nothing was sent, but another attempt would meet the same certificate,
+	// so it is never retried: outcome upstream-error (docs/tls.md).
 	Untrusted
 )
 

@@ -28,17 +28,18 @@ func TestImportsNoKubernetes(t *testing.T) {
 	}
 	const own = "github.com/retrydev/retry-operator/pkg/retrypolicy"
 	// The field rules Compile shares with the API, the runtime state of an
-	// upstream and the Not-Before notation: held to the same imports as the
-	// library itself.
-	const rules, admission = "github.com/retrydev/retry-operator/internal/rules", "github.com/retrydev/retry-operator/internal/admission"
-	const notBefore = "github.com/retrydev/retry-operator/internal/notbefore"
+	// upstream, the Not-Before notation, the header parsers and the contract
+	// with an upstream client: held to the same imports as the library itself.
+	const internal = "github.com/retrydev/retry-operator/internal/"
+	ownInternal := []string{internal + "rules", internal + "admission", internal + "notbefore",
+		internal + "httpdate", internal + "ratelimitheader", internal + "innerclient"}
 	var kubernetes, thirdParty []string
 	for _, p := range strings.Fields(string(out)) {
 		switch {
 		case strings.HasPrefix(p, "k8s.io/") || strings.HasPrefix(p, "sigs.k8s.io/"):
 			kubernetes = append(kubernetes, p)
 			thirdParty = append(thirdParty, p)
-		case p == own || strings.HasPrefix(p, own+"/") || p == rules || p == admission || p == notBefore:
+		case p == own || strings.HasPrefix(p, own+"/") || slices.Contains(ownInternal, p):
 		default:
 			thirdParty = append(thirdParty, p)
 		}

@@ -13,8 +13,9 @@
 //
 //   - Config → Compile → *Policy: an immutable, validated upstream policy.
 //   - Set: finds the Policy for a request authority (host:port > host > *.suffix).
-//   - ParseRetryAfter, ParseRateLimit: strict parsing of the server's hints,
-//     anchored at receipt (R1).
+//   - ParseRetryAfter: strict parsing of the server's hint, anchored at
+//     receipt (R1). The Transport reads the rate-limit headers the same way
+//     (docs/pacing.md).
 //   - Backoff.Delay and Policy.DecideAt: a pure, allocation-free decision (R2–R5).
 //   - Budget, Gate, Limits.Admit, Pacer: outage budget, admission and holds (R6,
 //     R7, docs/pacing.md), kept per upstream in a Registry so that config

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/retrydev/retry-operator/internal/httpdate"
 )
 
 // FuzzParseRetryAfter checks R1's invariants on arbitrary input: no panic, never a
@@ -24,7 +26,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 			if !errors.As(err, &pe) {
 				t.Fatalf("error of type %T, want *ParseError", err)
 			}
-			if v := trimOWS(value); v != "" && strings.Trim(v, "0123456789") == "" {
+			if v := httpdate.TrimOWS(value); v != "" && strings.Trim(v, "0123456789") == "" {
 				t.Fatalf("digit string %q rejected: %v", value, err)
 			}
 			return
@@ -32,7 +34,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 		if h.Delay < 0 {
 			t.Fatalf("negative delay %v for %q", h.Delay, value)
 		}
-		v := trimOWS(value)
+		v := httpdate.TrimOWS(value)
 		switch h.Form {
 		case FormSeconds:
 			if strings.Trim(v, "0123456789") != "" {

@@ -9,15 +9,13 @@ import (
 
 // Registry keeps the Limits of each upstream, keyed by Config.Name, for the life
 // of the process. After compiling a new Set on a config reload, call Adopt: every
-// policy of the new set then shares the state its upstream already had. Safe for
-// concurrent use.
+// policy of the new set then shares the state its upstream already had. The
+// zero value is an empty registry; it is safe for concurrent use and must not
+// be copied after first use.
 type Registry struct {
 	mu sync.Mutex
 	m  map[string]*admission.Limits
 }
-
-// NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{m: make(map[string]*admission.Limits)} }
 
 // Adopt is AdoptAt(time.Now(), s).
 func (r *Registry) Adopt(s *Set) { r.AdoptAt(time.Now(), s) }

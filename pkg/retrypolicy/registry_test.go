@@ -13,7 +13,7 @@ import (
 // TestRegistryKeepsStateAcrossReload: a reload compiles new policies; adopting
 // them keeps the budget counts and in-flight slots of each upstream.
 func TestRegistryKeepsStateAcrossReload(t *testing.T) {
-	reg := NewRegistry()
+	reg := &Registry{}
 	cfg := func(c *Config) {
 		c.Budget = &BudgetConfig{RetryPercent: 20}
 		c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1}
@@ -82,17 +82,17 @@ func TestAdmitGivesTheStartTokenBackWhenTheGateSheds(t *testing.T) {
 // admission.Limits, so a reloaded policy is still held.
 func TestRegistryKeepsTheHoldAcrossReload(t *testing.T) {
 	clk := clocktest.NewClock(now)
-	reg := NewRegistry()
+	reg := &Registry{}
 	paced := func(c *Config) { c.Pacing = PacingConfig{RateLimitHeaders: true} }
 	old := compile(t, paced)
 	s1, _ := NewSet(old)
 	reg.AdoptAt(now, s1)
-	old.Limits().Pacer().HoldAt(now, clk, now.Add(time.Minute), HoldRateLimit, nil)
+	old.Limits().Pacer().HoldAt(now, clk, now.Add(time.Minute), admission.HoldRateLimit, nil)
 
 	fresh := compile(t, func(c *Config) { paced(c); c.MaxAttempts = 2 })
 	s2, _ := NewSet(fresh)
 	reg.AdoptAt(now, s2)
-	if u, r := fresh.Limits().Pacer().Hold(); !u.Equal(now.Add(time.Minute)) || r != HoldRateLimit {
+	if u, r := fresh.Limits().Pacer().Hold(); !u.Equal(now.Add(time.Minute)) || r != admission.HoldRateLimit {
 		t.Fatalf("hold after reload = %v, %v; want now+1m, rate-limit", u, r)
 	}
 	if _, _, err := fresh.Limits().Pacer().Wait(context.Background(), clk, time.Second); !errors.Is(err, admission.ErrHeld) {

@@ -22,3 +22,11 @@ func Rendered(t testing.TB, policyYAML string, rev int64) string {
 	}
 	return string(b)
 }
+
+// PolicyYAML is a RetryPolicy named p with one upstream, up, for host: the
+// smallest valid policy file, with extra (indented spec fields, e.g.
+// "  podSelector: {...}\n") added to its spec.
+func PolicyYAML(host string, extra string) string {
+	return "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n" + extra +
+		"  upstreams:\n  - name: up\n    hosts: [\"" + host + "\"]\n"
+}

@@ -1,24 +1,9 @@
 package retryhttp
 
 import (
-	"errors"
 	"time"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
-)
-
-// Errors an upstream client (the Transport's Inner) wraps (errors.Is) to say
-// what went wrong; the Transport never retries either and ends the request
-// with retrypolicy.OutcomeUpstreamError.
-var (
-	// ErrMalformedResponse marks an upstream answer that cannot be relayed as
-	// an HTTP response: a malformed head, a status outside 100–999.
-	ErrMalformedResponse = errors.New("malformed upstream response")
-	// ErrUntrustedCertificate marks a TLS handshake that failed because the
-	// upstream's certificate did not verify (unknown authority, a name it is
-	// not valid for, expired), wrapped together with the verification error.
-	// Other handshake failures are connect failures: nothing was sent.
-	ErrUntrustedCertificate = errors.New("upstream certificate did not verify")
 )
 
 // Error is what the Transport returns when a logical request ends without a

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -108,8 +109,9 @@ type Event struct {
 	// ignored as malformed (pacing.rateLimitHeaders), RateLimitReason why.
 	RateLimitMalformed string
 	RateLimitReason    string
-	// HoldReason is why the upstream is held (hold events).
-	HoldReason retrypolicy.HoldReason
+	// HoldReason is why the upstream is held (hold events); its String is the
+	// log value, "rate-limit" or "deferral" (docs/pacing.md).
+	HoldReason admission.HoldReason
 	// QuotaDelay is the time spent waiting for a token or a fleet-wide slot
 	// of the shared quota (admitted events).
 	QuotaDelay time.Duration

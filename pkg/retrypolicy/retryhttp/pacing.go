@@ -8,6 +8,7 @@ import (
 
 	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/internal/notbefore"
+	"github.com/retrydev/retry-operator/internal/ratelimitheader"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -30,7 +31,7 @@ func (c *call) awaitHold(ctx context.Context, n int) (*http.Response, error) {
 		// A hold another pod drawing on the same quota saw (docs/quota.md).
 		now := c.clk.Now()
 		if until := q.HoldUntil(now); !until.IsZero() {
-			c.holdLocal(pc, now, until, retrypolicy.HoldRateLimit)
+			c.holdLocal(pc, now, until, admission.HoldRateLimit)
 		}
 	}
 	if !pc.Active() {
@@ -66,18 +67,18 @@ func (c *call) startHolds(ev *Event, resp *http.Response, received time.Time, d 
 		return
 	}
 	if cfg.RateLimitHeaders && resp != nil {
-		rl := retrypolicy.ParseRateLimit(resp.Header, received)
+		rl := ratelimitheader.Parse(resp.Header, received)
 		ev.RateLimitMalformed, ev.RateLimitReason = rl.Malformed, rl.Reason
 		if wait, ok := rl.Hold(); ok {
-			c.hold(pc, received, received.Add(wait), retrypolicy.HoldRateLimit)
+			c.hold(pc, received, received.Add(wait), admission.HoldRateLimit)
 		}
 	}
 	if cfg.HoldOnDeferral && d.Action == retrypolicy.Defer && d.Outcome == retrypolicy.OutcomeDeferred {
-		c.hold(pc, received, d.NotBefore, retrypolicy.HoldDeferral)
+		c.hold(pc, received, d.NotBefore, admission.HoldDeferral)
 	}
 }
 
-func (c *call) hold(pc *admission.Pacer, now, until time.Time, reason retrypolicy.HoldReason) {
+func (c *call) hold(pc *admission.Pacer, now, until time.Time, reason admission.HoldReason) {
 	if c.holdLocal(pc, now, until, reason) {
 		if q := c.p.Limits().Quota(); q != nil {
 			q.Hold(until) // the whole fleet holds (docs/quota.md)
@@ -87,11 +88,11 @@ func (c *call) hold(pc *admission.Pacer, now, until time.Time, reason retrypolic
 
 // holdLocal holds the upstream in this pod; true if the hold started or moved
 // later.
-func (c *call) holdLocal(pc *admission.Pacer, now, until time.Time, reason retrypolicy.HoldReason) bool {
+func (c *call) holdLocal(pc *admission.Pacer, now, until time.Time, reason admission.HoldReason) bool {
 	var notify admission.HoldNotify
 	if o := c.t.Observer; o != nil {
 		name, id := c.p.Name(), c.id
-		notify = func(start bool, until time.Time, reason retrypolicy.HoldReason) {
+		notify = func(start bool, until time.Time, reason admission.HoldReason) {
 			e := Event{Kind: EventHoldEnd, Upstream: name, NotBefore: until, HoldReason: reason}
 			if start {
 				e.Kind, e.RequestID = EventHoldStart, id

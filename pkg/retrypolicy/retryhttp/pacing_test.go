@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/admission"
+	"github.com/retrydev/retry-operator/internal/headertest"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
@@ -71,14 +73,14 @@ func wantLocal429(t *testing.T, resp *http.Response, err error, retryAfter, notB
 // allows waits and goes out at the reset.
 func TestTransportRateLimitHeadersHoldTheUpstream(t *testing.T) {
 	h, ev := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
-		step{status: 200, header: hdr("RateLimit", `"default";r=0;t=3`), body: "last one"},
+		step{status: 200, header: headertest.Of("RateLimit", `"default";r=0;t=3`), body: "last one"},
 		step{status: 200, body: "after the reset"})
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 	if err != nil || resp.StatusCode != 200 || readBody(t, resp) != "last one" {
 		t.Fatalf("first request: %v, %v", resp, err)
 	}
 	starts := ev.kinds(EventHoldStart)
-	if len(starts) != 1 || !starts[0].NotBefore.Equal(now.Add(3*time.Second)) || starts[0].HoldReason != retrypolicy.HoldRateLimit {
+	if len(starts) != 1 || !starts[0].NotBefore.Equal(now.Add(3*time.Second)) || starts[0].HoldReason != admission.HoldRateLimit {
 		t.Fatalf("hold-start events %+v; want one until now+3s, reason rate-limit", starts)
 	}
 
@@ -95,7 +97,7 @@ func TestTransportRateLimitHeadersHoldTheUpstream(t *testing.T) {
 
 func TestTransportHeldRequestWaitsWhenItsDeadlineAllows(t *testing.T) {
 	h, ev := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 30*time.Second,
-		step{status: 200, header: hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "3")},
+		step{status: 200, header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "3")},
 		step{status: 200, body: "after the reset"})
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 	if err != nil {
@@ -139,7 +141,7 @@ func TestTransportHeldRequestWaitsWhenItsDeadlineAllows(t *testing.T) {
 // as the next whole second, never earlier.
 func TestTransportNotBeforeIsRoundedUp(t *testing.T) {
 	h, _ := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
-		step{status: 200, header: hdr("RateLimit-Remaining", "0", "RateLimit-Reset", "3")})
+		step{status: 200, header: headertest.Of("RateLimit-Remaining", "0", "RateLimit-Reset", "3")})
 	h.inner.onSend = func(int) { h.clk.Advance(400 * time.Millisecond) } // received at 12:00:00.4
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 	if err != nil {
@@ -163,8 +165,8 @@ func TestTransportHoldOnDeferral(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			h, ev := pacedHarness(t, tc.pacing, 30*time.Second,
-				step{status: 429, header: hdr("Retry-After", "3600"), body: "daily quota"},
-				step{status: 429, header: hdr("Retry-After", "3600"), body: "daily quota"})
+				step{status: 429, header: headertest.Of("Retry-After", "3600"), body: "daily quota"},
+				step{status: 429, header: headertest.Of("Retry-After", "3600"), body: "daily quota"})
 			resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 			if err != nil || resp.Header.Get(HeaderOutcome) != "deferred" {
 				t.Fatalf("first request: %v, %v; want deferred", resp, err)
@@ -173,7 +175,7 @@ func TestTransportHoldOnDeferral(t *testing.T) {
 			resp, err = h.do(get(context.Background(), "http://payments.shop.svc/"))
 			if tc.wantSent == 1 {
 				wantLocal429(t, resp, err, "3600", "Fri, 01 May 2026 13:00:00 GMT")
-				if s := ev.kinds(EventHoldStart); len(s) != 1 || s[0].HoldReason != retrypolicy.HoldDeferral {
+				if s := ev.kinds(EventHoldStart); len(s) != 1 || s[0].HoldReason != admission.HoldDeferral {
 					t.Fatalf("hold-start events %+v; want one, reason deferral", s)
 				}
 			} else if err != nil || resp.Header.Get(HeaderAttempts) != "1" {
@@ -189,7 +191,7 @@ func TestTransportHoldOnDeferral(t *testing.T) {
 // TestTransportIgnoresRateLimitHeadersWhenOff: pacing is opt-in.
 func TestTransportIgnoresRateLimitHeadersWhenOff(t *testing.T) {
 	h, ev := pacedHarness(t, retrypolicy.PacingConfig{}, 2*time.Second,
-		step{status: 200, header: hdr("RateLimit", `"default";r=0;t=3`)}, step{status: 200})
+		step{status: 200, header: headertest.Of("RateLimit", `"default";r=0;t=3`)}, step{status: 200})
 	for range 2 {
 		resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 		if err != nil || resp.StatusCode != 200 {
@@ -206,7 +208,7 @@ func TestTransportIgnoresRateLimitHeadersWhenOff(t *testing.T) {
 // attempt event (never the value).
 func TestTransportReportsMalformedRateLimitHeaders(t *testing.T) {
 	h, ev := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
-		step{status: 200, header: hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "soon")}, step{status: 200})
+		step{status: 200, header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "soon")}, step{status: 200})
 	for range 2 {
 		resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 		if err != nil || resp.StatusCode != 200 {
@@ -224,7 +226,7 @@ func TestTransportReportsMalformedRateLimitHeaders(t *testing.T) {
 // request answered locally by a hold returns its bytes to the process-wide cap.
 func TestTransportHeldRequestGivesItsReplayMemoryBack(t *testing.T) {
 	h, _ := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
-		step{status: 200, header: hdr("RateLimit", `"default";r=0;t=3`)})
+		step{status: 200, header: headertest.Of("RateLimit", `"default";r=0;t=3`)})
 	h.tr.ReplayMemory = NewReplayMemory(1 << 20)
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 	if err != nil {

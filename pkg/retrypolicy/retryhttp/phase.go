@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"time"
+
+	"github.com/retrydev/retry-operator/internal/innerclient"
 )
 
 // Phase names where a timeout happened (docs/retry-semantics.md#timeouts):
@@ -18,36 +20,12 @@ const (
 	// PhaseQueue: the wait for admission (concurrency queue or rate limit).
 	PhaseQueue Phase = "queue"
 	// PhaseConnect: the dial (connectTimeout, or the attempt's bound during the dial).
-	PhaseConnect Phase = "connect"
+	PhaseConnect Phase = innerclient.PhaseConnect
 	// PhaseTLS: the TLS handshake of a new connection.
-	PhaseTLS Phase = "tls"
+	PhaseTLS Phase = innerclient.PhaseTLS
 	// PhaseHeaders: the wait for the response headers (perTryTimeout, or the deadline).
 	PhaseHeaders Phase = "headers"
 )
-
-// PhaseError tags an upstream client's error with the phase it happened in. A
-// client that dials TLS returns its handshake failures as PhaseError{PhaseTLS}
-// and its dial failures as PhaseError{PhaseConnect}, so a timeout there is
-// reported in the right phase. Unwrap gives the original error (a dial error
-// stays a *net.OpError with Op "dial" for errors.As).
-type PhaseError struct {
-	Phase Phase
-	Err   error
-}
-
-func (e *PhaseError) Error() string { return string(e.Phase) + ": " + e.Err.Error() }
-func (e *PhaseError) Unwrap() error { return e.Err }
-
-// connectTimeoutKey carries the attempt's connect timeout in its context.
-type connectTimeoutKey struct{}
-
-// ConnectTimeout is the dial bound the Transport put into an attempt's context
-// (the policy's connectTimeout); ok is false outside an attempt. Upstream
-// clients bound their dial (and TLS handshake) by it.
-func ConnectTimeout(ctx context.Context) (d time.Duration, ok bool) {
-	d, ok = ctx.Value(connectTimeoutKey{}).(time.Duration)
-	return d, ok
-}
 
 // attemptContext is an attempt's context: its cancellation plus the connect
 // timeout, in one value that lives inside the call (no allocation of its own).
@@ -57,7 +35,7 @@ type attemptContext struct {
 }
 
 func (c *attemptContext) Value(key any) any {
-	if key == (connectTimeoutKey{}) {
+	if key == (innerclient.ConnectTimeoutKey{}) {
 		return c.connectTimeout
 	}
 	return c.Context.Value(key)
@@ -67,7 +45,7 @@ func (c *attemptContext) Value(key any) any {
 // or "" if the failure was not a timeout. fired says the attempt's own bound
 // (perTryTimeout or deadline) ended it.
 func timeoutPhase(err error, fired bool) Phase {
-	var pe *PhaseError
+	var pe *innerclient.PhaseError
 	tagged := errors.As(err, &pe)
 	var op *net.OpError
 	dial := errors.As(err, &op) && op.Op == "dial"
@@ -76,7 +54,7 @@ func timeoutPhase(err error, fired bool) Phase {
 	}
 	switch {
 	case tagged:
-		return pe.Phase
+		return Phase(pe.Phase)
 	case dial:
 		return PhaseConnect
 	case fired:

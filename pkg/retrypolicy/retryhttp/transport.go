@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/admission"
+	"github.com/retrydev/retry-operator/internal/httpdate"
+	"github.com/retrydev/retry-operator/internal/innerclient"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 )
@@ -354,7 +356,7 @@ func (c *call) assess(ctx context.Context, n int, resp *http.Response, err error
 	date := firstValue(resp.Header["Date"])
 	if date != "" {
 		// R1: the skew is reported whenever the response is dated.
-		ev.Skew, ev.HasSkew = retrypolicy.DateSkew(date, received)
+		ev.Skew, ev.HasSkew = httpdate.Skew(date, received)
 	}
 	if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
 		h, perr := retrypolicy.ParseRetryAfter(v[0], received, date)
@@ -472,13 +474,13 @@ func (c *call) classify(ctx context.Context, err error) retrypolicy.ErrorClass {
 	switch {
 	case ctx.Err() != nil:
 		return retrypolicy.Canceled
-	case errors.Is(err, ErrUntrustedCertificate):
+	case errors.Is(err, innerclient.ErrUntrustedCertificate):
 		return retrypolicy.Untrusted
 	case nothingSent(err):
 		return retrypolicy.ConnectFailure
 	case c.firedWhy != firedNone:
 		return retrypolicy.Ambiguous // timed out: the request may have been written
-	case errors.Is(err, ErrMalformedResponse):
+	case errors.Is(err, innerclient.ErrMalformedResponse):
 		return retrypolicy.Malformed
 	}
 	return retrypolicy.Ambiguous
@@ -488,8 +490,8 @@ func (c *call) classify(ctx context.Context, err error) retrypolicy.ErrorClass {
 // written: the dial or the TLS handshake failed (tagged PhaseConnect or
 // PhaseTLS by the upstream client, or a dial or DNS error of any client).
 func nothingSent(err error) bool {
-	var pe *PhaseError
-	if errors.As(err, &pe) && (pe.Phase == PhaseConnect || pe.Phase == PhaseTLS) {
+	var pe *innerclient.PhaseError
+	if errors.As(err, &pe) && (pe.Phase == innerclient.PhaseConnect || pe.Phase == innerclient.PhaseTLS) {
 		return true
 	}
 	var dns *net.DNSError

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/headertest"
+	"github.com/retrydev/retry-operator/internal/innerclient"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
 )
@@ -176,20 +178,12 @@ func readBody(t *testing.T, resp *http.Response) string {
 	return string(b)
 }
 
-func hdr(kv ...string) http.Header {
-	h := http.Header{}
-	for i := 0; i < len(kv); i += 2 {
-		h.Set(kv[i], kv[i+1])
-	}
-	return h
-}
-
 // TestTransport503Then429Then200 is the seed's integration script: the planned
 // delay before each transmission is asserted exactly.
 func TestTransport503Then429Then200(t *testing.T) {
 	h := newHarness(t, compile(t, nil),
 		step{status: 503, body: "busy"},
-		step{status: 429, header: hdr("Retry-After", "3"), body: "slow down"},
+		step{status: 429, header: headertest.Of("Retry-After", "3"), body: "slow down"},
 		step{status: 200, body: "ok"},
 	)
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/pay"))
@@ -264,16 +258,16 @@ func TestTransportOutcomes(t *testing.T) {
 			wantStatus: 503, wantBody: "4", wantOutcome: retrypolicy.OutcomeExhausted, wantAttempts: "1,2,3,4",
 		},
 		"a hint over maxWait defers with the upstream's own response and Retry-After": {
-			steps:      []step{{status: 429, header: hdr("Retry-After", "60"), body: "later"}},
+			steps:      []step{{status: 429, header: headertest.Of("Retry-After", "60"), body: "later"}},
 			wantStatus: 429, wantBody: "later", wantOutcome: retrypolicy.OutcomeDeferred, wantAttempts: "1",
-			wantHeaders: hdr("Retry-After", "60", HeaderNotBefore, "Fri, 01 May 2026 12:01:00 GMT"),
+			wantHeaders: headertest.Of("Retry-After", "60", HeaderNotBefore, "Fri, 01 May 2026 12:01:00 GMT"),
 		},
 		"a malformed Retry-After falls back to the local backoff": {
-			steps:      []step{{status: 503, header: hdr("Retry-After", "-1")}, {status: 200, body: "ok"}},
+			steps:      []step{{status: 503, header: headertest.Of("Retry-After", "-1")}, {status: 200, body: "ok"}},
 			wantStatus: 200, wantBody: "ok", wantOutcome: retrypolicy.OutcomeSuccess, wantAttempts: "1,2",
 		},
 		"a request that already carries X-Retry-Attempt is not retried again": {
-			header:     hdr(HeaderAttempt, "2"),
+			header:     headertest.Of(HeaderAttempt, "2"),
 			steps:      []step{{status: 503, body: "busy"}},
 			wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeExhausted, wantAttempts: "2",
 		},
@@ -288,7 +282,7 @@ func TestTransportOutcomes(t *testing.T) {
 			wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeNotReplayable, wantAttempts: "1",
 		},
 		"a POST with an idempotency key is replayed": {
-			method: "POST", body: "charge 10", header: hdr("Idempotency-Key", "k-1"),
+			method: "POST", body: "charge 10", header: headertest.Of("Idempotency-Key", "k-1"),
 			steps:      []step{{status: 503}, {status: 200, body: "ok"}},
 			wantStatus: 200, wantBody: "ok", wantOutcome: retrypolicy.OutcomeSuccess, wantAttempts: "1,2",
 		},
@@ -538,7 +532,7 @@ func TestTransportWithoutPolicyPassesThrough(t *testing.T) {
 // never a credential, a body or a query string.
 func TestTransportLogsNoSecrets(t *testing.T) {
 	h := newHarness(t, compile(t, nil),
-		step{status: 503, header: hdr("Retry-After", "soon", "Set-Cookie", "sid=resp-cookie-secret"), body: "resp-body-secret"},
+		step{status: 503, header: headertest.Of("Retry-After", "soon", "Set-Cookie", "sid=resp-cookie-secret"), body: "resp-body-secret"},
 		step{status: 200, body: "resp-body-secret-2"},
 	)
 	req, _ := http.NewRequest("PUT", "http://payments.shop.svc/v1/pay?api_key=query-secret&x=1", strings.NewReader("req-body-secret"))
@@ -638,7 +632,7 @@ func TestTransportDeadlineWithoutAResponseCarriesNotBefore(t *testing.T) {
 // the request was sent is a headers timeout, and the *Error says so; a dial
 // that timed out is a connect timeout.
 func TestTransportTimeoutNamesItsPhase(t *testing.T) {
-	dialTimeout := &PhaseError{Phase: PhaseConnect, Err: &net.OpError{Op: "dial", Err: timeoutErr{}}}
+	dialTimeout := &innerclient.PhaseError{Phase: innerclient.PhaseConnect, Err: &net.OpError{Op: "dial", Err: timeoutErr{}}}
 	tests := map[string]struct {
 		step  step
 		phase Phase

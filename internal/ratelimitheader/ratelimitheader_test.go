@@ -1,4 +1,4 @@
-package retrypolicy
+package ratelimitheader
 
 import (
 	"net/http"
@@ -6,138 +6,140 @@ import (
 	"time"
 
 	"github.com/dunglas/httpsfv"
+
+	"github.com/retrydev/retry-operator/internal/headertest"
 )
 
 // rlNow is 2026-05-01 12:00:00Z, Unix 1777636800.
-var rlNow = now
+var rlNow = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 func TestParseRateLimit(t *testing.T) {
 	tests := map[string]struct {
 		header http.Header
-		want   RateLimitHint
+		want   Hint
 	}{
 		"no rate-limit header gives no hint": {
-			header: hdr("Content-Type", "text/plain"),
-			want:   RateLimitHint{Remaining: -1},
+			header: headertest.Of("Content-Type", "text/plain"),
+			want:   Hint{Remaining: -1},
 		},
 		"the structured form with r=0 and t=30 holds for 30s": {
-			header: hdr("RateLimit", `"default";r=0;t=30`),
-			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 0, Reset: 30 * time.Second, HasReset: true},
+			header: headertest.Of("RateLimit", `"default";r=0;t=30`),
+			want:   Hint{Form: FormStructured, Remaining: 0, Reset: 30 * time.Second, HasReset: true},
 		},
 		"the structured form with quota left does not hold": {
-			header: hdr("RateLimit", `"default";r=50;t=30`),
-			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 50},
+			header: headertest.Of("RateLimit", `"default";r=50;t=30`),
+			want:   Hint{Form: FormStructured, Remaining: 50},
 		},
 		"a token name and extra parameters are accepted": {
-			header: hdr("RateLimit", `day;r=0;t=3600;pk=:cGsx:;x=?1;y=1.5`),
-			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 0, Reset: time.Hour, HasReset: true},
+			header: headertest.Of("RateLimit", `day;r=0;t=3600;pk=:cGsx:;x=?1;y=1.5`),
+			want:   Hint{Form: FormStructured, Remaining: 0, Reset: time.Hour, HasReset: true},
 		},
 		"of several policies the exhausted one with the latest reset decides": {
-			header: hdr("RateLimit", `"burst";r=5;t=1, "day";r=0;t=60,"hour";r=0;t=20`),
-			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 0, Reset: time.Minute, HasReset: true},
+			header: headertest.Of("RateLimit", `"burst";r=5;t=1, "day";r=0;t=60,"hour";r=0;t=20`),
+			want:   Hint{Form: FormStructured, Remaining: 0, Reset: time.Minute, HasReset: true},
 		},
 		"a 15-digit t saturates instead of overflowing": {
-			header: hdr("RateLimit", `"default";r=0;t=999999999999999`),
-			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 0, Reset: MaxDelay, HasReset: true},
+			header: headertest.Of("RateLimit", `"default";r=0;t=999999999999999`),
+			want:   Hint{Form: FormStructured, Remaining: 0, Reset: maxDelay, HasReset: true},
 		},
 		"a repeated parameter: the last one wins": {
-			header: hdr("RateLimit", `"default";r=0;t=5;t=9`),
-			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 0, Reset: 9 * time.Second, HasReset: true},
+			header: headertest.Of("RateLimit", `"default";r=0;t=5;t=9`),
+			want:   Hint{Form: FormStructured, Remaining: 0, Reset: 9 * time.Second, HasReset: true},
 		},
 		"an exhausted item without t takes w of the same policy in RateLimit-Policy": {
-			header: hdr("RateLimit", `"default";r=0`, "RateLimit-Policy", `"other";q=5;w=10, "default";q=100;w=60`),
-			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 0, Reset: time.Minute, HasReset: true},
+			header: headertest.Of("RateLimit", `"default";r=0`, "RateLimit-Policy", `"other";q=5;w=10, "default";q=100;w=60`),
+			want:   Hint{Form: FormStructured, Remaining: 0, Reset: time.Minute, HasReset: true},
 		},
 		"a policy of another name, or a token of the same text, is not used": {
-			header: hdr("RateLimit", `"default";r=0`, "RateLimit-Policy", `default;q=100;w=60, "defaults";w=9`),
-			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 0},
+			header: headertest.Of("RateLimit", `"default";r=0`, "RateLimit-Policy", `default;q=100;w=60, "defaults";w=9`),
+			want:   Hint{Form: FormStructured, Remaining: 0},
 		},
 		"escaped policy names compare by content": {
-			header: hdr("RateLimit", `"a\"b";r=0`, "RateLimit-Policy", `"a\"b";q=1;w=7`),
-			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 0, Reset: 7 * time.Second, HasReset: true},
+			header: headertest.Of("RateLimit", `"a\"b";r=0`, "RateLimit-Policy", `"a\"b";q=1;w=7`),
+			want:   Hint{Form: FormStructured, Remaining: 0, Reset: 7 * time.Second, HasReset: true},
 		},
 		"a malformed RateLimit-Policy is ignored and reported": {
-			header: hdr("RateLimit", `"default";r=0`, "RateLimit-Policy", `"default";w=-1`),
-			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 0, Malformed: "Ratelimit-Policy", Reason: "not-a-non-negative-integer"},
+			header: headertest.Of("RateLimit", `"default";r=0`, "RateLimit-Policy", `"default";w=-1`),
+			want:   Hint{Form: FormStructured, Remaining: 0, Malformed: "Ratelimit-Policy", Reason: "not-a-non-negative-integer"},
 		},
 		"a decimal reset is malformed": {
-			header: hdr("RateLimit", `"default";r=0;t=30.5`),
-			want:   RateLimitHint{Remaining: -1, Malformed: "Ratelimit", Reason: "not-a-non-negative-integer"},
+			header: headertest.Of("RateLimit", `"default";r=0;t=30.5`),
+			want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "not-a-non-negative-integer"},
 		},
 		"a negative remaining is malformed": {
-			header: hdr("RateLimit", `"default";r=-1;t=30`),
-			want:   RateLimitHint{Remaining: -1, Malformed: "Ratelimit", Reason: "not-a-non-negative-integer"},
+			header: headertest.Of("RateLimit", `"default";r=-1;t=30`),
+			want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "not-a-non-negative-integer"},
 		},
 		"an item without r is malformed": {
-			header: hdr("RateLimit", `"default";t=30`),
-			want:   RateLimitHint{Remaining: -1, Malformed: "Ratelimit", Reason: "missing-r"},
+			header: headertest.Of("RateLimit", `"default";t=30`),
+			want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "missing-r"},
 		},
 		"the older dictionary form is not a List and is malformed": {
-			header: hdr("RateLimit", `limit=100, remaining=0, reset=30`),
-			want:   RateLimitHint{Remaining: -1, Malformed: "Ratelimit", Reason: "structured-field-syntax"},
+			header: headertest.Of("RateLimit", `limit=100, remaining=0, reset=30`),
+			want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "structured-field-syntax"},
 		},
 		"a trailing comma is malformed": {
-			header: hdr("RateLimit", `"default";r=0;t=30,`),
-			want:   RateLimitHint{Remaining: -1, Malformed: "Ratelimit", Reason: "structured-field-syntax"},
+			header: headertest.Of("RateLimit", `"default";r=0;t=30,`),
+			want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "structured-field-syntax"},
 		},
 		"an inner list is refused": {
-			header: hdr("RateLimit", `("a" "b");r=0;t=30`),
-			want:   RateLimitHint{Remaining: -1, Malformed: "Ratelimit", Reason: "unsupported-member"},
+			header: headertest.Of("RateLimit", `("a" "b");r=0;t=30`),
+			want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "unsupported-member"},
 		},
 		"a malformed RateLimit falls back to the X- headers": {
-			header: hdr("RateLimit", `r=0;t=30,`, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "4"),
-			want:   RateLimitHint{Form: RateLimitX, Remaining: 0, Reset: 4 * time.Second, HasReset: true, Malformed: "Ratelimit", Reason: "structured-field-syntax"},
+			header: headertest.Of("RateLimit", `r=0;t=30,`, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "4"),
+			want:   Hint{Form: FormX, Remaining: 0, Reset: 4 * time.Second, HasReset: true, Malformed: "Ratelimit", Reason: "structured-field-syntax"},
 		},
 		"RateLimit-Remaining and -Reset, delta seconds": {
-			header: hdr("RateLimit-Remaining", "0", "RateLimit-Reset", " 30 "),
-			want:   RateLimitHint{Form: RateLimitSplit, Remaining: 0, Reset: 30 * time.Second, HasReset: true},
+			header: headertest.Of("RateLimit-Remaining", "0", "RateLimit-Reset", " 30 "),
+			want:   Hint{Form: FormSplit, Remaining: 0, Reset: 30 * time.Second, HasReset: true},
 		},
 		"X-RateLimit-Reset below 1e9 is delta seconds": {
-			header: hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "999999999"),
-			want:   RateLimitHint{Form: RateLimitX, Remaining: 0, Reset: 999999999 * time.Second, HasReset: true},
+			header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "999999999"),
+			want:   Hint{Form: FormX, Remaining: 0, Reset: 999999999 * time.Second, HasReset: true},
 		},
 		"X-RateLimit-Reset of 1e9 or more is epoch seconds": {
-			header: hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636830"),
-			want:   RateLimitHint{Form: RateLimitX, Remaining: 0, Reset: 30 * time.Second, HasReset: true},
+			header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636830"),
+			want:   Hint{Form: FormX, Remaining: 0, Reset: 30 * time.Second, HasReset: true},
 		},
 		"an epoch reset in the past gives no wait": {
-			header: hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636770"),
-			want:   RateLimitHint{Form: RateLimitX, Remaining: 0, Reset: 0, HasReset: true},
+			header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636770"),
+			want:   Hint{Form: FormX, Remaining: 0, Reset: 0, HasReset: true},
 		},
 		"an epoch reset is measured from the server's Date too when the local clock is fast": {
-			header: hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636830", "Date", "Fri, 01 May 2026 11:59:00 GMT"),
-			want:   RateLimitHint{Form: RateLimitX, Remaining: 0, Reset: 90 * time.Second, HasReset: true},
+			header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636830", "Date", "Fri, 01 May 2026 11:59:00 GMT"),
+			want:   Hint{Form: FormX, Remaining: 0, Reset: 90 * time.Second, HasReset: true},
 		},
 		"a huge epoch reset saturates instead of failing": {
-			header: hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "99999999999999999999999"),
-			want:   RateLimitHint{Form: RateLimitX, Remaining: 0, Reset: MaxDelay, HasReset: true},
+			header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "99999999999999999999999"),
+			want:   Hint{Form: FormX, Remaining: 0, Reset: maxDelay, HasReset: true},
 		},
 		"a signed remaining is malformed": {
-			header: hdr("X-RateLimit-Remaining", "-0", "X-RateLimit-Reset", "30"),
-			want:   RateLimitHint{Remaining: -1, Malformed: "X-Ratelimit-Remaining", Reason: "not-an-integer"},
+			header: headertest.Of("X-RateLimit-Remaining", "-0", "X-RateLimit-Reset", "30"),
+			want:   Hint{Remaining: -1, Malformed: "X-Ratelimit-Remaining", Reason: "not-an-integer"},
 		},
 		"a fractional reset is malformed, the remaining still counts": {
-			header: hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1.5"),
-			want:   RateLimitHint{Form: RateLimitX, Remaining: 0, Malformed: "X-Ratelimit-Reset", Reason: "not-an-integer"},
+			header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1.5"),
+			want:   Hint{Form: FormX, Remaining: 0, Malformed: "X-Ratelimit-Reset", Reason: "not-an-integer"},
 		},
 		"an empty remaining is malformed": {
-			header: hdr("X-RateLimit-Remaining", " ", "X-RateLimit-Reset", "3"),
-			want:   RateLimitHint{Remaining: -1, Malformed: "X-Ratelimit-Remaining", Reason: "empty"},
+			header: headertest.Of("X-RateLimit-Remaining", " ", "X-RateLimit-Reset", "3"),
+			want:   Hint{Remaining: -1, Malformed: "X-Ratelimit-Remaining", Reason: "empty"},
 		},
 		"a remaining without a reset gives no reset": {
-			header: hdr("X-RateLimit-Remaining", "0"),
-			want:   RateLimitHint{Form: RateLimitX, Remaining: 0},
+			header: headertest.Of("X-RateLimit-Remaining", "0"),
+			want:   Hint{Form: FormX, Remaining: 0},
 		},
 		"the structured form wins over the X- headers": {
-			header: hdr("RateLimit", `"default";r=3;t=1`, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "60"),
-			want:   RateLimitHint{Form: RateLimitStructured, Remaining: 3},
+			header: headertest.Of("RateLimit", `"default";r=3;t=1`, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "60"),
+			want:   Hint{Form: FormStructured, Remaining: 3},
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := ParseRateLimit(tc.header, rlNow)
+			got := Parse(tc.header, rlNow)
 			if got != tc.want {
-				t.Fatalf("ParseRateLimit = %+v\nwant            %+v", got, tc.want)
+				t.Fatalf("Parse = %+v\nwant            %+v", got, tc.want)
 			}
 		})
 	}
@@ -145,28 +147,28 @@ func TestParseRateLimit(t *testing.T) {
 
 func TestParseRateLimitRepeatedFieldLines(t *testing.T) {
 	h := http.Header{"X-Ratelimit-Remaining": {"0", "0"}, "X-Ratelimit-Reset": {"3"}}
-	want := RateLimitHint{Remaining: -1, Malformed: "X-Ratelimit-Remaining", Reason: "repeated-field"}
-	if got := ParseRateLimit(h, rlNow); got != want {
+	want := Hint{Remaining: -1, Malformed: "X-Ratelimit-Remaining", Reason: "repeated-field"}
+	if got := Parse(h, rlNow); got != want {
 		t.Fatalf("two X-RateLimit-Remaining lines: %+v, want %+v", got, want)
 	}
 	h = http.Header{"Ratelimit": {`"a";r=4;t=1`, `"b";r=0;t=8`}}
-	want = RateLimitHint{Form: RateLimitStructured, Remaining: 0, Reset: 8 * time.Second, HasReset: true}
-	if got := ParseRateLimit(h, rlNow); got != want {
+	want = Hint{Form: FormStructured, Remaining: 0, Reset: 8 * time.Second, HasReset: true}
+	if got := Parse(h, rlNow); got != want {
 		t.Fatalf("two RateLimit lines are one list: %+v, want %+v", got, want)
 	}
 }
 
 func TestRateLimitHintHold(t *testing.T) {
 	tests := map[string]struct {
-		hint   RateLimitHint
+		hint   Hint
 		wait   time.Duration
 		isHold bool
 	}{
-		"remaining 0 with a future reset holds":  {RateLimitHint{Form: RateLimitX, Remaining: 0, Reset: 3 * time.Second, HasReset: true}, 3 * time.Second, true},
-		"remaining 0 with a past reset does not": {RateLimitHint{Form: RateLimitX, Remaining: 0, Reset: 0, HasReset: true}, 0, false},
-		"remaining 0 without a reset does not":   {RateLimitHint{Form: RateLimitX, Remaining: 0}, 0, false},
-		"remaining 1 does not":                   {RateLimitHint{Form: RateLimitX, Remaining: 1, Reset: time.Second, HasReset: true}, time.Second, false},
-		"no hint does not":                       {RateLimitHint{Remaining: -1}, 0, false},
+		"remaining 0 with a future reset holds":  {Hint{Form: FormX, Remaining: 0, Reset: 3 * time.Second, HasReset: true}, 3 * time.Second, true},
+		"remaining 0 with a past reset does not": {Hint{Form: FormX, Remaining: 0, Reset: 0, HasReset: true}, 0, false},
+		"remaining 0 without a reset does not":   {Hint{Form: FormX, Remaining: 0}, 0, false},
+		"remaining 1 does not":                   {Hint{Form: FormX, Remaining: 1, Reset: time.Second, HasReset: true}, time.Second, false},
+		"no hint does not":                       {Hint{Remaining: -1}, 0, false},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -179,13 +181,13 @@ func TestRateLimitHintHold(t *testing.T) {
 
 func TestParseRateLimitDoesNotAllocate(t *testing.T) {
 	for name, h := range map[string]http.Header{
-		"structured": hdr("RateLimit", `"default";r=0;t=30`),
-		"policy":     hdr("RateLimit", `"default";r=0`, "RateLimit-Policy", `"default";q=100;w=60;pk=:cGsx:`),
-		"x epoch":    hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636830", "Date", "Fri, 01 May 2026 11:59:00 GMT"),
-		"malformed":  hdr("RateLimit", `"default";r=0;t=30,`, "RateLimit-Remaining", "x"),
+		"structured": headertest.Of("RateLimit", `"default";r=0;t=30`),
+		"policy":     headertest.Of("RateLimit", `"default";r=0`, "RateLimit-Policy", `"default";q=100;w=60;pk=:cGsx:`),
+		"x epoch":    headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636830", "Date", "Fri, 01 May 2026 11:59:00 GMT"),
+		"malformed":  headertest.Of("RateLimit", `"default";r=0;t=30,`, "RateLimit-Remaining", "x"),
 	} {
-		if n := testing.AllocsPerRun(100, func() { ParseRateLimit(h, rlNow) }); n != 0 {
-			t.Fatalf("ParseRateLimit(%s) allocates %v times, want 0", name, n)
+		if n := testing.AllocsPerRun(100, func() { Parse(h, rlNow) }); n != 0 {
+			t.Fatalf("Parse(%s) allocates %v times, want 0", name, n)
 		}
 	}
 }
@@ -295,24 +297,15 @@ func FuzzParseRateLimit(f *testing.F) {
 	f.Fuzz(func(t *testing.T, rl, policy, remaining, reset, date string) {
 		h := http.Header{"Ratelimit": {rl}, "Ratelimit-Policy": {policy}, "X-Ratelimit-Remaining": {remaining},
 			"X-Ratelimit-Reset": {reset}, "Date": {date}}
-		got := ParseRateLimit(h, rlNow)
+		got := Parse(h, rlNow)
 		if got.Reset < 0 {
 			t.Fatalf("negative reset %v", got.Reset)
 		}
-		if got.Form == RateLimitNone && (got.Remaining != -1 || got.HasReset) {
+		if got.Form == FormNone && (got.Remaining != -1 || got.HasReset) {
 			t.Fatalf("no form but %+v", got)
 		}
-		if got.Form != RateLimitNone && got.Remaining < 0 {
+		if got.Form != FormNone && got.Remaining < 0 {
 			t.Fatalf("form %v without a remaining: %+v", got.Form, got)
 		}
 	})
-}
-
-// hdr builds a header from name, value pairs.
-func hdr(kv ...string) http.Header {
-	h := http.Header{}
-	for i := 0; i < len(kv); i += 2 {
-		h.Set(kv[i], kv[i+1])
-	}
-	return h
 }

@@ -1,9 +1,8 @@
-package sidecar
+package config
 
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -25,13 +24,13 @@ import (
 type Reloader struct {
 	Sources  Sources
 	Log      *slog.Logger
-	Metrics  *Metrics
+	Metrics  Metrics
 	registry *retrypolicy.Registry
 	quotas   *quotaClients
 
 	current atomic.Pointer[Config]
 	// api is the API watch's delivery of policies.json, nil while the watch
-	// does not run (SetAPI).
+	// does not run (setAPI).
 	api atomic.Pointer[delivery]
 
 	mu        sync.Mutex // serialises Reload
@@ -47,10 +46,10 @@ type Reloader struct {
 	watched map[string]bool
 }
 
-// SetAPI hands the Reloader the API watch's view of policies.json (data nil:
+// setAPI hands the Reloader the API watch's view of policies.json (data nil:
 // the ConfigMap does not exist), or with running false says the watch is not
 // running and the mounted file is followed alone. It reloads at once.
-func (r *Reloader) SetAPI(running bool, data []byte) error {
+func (r *Reloader) setAPI(running bool, data []byte) error {
 	if running {
 		r.api.Store(&delivery{source: SourceAPI, data: data})
 	} else {
@@ -60,22 +59,8 @@ func (r *Reloader) SetAPI(running bool, data []byte) error {
 }
 
 // NewReloader returns a Reloader with no configuration yet (not ready).
-func NewReloader(src Sources, log *slog.Logger, m *Metrics) *Reloader {
-	return &Reloader{Sources: src, Log: log, Metrics: m, registry: retrypolicy.NewRegistry(), quotas: newQuotaClients(log, m)}
-}
-
-// Route is the retryhttp.Transport route: the policy of the request's
-// authority in the configuration in force, or nil (pass through).
-func (r *Reloader) Route(req *http.Request) *retrypolicy.Policy { return r.policy(byURL, req) }
-
-// policy is req's policy, as rt names its upstream, in the configuration in
-// force, or nil.
-func (r *Reloader) policy(rt routing, req *http.Request) *retrypolicy.Policy {
-	c := r.current.Load()
-	if c == nil {
-		return nil
-	}
-	return rt.match(c.Set, req)
+func NewReloader(src Sources, log *slog.Logger, m Metrics) *Reloader {
+	return &Reloader{Sources: src, Log: log, Metrics: m, registry: &retrypolicy.Registry{}, quotas: newQuotaClients(log, m)}
 }
 
 // PolicyName is the RetryPolicy (namespace/name) of p in the configuration
@@ -86,21 +71,6 @@ func (r *Reloader) PolicyName(p *retrypolicy.Policy) string {
 		return ""
 	}
 	return c.policies[p.Name()]
-}
-
-// tlsUpstream is the TLS origination of the request's upstream, as rt names
-// it, in the configuration in force, or nil (one load: policy and origination
-// agree).
-func (r *Reloader) tlsUpstream(rt routing, req *http.Request) *tlsUpstream {
-	c := r.current.Load()
-	if c == nil || len(c.tls) == 0 {
-		return nil
-	}
-	p := rt.match(c.Set, req)
-	if p == nil {
-		return nil
-	}
-	return c.tls[p]
 }
 
 // EachLimits calls yield with the admission state of every upstream in force.
@@ -165,7 +135,7 @@ func (r *Reloader) Reload() error {
 			r.quotas.retain(c.Quotas)
 			r.failedKey, r.staleKey = "", ""
 			r.inForce = c.Revision
-			r.Metrics.configLoaded(c.Hash, c.Upstreams, c.Revision)
+			r.Metrics.ConfigLoaded(c.Hash, c.Upstreams, c.Revision)
 			r.Log.Info("configuration loaded", "hash", c.Hash, "revision", c.Revision, "source", c.Source, "upstreams", c.Upstreams)
 			return nil
 		}
@@ -176,7 +146,7 @@ func (r *Reloader) Reload() error {
 			r.quotas.retain(nil)
 		}
 	}
-	r.Metrics.reloadErrors.Inc()
+	r.Metrics.ConfigRefused()
 	kept := ""
 	if cur := r.current.Load(); cur != nil {
 		kept = cur.Hash
@@ -199,7 +169,7 @@ func (r *Reloader) refuseStale(file, api *delivery) {
 		return
 	}
 	r.staleKey = key
-	r.Metrics.configStale.WithLabelValues(d.source).Inc()
+	r.Metrics.ConfigStale(d.source)
 	r.Log.Info("older revision refused; the configuration in force stays", "source", d.source, "revision", rev, "in_force", r.inForce)
 }
 
@@ -240,12 +210,12 @@ func (r *Reloader) watchDir(dir string) {
 	}
 }
 
-// Watch reloads whenever a watched directory changes, debounced, and every
+// watch reloads whenever a watched directory changes, debounced, and every
 // resync as a safety net. It watches directories, not files: the kubelet
 // updates a ConfigMap or downward API volume by swapping the ..data symlink, and
 // editors save by rename, neither of which a watch on the file itself survives.
 // It returns when ctx ends.
-func (r *Reloader) Watch(ctx context.Context, debounce, resync time.Duration) error {
+func (r *Reloader) watch(ctx context.Context, debounce, resync time.Duration) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err

@@ -1,4 +1,10 @@
-package sidecar
+// Package config is the retry-sidecar's configuration: it reads the policy
+// sources (the mounted policies.json, --policy-file, the pod's labels, the
+// shared quotas' credentials), compiles them into a Config, keeps the one in
+// force in a Reloader, and follows the sources (file watches, and the API
+// watch of retry-policies; docs/fleet.md). Package sidecar serves requests
+// with what it loads.
+package config
 
 import (
 	"bufio"
@@ -49,8 +55,8 @@ type Config struct {
 	Upstreams []string
 	// Quotas are the names of the shared quotas they draw on.
 	Quotas []string
-	// tls holds the TLS origination of the policies that have one.
-	tls map[*retrypolicy.Policy]*tlsUpstream
+	// TLS holds the TLS origination of the policies that have one.
+	TLS map[*retrypolicy.Policy]*TLSUpstream
 	// policies names the RetryPolicy (namespace/name) of each upstream name.
 	policies map[string]string
 	// Revision is the policies.json revision in force (docs/fleet.md): never
@@ -172,8 +178,8 @@ func (r raw) key() string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Load reads, parses, validates, selects and compiles the configuration.
-func (s Sources) Load() (*Config, error) {
+// load reads, parses, validates, selects and compiles the configuration.
+func (s Sources) load() (*Config, error) {
 	r, err := s.read()
 	if err != nil {
 		return nil, err
@@ -210,7 +216,7 @@ func (r *raw) compile(s Sources, q *quotaClients) (*Config, error) {
 	}
 	var labels map[string]string
 	if r.hasLabels {
-		l, err := ParseLabels(r.labels)
+		l, err := parseLabels(r.labels)
 		if err != nil {
 			return nil, fmt.Errorf("--pod-labels %s: %w", s.PodLabels, err)
 		}
@@ -243,7 +249,7 @@ func (r *raw) compile(s Sources, q *quotaClients) (*Config, error) {
 	}
 	pb := r.policyBytes()
 	sum := sha256.Sum256(pb)
-	c := &Config{Set: set, Hash: policyset.Hash(pb), SHA256: hex.EncodeToString(sum[:]), key: r.key(), tls: origins,
+	c := &Config{Set: set, Hash: policyset.Hash(pb), SHA256: hex.EncodeToString(sum[:]), key: r.key(), TLS: origins,
 		Revision: r.revision, Source: r.source}
 	if c.Source == "" {
 		c.Source = SourcePolicyFile
@@ -280,7 +286,7 @@ func policyNames(selected []policyset.Policy) map[string]string {
 	return names
 }
 
-// ParseLabels reads a downward API labels file: one key="value" line per label,
+// parseLabels reads a downward API labels file: one key="value" line per label,
 // the value a Go-quoted string (what the kubelet writes). Blank lines are skipped.
 //
 //	app="checkout"
@@ -288,7 +294,7 @@ func policyNames(selected []policyset.Policy) map[string]string {
 //
 // An empty file is a pod without labels (a non-nil empty map), which is not the
 // same as no labels file at all (nil: every policy applies).
-func ParseLabels(data []byte) (map[string]string, error) {
+func parseLabels(data []byte) (map[string]string, error) {
 	out := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)

@@ -1,4 +1,4 @@
-package retrypolicy
+package ratelimitheader
 
 import (
 	"encoding/base64"

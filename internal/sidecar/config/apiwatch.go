@@ -1,4 +1,4 @@
-package sidecar
+package config
 
 import (
 	"context"
@@ -34,7 +34,7 @@ import (
 // token (docs/fleet.md). The kubelet refreshes a mounted ConfigMap only every
 // minute or so; the watch delivers an edit within a second.
 //
-// While the watch runs, every change goes to Reloader.SetAPI. When the API
+// While the watch runs, every change goes to Reloader.setAPI. When the API
 // server cannot be reached or refuses the token, the Reloader is told to follow
 // the mounted file alone; readiness is unaffected. Each change of that state
 // is one log line and the retry_sidecar_config_api_* metrics.
@@ -43,7 +43,7 @@ type APIWatch struct {
 	Namespace string
 	Reloader  *Reloader
 	Log       *slog.Logger
-	Metrics   *Metrics
+	Metrics   Metrics
 	// WatchTimeout bounds one watch request; the API server ends it then and the
 	// watch starts again where it stopped. Jittered by up to a quarter.
 	WatchTimeout time.Duration
@@ -93,9 +93,9 @@ type APICredentials struct {
 	Server string
 }
 
-// NewAPIWatch builds the REST client from the credentials. The client knows
+// newAPIWatch builds the REST client from the credentials. The client knows
 // only core/v1 ConfigMaps, so the sidecar carries no other API types.
-func NewAPIWatch(creds APICredentials, r *Reloader, log *slog.Logger, m *Metrics) (*APIWatch, error) {
+func newAPIWatch(creds APICredentials, r *Reloader, log *slog.Logger, m Metrics) (*APIWatch, error) {
 	server := creds.Server
 	if server == "" {
 		host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
@@ -339,7 +339,7 @@ func (w *APIWatch) deliver(cm *corev1.ConfigMap) {
 			data = []byte(v)
 		}
 	}
-	_ = w.Reloader.SetAPI(true, data)
+	_ = w.Reloader.setAPI(true, data)
 }
 
 func (w *APIWatch) up() {
@@ -347,19 +347,41 @@ func (w *APIWatch) up() {
 		return
 	}
 	w.state = apiWatchUp
-	w.Metrics.apiUp.Set(1)
+	w.Metrics.APIWatchUp(true)
 	w.Log.Info("following retry-policies through the API server", "namespace", w.Namespace)
 }
 
 // down switches to the mounted file alone; logged and counted once per reason.
 func (w *APIWatch) down(err error) {
 	reason := fallbackReason(err)
-	_ = w.Reloader.SetAPI(false, nil)
+	_ = w.Reloader.setAPI(false, nil)
 	if w.state == reason {
 		return
 	}
 	w.state = reason
-	w.Metrics.apiUp.Set(0)
-	w.Metrics.apiFallbacks.WithLabelValues(string(reason)).Inc()
+	w.Metrics.APIWatchUp(false)
+	w.Metrics.APIWatchFallback(string(reason))
 	w.Log.Warn("API server watch of retry-policies unavailable; following the mounted file", "reason", string(reason), "error", err.Error())
+}
+
+// WatchSources follows the policy sources of r until ctx ends: the mounted
+// files (watch, debounced, with a resync as a safety net) and, with API
+// credentials (api.Dir set), retry-policies through the API server. The
+// watches run on goroutines of their own; it returns at once.
+func WatchSources(ctx context.Context, r *Reloader, api APICredentials, debounce, resync time.Duration) {
+	go func() {
+		if err := r.watch(ctx, debounce, resync); err != nil {
+			r.Log.Warn("file watching unavailable; relying on periodic resync", "error", err.Error())
+		}
+	}()
+	if api.Dir == "" {
+		return
+	}
+	aw, err := newAPIWatch(api, r, r.Log, r.Metrics)
+	if err != nil {
+		r.Metrics.APIWatchFallback(string(apiFallbackError))
+		r.Log.Warn("cannot watch retry-policies through the API server; following the mounted file", "reason", string(apiFallbackError), "error", err.Error())
+		return
+	}
+	go aw.Run(ctx)
 }

@@ -1,31 +1,42 @@
-package retrypolicy
+// Package ratelimitheader reads the rate-limit response headers (RateLimit
+// with RateLimit-Policy, RateLimit-Remaining/-Reset, X-RateLimit-Remaining/
+// -Reset) strictly and without allocating: the hint that quota-aware pacing
+// holds an upstream on (pacing.rateLimitHeaders, docs/pacing.md). Package
+// retryhttp is its one user.
+package ratelimitheader
 
 import (
 	"math"
 	"net/http"
 	"time"
+
+	"github.com/retrydev/retry-operator/internal/httpdate"
 )
 
-// RateLimitForm says which family of rate-limit response headers a hint came
+// maxDelay is what a reset too large to represent saturates to, the
+// retrypolicy.MaxDelay of a Retry-After: a valid huge wait, never an error.
+const maxDelay = time.Duration(math.MaxInt64)
+
+// Form says which family of rate-limit response headers a hint came
 // from; its String is the log value.
-type RateLimitForm uint8
+type Form uint8
 
 // The header families read when pacing.rateLimitHeaders is on, in the order they
-// are consulted (the first usable one wins; see ParseRateLimit).
+// are consulted (the first usable one wins; see Parse).
 const (
-	RateLimitNone       RateLimitForm = iota
-	RateLimitStructured               // RateLimit: "default";r=0;t=30 (+ RateLimit-Policy)
-	RateLimitSplit                    // RateLimit-Remaining: 0, RateLimit-Reset: 30
-	RateLimitX                        // X-RateLimit-Remaining: 0, X-RateLimit-Reset: 30 or 1767225600
+	FormNone       Form = iota
+	FormStructured      // RateLimit: "default";r=0;t=30 (+ RateLimit-Policy)
+	FormSplit           // RateLimit-Remaining: 0, RateLimit-Reset: 30
+	FormX               // X-RateLimit-Remaining: 0, X-RateLimit-Reset: 30 or 1767225600
 )
 
-func (f RateLimitForm) String() string {
+func (f Form) String() string {
 	switch f {
-	case RateLimitStructured:
+	case FormStructured:
 		return "ratelimit"
-	case RateLimitSplit:
+	case FormSplit:
 		return "ratelimit-remaining"
-	case RateLimitX:
+	case FormX:
 		return "x-ratelimit-remaining"
 	}
 	return "none"
@@ -36,12 +47,12 @@ func (f RateLimitForm) String() string {
 // seconds from receipt. No real window lasts 31 years, and no real epoch is older.
 const epochResetThreshold = 1_000_000_000
 
-// RateLimitHint is what a response said about the upstream's remaining quota.
+// Hint is what a response said about the upstream's remaining quota.
 // Only a hint with Remaining 0 and a reset in the future starts a hold (Hold).
-type RateLimitHint struct {
-	// Form is the header family the hint comes from, RateLimitNone if the
+type Hint struct {
+	// Form is the header family the hint comes from, FormNone if the
 	// response carried no usable rate-limit header.
-	Form RateLimitForm
+	Form Form
 	// Remaining is the smallest remaining quota announced, -1 if unknown.
 	Remaining int64
 	// Reset is the wait from receipt until the exhausted quota returns, if
@@ -56,8 +67,8 @@ type RateLimitHint struct {
 
 // Hold reports whether the hint asks to send nothing for Reset: Remaining 0
 // with a reset still in the future.
-func (h RateLimitHint) Hold() (time.Duration, bool) {
-	ok := h.Form != RateLimitNone && h.Remaining == 0 && h.HasReset && h.Reset > 0
+func (h Hint) Hold() (time.Duration, bool) {
+	ok := h.Form != FormNone && h.Remaining == 0 && h.HasReset && h.Reset > 0
 	return h.Reset, ok
 }
 
@@ -82,7 +93,7 @@ const (
 	reasonEmpty      = "empty"
 )
 
-// ParseRateLimit reads the rate-limit response headers of h, received at
+// Parse reads the rate-limit response headers of h, received at
 // `received` (wall time), strictly. It consults, in order, and uses the first
 // family that is present and well-formed:
 //
@@ -107,25 +118,25 @@ const (
 //
 // A malformed field is ignored (as if absent) and reported in Malformed/Reason;
 // the next family is still consulted. It does not allocate.
-func ParseRateLimit(h http.Header, received time.Time) RateLimitHint {
-	hint := RateLimitHint{Remaining: -1}
+func Parse(h http.Header, received time.Time) Hint {
+	hint := Hint{Remaining: -1}
 	if v := h[hdrRateLimit]; len(v) > 0 && structured(&hint, v, h) {
 		return hint
 	}
 	if rv, ok := h[hdrRateLimitRemaining]; ok {
-		if split(&hint, RateLimitSplit, hdrRateLimitRemaining, rv, hdrRateLimitReset, h[hdrRateLimitReset], received, h) {
+		if split(&hint, FormSplit, hdrRateLimitRemaining, rv, hdrRateLimitReset, h[hdrRateLimitReset], received, h) {
 			return hint
 		}
 	}
 	if rv, ok := h[hdrXRateLimitRemain]; ok {
-		split(&hint, RateLimitX, hdrXRateLimitRemain, rv, hdrXRateLimitReset, h[hdrXRateLimitReset], received, h)
+		split(&hint, FormX, hdrXRateLimitRemain, rv, hdrXRateLimitReset, h[hdrXRateLimitReset], received, h)
 	}
 	return hint
 }
 
 // structured reads the RateLimit field lines v (and RateLimit-Policy where
 // relevant) into hint; false if RateLimit is malformed or lists no policy.
-func structured(hint *RateLimitHint, v []string, h http.Header) bool {
+func structured(hint *Hint, v []string, h http.Header) bool {
 	var acc rlAcc
 	for _, line := range v {
 		if reason := acc.parseList(line); reason != "" {
@@ -144,7 +155,7 @@ func structured(hint *RateLimitHint, v []string, h http.Header) bool {
 			}
 		}
 	}
-	hint.Form, hint.Remaining = RateLimitStructured, acc.remaining
+	hint.Form, hint.Remaining = FormStructured, acc.remaining
 	if acc.hasReset {
 		hint.Reset, hint.HasReset = secondsSat(uint64(acc.reset)), true
 	}
@@ -153,7 +164,7 @@ func structured(hint *RateLimitHint, v []string, h http.Header) bool {
 
 // split reads a Remaining/Reset pair of fields into hint; false if the
 // remaining field is malformed (the next family is then consulted).
-func split(hint *RateLimitHint, form RateLimitForm, remName string, rem []string, resetName string, reset []string,
+func split(hint *Hint, form Form, remName string, rem []string, resetName string, reset []string,
 	received time.Time, h http.Header) bool {
 	n, reason := digitsField(rem)
 	if reason != "" {
@@ -182,7 +193,7 @@ func digitsField(v []string) (uint64, string) {
 	if len(v) != 1 {
 		return 0, reasonRepeated
 	}
-	s := trimOWS(v[0])
+	s := httpdate.TrimOWS(v[0])
 	if s == "" {
 		return 0, reasonEmpty
 	}
@@ -201,30 +212,30 @@ func digitsField(v []string) (uint64, string) {
 	return n, ""
 }
 
-// maxResetSeconds is where a reset saturates to MaxDelay.
+// maxResetSeconds is where a reset saturates to maxDelay.
 const maxResetSeconds = uint64(math.MaxInt64 / int64(time.Second))
 
-// secondsSat is n seconds, saturated at MaxDelay.
+// secondsSat is n seconds, saturated at maxDelay.
 func secondsSat(n uint64) time.Duration {
 	if n > maxResetSeconds {
-		return MaxDelay
+		return maxDelay
 	}
 	return time.Duration(n) * time.Second
 }
 
-// resetWait converts a reset value to a wait from receipt (see ParseRateLimit).
+// resetWait converts a reset value to a wait from receipt (see Parse).
 func resetWait(n uint64, received time.Time, h http.Header) time.Duration {
 	if n < epochResetThreshold {
 		return time.Duration(n) * time.Second
 	}
 	if n > maxResetSeconds {
-		return MaxDelay
+		return maxDelay
 	}
 	at := time.Unix(int64(n), 0)
-	wait := max(satSub(at, received), 0)
+	wait := max(at.Sub(received), 0)
 	if date := h["Date"]; len(date) > 0 {
-		if d, _, err := parseHTTPDate(date[0], received); err == nil {
-			wait = max(wait, satSub(at, d))
+		if d, _, reason := httpdate.Parse(date[0], received); reason == "" {
+			wait = max(wait, at.Sub(d))
 		}
 	}
 	return wait

@@ -1,4 +1,4 @@
-package sidecar
+package config
 
 import (
 	"maps"
@@ -18,7 +18,7 @@ func FuzzParseLabels(f *testing.F) {
 	f.Add([]byte("broken"))
 	f.Add([]byte("k=unquoted"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		labels, err := ParseLabels(data)
+		labels, err := parseLabels(data)
 		if err != nil {
 			return
 		}
@@ -26,7 +26,7 @@ func FuzzParseLabels(f *testing.F) {
 		for _, k := range slices.Sorted(maps.Keys(labels)) {
 			b.WriteString(k + "=" + strconv.Quote(labels[k]) + "\n")
 		}
-		again, err := ParseLabels([]byte(b.String()))
+		again, err := parseLabels([]byte(b.String()))
 		if err != nil || !maps.Equal(labels, again) {
 			t.Fatalf("round trip of %q: %v, %v (%v)", data, labels, again, err)
 		}

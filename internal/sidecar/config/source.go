@@ -1,4 +1,4 @@
-package sidecar
+package config
 
 import "github.com/retrydev/retry-operator/internal/policyset"
 

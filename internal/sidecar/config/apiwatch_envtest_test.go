@@ -1,4 +1,4 @@
-package sidecar
+package config_test
 
 import (
 	"context"
@@ -19,6 +19,8 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset/policysettest"
 	"github.com/retrydev/retry-operator/internal/polltest"
+	"github.com/retrydev/retry-operator/internal/sidecar"
+	"github.com/retrydev/retry-operator/internal/sidecar/config"
 	"github.com/retrydev/retry-operator/internal/testenv"
 )
 
@@ -38,7 +40,7 @@ func TestAPIWatchResumesWithoutListingAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName},
-		Data: map[string]string{v1alpha1.PoliciesConfigMapKey: policysettest.Rendered(t, policyYAML("a.example", ""), r1)}}
+		Data: map[string]string{v1alpha1.PoliciesConfigMapKey: policysettest.Rendered(t, policysettest.PolicyYAML("a.example", ""), r1)}}
 	cm, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -53,9 +55,9 @@ func TestAPIWatchResumesWithoutListingAgain(t *testing.T) {
 		}
 	})
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	m := NewMetrics()
-	reloader := NewReloader(Sources{}, log, m)
-	w := &APIWatch{Client: client, Namespace: ns, Reloader: reloader, Log: log, Metrics: m, WatchTimeout: time.Second}
+	m := sidecar.NewMetrics()
+	reloader := config.NewReloader(config.Sources{}, log, m)
+	w := &config.APIWatch{Client: client, Namespace: ns, Reloader: reloader, Log: log, Metrics: m, WatchTimeout: time.Second}
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(wctx) }()
@@ -67,7 +69,7 @@ func TestAPIWatchResumesWithoutListingAgain(t *testing.T) {
 	polltest.UntilTrue(t, 5*time.Second, revision(r1))
 	polltest.UntilTrue(t, 10*time.Second, func() bool { return watches.Load() >= 4 })
 
-	cm.Data[v1alpha1.PoliciesConfigMapKey] = policysettest.Rendered(t, policyYAML("a.example", ""), r2)
+	cm.Data[v1alpha1.PoliciesConfigMapKey] = policysettest.Rendered(t, policysettest.PolicyYAML("a.example", ""), r2)
 	if _, err := cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +77,8 @@ func TestAPIWatchResumesWithoutListingAgain(t *testing.T) {
 	if n := lists.Load(); n != 1 {
 		t.Errorf("%d lists of retry-policies over %d watches, want 1", n, watches.Load())
 	}
-	if c := reloader.Current(); c.Source != SourceAPI {
-		t.Errorf("configuration from %q, want %q", c.Source, SourceAPI)
+	if c := reloader.Current(); c.Source != config.SourceAPI {
+		t.Errorf("configuration from %q, want %q", c.Source, config.SourceAPI)
 	}
 }
 

@@ -1,4 +1,4 @@
-package sidecar
+package config
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ import (
 type quotaClients struct {
 	pod     string
 	log     *slog.Logger
-	metrics *Metrics
+	metrics Metrics
 
 	mu sync.Mutex
 	m  map[string]*quotaClient
@@ -37,7 +37,7 @@ type quotaClient struct {
 	store  *redisstore.Store
 }
 
-func newQuotaClients(log *slog.Logger, m *Metrics) *quotaClients {
+func newQuotaClients(log *slog.Logger, m Metrics) *quotaClients {
 	host, _ := os.Hostname() // the pod's name in a cluster
 	return &quotaClients{pod: host + "/" + strconv.Itoa(os.Getpid()), log: log, metrics: m, m: map[string]*quotaClient{}}
 }
@@ -99,9 +99,9 @@ func (q *quotaClients) client(pq policyset.Quota, credentialsFile string) (*quot
 	}
 	store := redisstore.New(redisstore.Options{Address: pq.Store.Redis.Address, Username: creds.Username,
 		Password: creds.Password, KeyPrefix: v1alpha1.QuotaKeys})
-	c := quota.New(spec, store, clock.Real{}, q.pod, q.log, q.metrics.quotaObserver())
+	c := quota.New(spec, store, clock.Real{}, q.pod, q.log, q.metrics.QuotaObserver())
 	q.m[pq.Name] = &quotaClient{key: key, creds: creds, client: c, store: store}
-	q.metrics.watchQuota(c)
+	q.metrics.WatchQuota(c)
 	_ = c.Start() // a store lost at start is reported by the client's state
 	return c, nil
 }
@@ -122,12 +122,8 @@ func (q *quotaClients) retain(names []string) {
 		if !keep[name] {
 			c.client.Close()
 			c.store.Close()
-			q.metrics.unwatchQuota(c.client)
+			q.metrics.UnwatchQuota(c.client)
 			delete(q.m, name)
 		}
 	}
 }
-
-// quotaLeaseBuckets: a lease operation on loopback takes ~100 µs; the store
-// timeout is quota.StoreTimeout.
-var quotaLeaseBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25}
