@@ -177,13 +177,32 @@ func (s *sidecar) metrics() ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
-// metric is the value of one series (name with labels, exactly as exposed)
-// on the sidecar's /metrics; ok is false if it is absent or unreadable.
-func (s *sidecar) metric(series string) (float64, bool) {
-	body, err := s.metrics()
-	if err != nil {
-		return 0, false
+// scrapeConcurrency is how many sidecars' /metrics are read at once: all
+// 50 at once stalled the fleet for seconds on 2 CPUs (arrivals at the
+// upstream fell to 60 % for 6 s after the start of a measured run).
+const scrapeConcurrency = 4
+
+// scrape reads every sidecar's /metrics, a few at a time, and returns the
+// bodies (nil where unreadable) with the middle of the time the reads took.
+func scrape(fleet []*sidecar) ([][]byte, time.Time) {
+	t0 := time.Now()
+	bodies := make([][]byte, len(fleet))
+	sem := make(chan struct{}, scrapeConcurrency)
+	var wg sync.WaitGroup
+	for i, s := range fleet {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			bodies[i], _ = s.metrics()
+		})
 	}
+	wg.Wait()
+	return bodies, t0.Add(time.Since(t0) / 2)
+}
+
+// value is one series (name with labels, exactly as exposed) in a /metrics
+// body; ok is false if it is absent.
+func value(body []byte, series string) (float64, bool) {
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -195,14 +214,12 @@ func (s *sidecar) metric(series string) (float64, bool) {
 	return 0, false
 }
 
-// values reads series on every sidecar at once (0 where absent).
-func values(ss []*sidecar, series string) []float64 {
-	vals := make([]float64, len(ss))
-	var wg sync.WaitGroup
-	for i, s := range ss {
-		wg.Go(func() { vals[i], _ = s.metric(series) })
+// values is series in each body (0 where absent).
+func values(bodies [][]byte, series string) []float64 {
+	vals := make([]float64, len(bodies))
+	for i, b := range bodies {
+		vals[i], _ = value(b, series)
 	}
-	wg.Wait()
 	return vals
 }
 

@@ -294,9 +294,8 @@ func (e *env) run(sc scenario) (result, error) {
 		load(i, s, begin)
 	}
 	time.Sleep(time.Until(start))
-	ops0, at0 := readAt(fleet, opsSeries)
+	before, at0 := scrape(fleet)
 	cpu0 := fleetCPU(fleet)
-	waits0 := [2]waits{waitCounts(fleet, "partner-"+sc.name), waitCounts(fleet[:min(probePods, len(fleet))], "spare-"+sc.name)}
 	var later []func() string // notes of the growth or the outage, once the run is over
 	load0 := loadavg()
 	switch {
@@ -311,7 +310,6 @@ func (e *env) run(sc scenario) (result, error) {
 		joined := time.Since(start)
 		for i, s := range more {
 			load(sc.pods+i, s, time.Now())
-			ops0 = append(ops0, 0)
 		}
 		fleet = append(fleet, more...)
 		later = append(later, func() string {
@@ -347,10 +345,13 @@ func (e *env) run(sc scenario) (result, error) {
 		pw.Wait()
 	}
 	<-ctx.Done()
-	ops1, at1 := readAt(fleet, opsSeries)
+	after, at1 := scrape(fleet)
 	res.cpu = (fleetCPU(fleet) - cpu0).Seconds() / at1.Sub(at0).Seconds()
-	res.waits = [2]waits{waitCounts(fleet, "partner-"+sc.name).minus(waits0[0]),
-		waitCounts(fleet[:min(probePods, len(fleet))], "spare-"+sc.name).minus(waits0[1])}
+	probing := min(probePods, len(before))
+	res.waits = [2]waits{waitsOf(after, "partner-"+sc.name).minus(waitsOf(before, "partner-"+sc.name)),
+		waitsOf(after[:probing], "spare-"+sc.name).minus(waitsOf(before[:probing], "spare-"+sc.name))}
+	ops0, ops1 := values(before, opsSeries), values(after, opsSeries)
+	ops0 = append(ops0, make([]float64, len(ops1)-len(ops0))...) // the pods added at half time
 	window := at1.Sub(at0).Seconds()
 	if verbose {
 		dump(fleet, "partner-"+sc.name)
@@ -416,27 +417,20 @@ func failures(sc scenario, rec *recorder) []string {
 	return notes
 }
 
-// readAt reads series on every sidecar and returns the values with the
-// middle of the time the reads took (on a loaded machine, tens of ms).
-func readAt(fleet []*sidecar, series string) ([]float64, time.Time) {
-	t0 := time.Now()
-	v := values(fleet, series)
-	return v, t0.Add(time.Since(t0) / 2)
-}
-
 // waitAll waits until series is 1 on every sidecar and returns how long that
 // took, or -1 after limit.
 func waitAll(fleet []*sidecar, series string, limit time.Duration) time.Duration {
 	t0 := time.Now()
 	for time.Since(t0) < limit {
 		all := true
-		for _, v := range values(fleet, series) {
+		bodies, _ := scrape(fleet)
+		for _, v := range values(bodies, series) {
 			all = all && v == 1
 		}
 		if all {
 			return time.Since(t0)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 	return -1
 }

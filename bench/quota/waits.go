@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -15,38 +14,27 @@ import (
 // admissions that waited at most each bucket's bound, in seconds.
 type waits map[float64]float64
 
-// waitCounts reads quota q's histogram on every sidecar of fleet.
-func waitCounts(fleet []*sidecar, q string) waits {
+// waitsOf sums quota q's histogram over the /metrics bodies.
+func waitsOf(bodies [][]byte, q string) waits {
 	w := waits{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	prefix := `retry_sidecar_quota_admission_wait_seconds_bucket{`
-	for _, s := range fleet {
-		wg.Go(func() {
-			body, err := s.metrics()
-			if err != nil {
-				return
+	for _, body := range bodies {
+		sc := bufio.NewScanner(bytes.NewReader(body))
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			labels, ok := strings.CutPrefix(sc.Text(), prefix)
+			if !ok || !strings.Contains(labels, `quota="`+q+`"`) {
+				continue
 			}
-			sc := bufio.NewScanner(bytes.NewReader(body))
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				labels, ok := strings.CutPrefix(sc.Text(), prefix)
-				if !ok || !strings.Contains(labels, `quota="`+q+`"`) {
-					continue
-				}
-				le, ok := between(labels, `le="`, `"`)
-				_, v, _ := strings.Cut(labels, "} ")
-				bound, err1 := strconv.ParseFloat(le, 64)
-				n, err2 := strconv.ParseFloat(strings.TrimSpace(v), 64)
-				if ok && err1 == nil && err2 == nil {
-					mu.Lock()
-					w[bound] += n
-					mu.Unlock()
-				}
+			le, ok := between(labels, `le="`, `"`)
+			_, v, _ := strings.Cut(labels, "} ")
+			bound, err1 := strconv.ParseFloat(le, 64)
+			n, err2 := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if ok && err1 == nil && err2 == nil {
+				w[bound] += n
 			}
-		})
+		}
 	}
-	wg.Wait()
 	return w
 }
 
