@@ -177,9 +177,7 @@ func (s *sidecar) metrics() ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
-// scrapeConcurrency is how many sidecars' /metrics are read at once: all
-// 50 at once stalled the fleet for seconds on 2 CPUs (arrivals at the
-// upstream fell to 60 % for 6 s after the start of a measured run).
+// scrapeConcurrency is how many sidecars' /metrics are read at once.
 const scrapeConcurrency = 4
 
 // scrape reads every sidecar's /metrics, a few at a time, and returns the

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,4 +97,20 @@ func (w waits) String() string {
 		return "–"
 	}
 	return "≤ " + p50.String() + " / ≤ " + p99.String() + " (" + strconv.FormatFloat(100*w.onHand(), 'f', 2, 64) + " % on hand)"
+}
+
+// buckets is each bucket's own count (not cumulative), by bound, in order.
+func (w waits) buckets() string {
+	bounds := make([]float64, 0, len(w))
+	for b := range w {
+		bounds = append(bounds, b)
+	}
+	slices.Sort(bounds)
+	var b strings.Builder
+	prev := 0.0
+	for _, bound := range bounds {
+		fmt.Fprintf(&b, " %g: %.0f", bound, w[bound]-prev)
+		prev = w[bound]
+	}
+	return "[" + strings.TrimSpace(b.String()) + "]"
 }

@@ -18,8 +18,8 @@ import (
 // (they spend tokens on hand); a slower store only makes a lease late.
 const StoreTimeout = 250 * time.Millisecond
 
-// overdueWait is how long an attempt without a token waits while the step
-// that should bring the next tokens is overdue.
+// overdueWait is the least an attempt without a token waits while the step
+// that should bring the next tokens is overdue (TakeAt).
 const overdueWait = Interval / 4
 
 // ErrRefused marks a store error that retrying will not mend by itself: a
@@ -210,12 +210,16 @@ func (c *Client) TakeAt(now time.Time, waited time.Duration) (time.Duration, adm
 	// fires before the waiters').
 	//
 	// A step already overdue (a loaded machine runs timers late) has no
-	// known landing time: the waiters ask again in a quarter interval, not
-	// every round trip, or hundreds of them polling every millisecond take
-	// the CPU the late step needs (docs/performance.md#shared-quota).
+	// known landing time: the waiters ask again after as long as it is
+	// already late, a quarter interval at least and an interval at most.
+	// Polling every round trip, hundreds of them took the CPU the late step
+	// needed; every quarter interval, 50 sidecars on 2 CPUs, once a stall
+	// made their steps late, spent their CPU on waking waiters and did not
+	// recover (docs/performance.md#shared-quota): the later the steps, the
+	// less the waiters may poll.
 	wait := time.Duration(c.nextStep.Load() - now.UnixNano())
 	if wait < 0 {
-		return overdueWait, admission.QuotaWait
+		return min(max(-wait, overdueWait), Interval), admission.QuotaWait
 	}
 	if rtt := time.Duration(c.leaseRTT.Load()); rtt > 0 {
 		wait += rtt + time.Millisecond

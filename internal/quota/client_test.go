@@ -104,9 +104,10 @@ func (c stuckClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 }
 
 // Attempts waiting for a step that is overdue (a loaded machine runs timers
-// late) ask again in a quarter interval, not every millisecond: hundreds of
-// waiters polling would take the CPU the late step needs.
-func TestWaitersOfAnOverdueStepAskAgainInAQuarterInterval(t *testing.T) {
+// late) ask again after as long as the step is late, a quarter interval at
+// least and an interval at most, not every millisecond: hundreds of waiters
+// polling would take the CPU the late step needs.
+func TestWaitersOfAnOverdueStepAskAgainAsLateAsTheStep(t *testing.T) {
 	clk := clocktest.NewClock(t0)
 	c := New(Spec{Name: "q", RequestsPerSecond: 10, Burst: 1}, NewModel(clk), stuckClock{clk}, "a",
 		slog.New(slog.NewTextHandler(io.Discard, nil)), Observer{})
@@ -121,7 +122,9 @@ func TestWaitersOfAnOverdueStepAskAgainInAQuarterInterval(t *testing.T) {
 		want  time.Duration
 	}{
 		{"before the next step, until the step", 40 * time.Millisecond, Interval - 40*time.Millisecond},
-		{"once the step is overdue, a quarter interval", Interval + 30*time.Millisecond, Interval / 4},
+		{"a step 10 ms late, a quarter interval", Interval + 10*time.Millisecond, Interval / 4},
+		{"a step 60 ms late, 60 ms", Interval + 60*time.Millisecond, 60 * time.Millisecond},
+		{"a step 500 ms late, an interval", Interval + 500*time.Millisecond, Interval},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
