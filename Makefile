@@ -161,7 +161,7 @@ bench-controller: ## Manager scale benchmark: 1,000 RetryPolicies in 100 namespa
 	bench/controller/run.sh
 
 .PHONY: bench-quota
-bench-quota: ## Shared quota with N real retry-sidecar processes and a real redis-server: 10 and 50 pods, 10:1 skew, 1.2 R, growth, Redis stopped, vs the per-pod split (about 5 min; ARGS="-duration 60s -outage 30s" for the targets, about 9 min).
+bench-quota: ## Shared quota with N real retry-sidecar processes and a real redis-server: 10 and 50 pods, 10:1 skew, 1.2 R, growth, Redis stopped, vs the per-pod split (about 6 min; ARGS="-duration 60s -outage 30s" for the targets, about 10 min; nothing else running).
 	go run ./bench/quota $(ARGS)
 
 .PHONY: bench-sidecar
