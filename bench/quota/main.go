@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -364,6 +365,13 @@ func (e *env) run(sc scenario) (result, error) {
 	ops0 = append(ops0, make([]float64, len(ops1)-len(ops0))...) // the pods added at half time
 	window := at1.Sub(at0).Seconds()
 	if verbose {
+		slow := func(s sample) bool { return s.lat > 20*time.Millisecond }
+		probes := append(rec.samples(toSpare, -e.warmup, e.duration, slow), rec.samples(toDirect, -e.warmup, e.duration, slow)...)
+		slices.SortFunc(probes, func(a, b sample) int { return int(a.at - b.at) })
+		for _, s := range probes {
+			fmt.Fprintf(os.Stderr, "%s: a probe to %s sent at %s took %s (pod %d, status %d)\n", sc.name,
+				map[int]string{toSpare: "the spare quota", toDirect: "no quota"}[s.to], s.at.Round(time.Millisecond), s.lat.Round(time.Millisecond), s.pod, s.status)
+		}
 		dump(fleet, "partner-"+sc.name)
 		fmt.Fprintf(os.Stderr, "%s: arrivals per second at the upstream: %v\n", sc.name, e.partner.perSecond(e.duration))
 	}

@@ -108,7 +108,8 @@ type Client struct {
 type loopState struct {
 	demand      float64 // attempts per second here, smoothed
 	fleetDemand float64
-	pods        int // live pods at the last lease; 0 = never reached
+	leasedAt    float64 // the demand reported with the last lease that succeeded: part of fleetDemand
+	pods        int     // live pods at the last lease; 0 = never reached
 	lastStep    time.Time
 	gap, dev    time.Duration // between steps, smoothed, and its mean deviation: Horizon
 	lastOK      time.Time
@@ -419,7 +420,7 @@ func (c *Client) schedule(now time.Time, d time.Duration) {
 func (c *Client) apply(now time.Time, spec Spec, req LeaseRequest, r LeaseReply) {
 	c.tokens.Add(r.Granted)
 	c.leased.Add(uint64(r.Granted))
-	c.fleetDemand, c.pods, c.lastOK = r.FleetDemand, r.Pods, now
+	c.fleetDemand, c.leasedAt, c.pods, c.lastOK = r.FleetDemand, req.Demand, r.Pods, now
 	if !req.Hold.IsZero() {
 		c.wantHold.CompareAndSwap(req.Hold.UnixNano(), 0)
 	}
@@ -450,7 +451,12 @@ func (c *Client) lost(now time.Time, spec Spec, err error) {
 		s = StateRefused
 	}
 	if c.state == StateReachable || c.state == StateConnecting {
-		fb := FallbackFor(spec.OnStoreLoss, spec, c.demand, c.fleetDemand, c.pods)
+		// The share is of the demand the store summed into fleetDemand, not
+		// of the demand now, which counts again the attempts waiting since
+		// (each weighs more the longer it waits): the shares of a lost store
+		// would add up to more than the rate (a benchmark run admitted
+		// 114.6 % of it, docs/performance.md#shared-quota).
+		fb := FallbackFor(spec.OnStoreLoss, spec, c.leasedAt, c.fleetDemand, c.pods)
 		l := &fallbackLimiter{deny: fb.Deny}
 		if !fb.Deny {
 			l.lim = rate.NewLimiter(rate.Limit(fb.Rate), fb.Burst)

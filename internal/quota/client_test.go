@@ -185,3 +185,36 @@ func TestAnAttemptKickedAtAnIdleStepCountsInTheDemand(t *testing.T) {
 		t.Errorf("demand reported %g after an attempt, want more than 0", demand)
 	}
 }
+
+// A pod that loses the store admits the share of the demand it last
+// reported, the one the store summed into the fleet's: not its demand at
+// the failed lease, which counts its waiting attempts again (each weighs
+// more the longer it waits), so the shares of a lost store would add up to
+// more than the rate.
+func TestALostStoresShareIsTheDemandLastReported(t *testing.T) {
+	spec := Spec{Name: "q", RequestsPerSecond: 100, Burst: 10, OnStoreLoss: StoreLossLastShare}
+	clk, m, cs := newClients(t, spec, 2)
+	for range 200 { // 50/s each for 2 s: a share of 0.5 each
+		clk.Advance(10 * time.Millisecond)
+		cs[int(clk.Now().Sub(t0)/(10*time.Millisecond))%2].TakeAt(clk.Now(), 0)
+	}
+	m.SetDown(true)
+	cs[0].TakeAt(clk.Now(), 2*Interval)                       // two attempts that waited two intervals
+	cs[0].TakeAt(clk.Now(), 2*Interval)                       // weigh 5 each in the demand
+	clk.Advance(Interval)                                     // the failed lease
+	for now := clk.Now(); ; now = now.Add(time.Millisecond) { // what is on hand
+		clk.AdvanceTo(now)
+		if _, v := cs[0].TakeAt(now, 0); v != admission.QuotaGranted {
+			break
+		}
+	}
+	admitted := 0
+	for from := clk.Now(); clk.Now().Sub(from) < 2*time.Second; clk.Advance(time.Millisecond) {
+		if _, v := cs[0].TakeAt(clk.Now(), 0); v == admission.QuotaGranted {
+			admitted++
+		}
+	}
+	if admitted > 110 {
+		t.Errorf("admitted %d in 2 s with the store lost, want about 100 (its share 0.5 of 100/s)", admitted)
+	}
+}

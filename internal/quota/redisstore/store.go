@@ -64,9 +64,16 @@ func newClient(o Options) *redis.Client {
 		DialTimeout: quota.StoreTimeout, ReadTimeout: quota.StoreTimeout, WriteTimeout: quota.StoreTimeout,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1, // the next lease operation is the retry
-		PoolSize:              4,
-		DisableIdentity:       true, // no CLIENT SETINFO: the ACL user need not be allowed it
-		Protocol:              2,
+		// One dial per operation, for the same reason: go-redis dials up to
+		// 5 times 100 ms apart, so with the store gone every lease ran into
+		// StoreTimeout (250 ms) rather than failing at once, and attempts
+		// waiting for it waited an interval more for onStoreLoss to take
+		// over (docs/performance.md#shared-quota).
+		DialerRetries:      1,
+		DialerRetryTimeout: time.Millisecond,
+		PoolSize:           4,
+		DisableIdentity:    true, // no CLIENT SETINFO: the ACL user need not be allowed it
+		Protocol:           2,
 	})
 }
 

@@ -246,6 +246,27 @@ func TestStoreStoppedAndBack(t *testing.T) {
 	}
 }
 
+// A lease to a store that is gone fails at once (connection refused), not
+// after StoreTimeout: go-redis's own dial retries held every lease for the
+// whole 250 ms, and attempts waiting for the lease an interval more before
+// onStoreLoss took over.
+func TestALeaseToAStoppedStoreFailsAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv.Addr, "", "")
+	sp := quota.Spec{Name: "gone", RequestsPerSecond: 100, Burst: 10}
+	if _, err := leaseOnce(t, s, sp, quota.LeaseRequest{Pod: "p", Want: 1}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	for i := range 3 {
+		start := time.Now()
+		_, err := leaseOnce(t, s, sp, quota.LeaseRequest{Pod: "p", Want: 1})
+		if took := time.Since(start); err == nil || took > quota.StoreTimeout/2 {
+			t.Errorf("lease %d with the store stopped: %v after %s, want an error within %s", i, err, took, quota.StoreTimeout/2)
+		}
+	}
+}
+
 // While the fleet's demand is above the rate, a pod gets no more than its
 // own credit (quota.Entitlement) plus a token, or what the others' credits
 // leave: a quiet pod leasing often does not take the tokens a busy pod that
