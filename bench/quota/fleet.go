@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -163,18 +162,27 @@ func startSidecars(bin, dir, prefix string, n int, policy, creds string) ([]*sid
 
 // metrics is the body of the sidecar's /metrics.
 func (s *sidecar) metrics() ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	var b bytes.Buffer
+	err := s.get("/metrics", 5*time.Second, &b)
+	return b.Bytes(), err
+}
+
+// get copies the body of GET path on the sidecar's admin port to w, within
+// timeout.
+func (s *sidecar) get(path string, timeout time.Duration, w io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.admin+"/metrics", http.NoBody)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.admin+path, http.NoBody)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
-	return io.ReadAll(resp.Body)
+	_, err = io.Copy(w, resp.Body)
+	return err
 }
 
 // scrapeConcurrency is how many sidecars' /metrics are read at once.
@@ -201,10 +209,8 @@ func scrape(fleet []*sidecar) ([][]byte, time.Time) {
 // value is one series (name with labels, exactly as exposed) in a /metrics
 // body; ok is false if it is absent.
 func value(body []byte, series string) (float64, bool) {
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), series+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			return f, err == nil
 		}
@@ -225,25 +231,12 @@ func cpus() int { return runtime.NumCPU() }
 
 // profile writes a CPU profile of d of the sidecar to path.
 func (s *sidecar) profile(path string, d time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), d+10*time.Second)
-	defer cancel()
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.admin, int(d.Seconds()))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	return err
+	return s.get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), d+10*time.Second, f)
 }
 
 // fleetCPU is the CPU time the fleet's processes have used.

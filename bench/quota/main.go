@@ -60,7 +60,7 @@ func main() {
 	flag.Float64Var(&o.probe, "probe-rate", 100, "latency probes per second in all, to each of the spare-quota and the no-quota upstream")
 	flag.DurationVar(&maxWait, "max-wait", time.Second, "the requests' deadline: how long one may wait for a token before it is shed")
 	podCounts := flag.String("pods", "10,50", "fleet sizes of the steady scenarios (none: only the growth and the outage)")
-	flag.BoolVar(&verbose, "v", false, "print each sidecar's quota series and store-loss log lines at the end of each scenario")
+	flag.BoolVar(&verbose, "v", false, "print at the end of each scenario each sidecar's quota series, the wait histograms, the probes slower than 20 ms and the arrivals per second")
 	only := flag.Bool("steady-only", false, "run only the steady shared-quota scenarios (no per-pod split, growth or outage)")
 	cpuprofile := flag.String("cpuprofile", "", "write the load generator's CPU profile here")
 	flag.StringVar(&profileDir, "sidecar-profiles", "", "write 5 s CPU profiles of the busy sidecar and of one other, from the middle of each scenario, into this directory")
@@ -215,7 +215,7 @@ type result struct {
 	added, base      [2]time.Duration // p50, p99
 	opsMean, opsMax  float64
 	load             string
-	cpu              float64 // the sidecars' CPU time over the measured run's, in CPUs
+	cpu              float64 // the sidecars' CPU time over the warm-up's and the measured run's, in CPUs
 	notes            []string
 }
 
@@ -372,7 +372,7 @@ func (e *env) run(sc scenario) (result, error) {
 			fmt.Fprintf(os.Stderr, "%s: a probe to %s sent at %s took %s (pod %d, status %d)\n", sc.name,
 				map[int]string{toSpare: "the spare quota", toDirect: "no quota"}[s.to], s.at.Round(time.Millisecond), s.lat.Round(time.Millisecond), s.pod, s.status)
 		}
-		dump(fleet, "partner-"+sc.name)
+		dump(after, "partner-"+sc.name)
 		fmt.Fprintf(os.Stderr, "%s: arrivals per second at the upstream: %v\n", sc.name, e.partner.perSecond(e.duration))
 	}
 	res.load = load0 + " → " + loadavg()
@@ -461,17 +461,13 @@ func loadavg() string {
 	return strings.Fields(string(b))[0]
 }
 
-// dump prints each sidecar's series of quota q and its log's warnings.
-func dump(fleet []*sidecar, q string) {
-	for i, s := range fleet {
-		b, err := s.metrics()
-		if err != nil {
-			continue
-		}
+// dump prints each sidecar's series of quota q, from its /metrics body.
+func dump(bodies [][]byte, q string) {
+	for i, b := range bodies {
 		var keep []string
-		for _, l := range strings.Split(string(b), "\n") {
+		for l := range strings.Lines(string(b)) {
 			if strings.Contains(l, `quota="`+q+`"`) && !strings.Contains(l, "_bucket") {
-				keep = append(keep, strings.TrimPrefix(l, "retry_sidecar_quota_"))
+				keep = append(keep, strings.TrimPrefix(strings.TrimSuffix(l, "\n"), "retry_sidecar_quota_"))
 			}
 		}
 		fmt.Fprintf(os.Stderr, "sidecar %d: %s\n", i, strings.Join(keep, "  "))

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,10 +20,8 @@ func waitsOf(bodies [][]byte, q string) waits {
 	w := waits{}
 	prefix := `retry_sidecar_quota_admission_wait_seconds_bucket{`
 	for _, body := range bodies {
-		sc := bufio.NewScanner(bytes.NewReader(body))
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			labels, ok := strings.CutPrefix(sc.Text(), prefix)
+		for line := range strings.Lines(string(body)) {
+			labels, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), prefix)
 			if !ok || !strings.Contains(labels, `quota="`+q+`"`) {
 				continue
 			}
@@ -57,19 +55,20 @@ func (w waits) minus(earlier waits) waits {
 	return out
 }
 
+// bounds are the buckets' bounds in order, +Inf last.
+func (w waits) bounds() []float64 { return slices.Sorted(maps.Keys(w)) }
+
+// total is the number of admissions: the +Inf bucket's.
+func (w waits) total() float64 { return w[math.Inf(1)] }
+
 // quantile is the least bucket bound at or under which a fraction q of the
 // admissions waited, and false without admissions.
 func (w waits) quantile(q float64) (time.Duration, bool) {
-	bounds := make([]float64, 0, len(w))
-	for b := range w {
-		bounds = append(bounds, b)
-	}
-	slices.Sort(bounds)
-	if len(bounds) == 0 || w[bounds[len(bounds)-1]] == 0 {
+	total := w.total()
+	if total == 0 {
 		return 0, false
 	}
-	total := w[bounds[len(bounds)-1]] // +Inf
-	for _, b := range bounds {
+	for _, b := range w.bounds() {
 		if w[b] >= q*total {
 			return time.Duration(b * float64(time.Second)), true
 		}
@@ -79,14 +78,10 @@ func (w waits) quantile(q float64) (time.Duration, bool) {
 
 // onHand is the share of the admissions that found a token on hand (waited 0).
 func (w waits) onHand() float64 {
-	var total float64
-	for _, n := range w {
-		total = max(total, n) // the +Inf bucket holds them all
-	}
-	if total == 0 {
+	if w.total() == 0 {
 		return 0
 	}
-	return w[0] / total
+	return w[0] / w.total()
 }
 
 // String is "≤ p50 / ≤ p99 (on hand %)" of the admissions, "–" without any.
@@ -101,14 +96,9 @@ func (w waits) String() string {
 
 // buckets is each bucket's own count (not cumulative), by bound, in order.
 func (w waits) buckets() string {
-	bounds := make([]float64, 0, len(w))
-	for b := range w {
-		bounds = append(bounds, b)
-	}
-	slices.Sort(bounds)
 	var b strings.Builder
 	prev := 0.0
-	for _, bound := range bounds {
+	for _, bound := range w.bounds() {
 		fmt.Fprintf(&b, " %g: %.0f", bound, w[bound]-prev)
 		prev = w[bound]
 	}
