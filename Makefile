@@ -147,10 +147,10 @@ test-bench: ## Every benchmark once (-benchtime=1x): a benchmark is code, and on
 
 .PHONY: test-race
 test-race: ## The concurrent packages (decision core, sidecar, upstream client, app-side server, rehearsal scheduler) under the race detector.
-	go test -count=1 -race ./pkg/... ./internal/policyset/... ./internal/sidecar/... ./internal/h1client/... ./internal/h1server/... ./internal/retrysim/...
+	go test -count=1 -race ./pkg/... ./internal/policyset/... ./internal/sidecar/... ./internal/retrysim/...
 
 .PHONY: fuzz
-FUZZ_PACKAGES = ./pkg/retrypolicy ./internal/ratelimitheader ./internal/h1client ./internal/h1server ./internal/policyset ./internal/sidecar/config
+FUZZ_PACKAGES = ./pkg/retrypolicy ./internal/ratelimitheader ./internal/sidecar/h1client ./internal/sidecar/h1server ./internal/policyset ./internal/sidecar/config
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	@for p in $(FUZZ_PACKAGES); do for f in $$(go test -list '^Fuzz' $$p | grep ^Fuzz); do \
@@ -239,6 +239,10 @@ cluster-down: ## Stop the local cluster and remove everything it created.
 .PHONY: test-e2e
 test-e2e: build-images $(HELM) ## End-to-end suite on E2E_CLUSTER=local (default, started if needed; installed as README.md's "On your cluster" says) or kind, or on KUBECONFIG with E2E_CLUSTER=existing.
 	HELM="$(HELM)" hack/test-e2e.sh $(E2E_CLUSTER)
+
+.PHONY: test-chaos
+test-chaos: build-images $(HELM) ## Chaos run on the local cluster: 20 cycles of one fault each (API server restart, leader killed, sidecar killed, quota store restarted, a manager replica cut off, the certificate Secret deleted, a caBundle emptied) under traffic, the control plane's promises checked after each; prints the table (E2E_CHAOS_CYCLES).
+	E2E_CHAOS=1 E2E_RUN=TestChaos E2E_TIMEOUT=$${E2E_TIMEOUT:-25m} HELM="$(HELM)" hack/test-e2e.sh $(E2E_CLUSTER)
 
 .PHONY: test-e2e-chart
 test-e2e-chart: build-images $(HELM) ## The end-to-end suite with the operator installed from dist/chart instead of dist/install-selfsigned.yaml.

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/retrydev/retry-operator/internal/manifests"
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 )
 
 // overlays are the kustomizations users and scripts apply.

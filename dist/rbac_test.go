@@ -25,11 +25,10 @@ import (
 // rules have none (docs/operations.md, "RBAC").
 var grants = map[string]string{
 	// The manager (generated from the +kubebuilder:rbac markers).
-	"ClusterRole/retry-operator-manager-role: create,get,list,watch /configmaps":                                                  "",
-	"ClusterRole/retry-operator-manager-role: delete,patch /configmaps [retry-policies]":                                          "",
+	"ClusterRole/retry-operator-manager-role: create,get /configmaps":                                                             "",
+	"ClusterRole/retry-operator-manager-role: delete,list,patch,watch /configmaps [retry-policies]":                               "",
 	"ClusterRole/retry-operator-manager-role: get,list,watch /namespaces,pods":                                                    "",
-	"ClusterRole/retry-operator-manager-role: create /secrets":                                                                    "",
-	"ClusterRole/retry-operator-manager-role: delete,get,patch /secrets [retry-quota-credentials]":                                "",
+	"ClusterRole/retry-operator-manager-role: create authentication.k8s.io/tokenreviews":                                          "",
 	"ClusterRole/retry-operator-manager-role: create,patch events.k8s.io/events":                                                  "the event recorder patches the series count of an event it created; event names are generated",
 	"ClusterRole/retry-operator-manager-role: get,list,watch policy.retry.dev/retrypolicies,sharedquotas":                         "",
 	"ClusterRole/retry-operator-manager-role: get,patch policy.retry.dev/retrypolicies/status,sharedquotas/status":                "the controllers report the status of every RetryPolicy and SharedQuota, whatever its name",
@@ -37,17 +36,20 @@ var grants = map[string]string{
 	"ClusterRole/retry-operator-manager-role: create rbac.authorization.k8s.io/rolebindings":                                      "",
 	"ClusterRole/retry-operator-manager-role: delete,get,list,patch,watch rbac.authorization.k8s.io/rolebindings [retry-sidecar]": "",
 	// Leader election in the manager's namespace.
-	"Role/retry-operator-leader-election-role: create coordination.k8s.io/leases":                                        "",
-	"Role/retry-operator-leader-election-role: get,update coordination.k8s.io/leases [" + manager.LeaderElectionID + "]": "",
-	"Role/retry-operator-leader-election-role: create,patch /events":                                                     "the event recorder patches the count of an event it created; event names are generated",
+	"Role/retry-operator-leader-election-role: create coordination.k8s.io/leases":                                                   "",
+	"Role/retry-operator-leader-election-role: get,list,update,watch coordination.k8s.io/leases [" + manager.LeaderElectionID + "]": "",
+	"Role/retry-operator-leader-election-role: create,patch /events":                                                                "the event recorder patches the count of an event it created; event names are generated",
 	// The admin credentials of SharedQuota stores, read by name in the manager's namespace.
 	"Role/retry-operator-quota-admin-secret-role: get /secrets": "",
 	// Self-signed certificates (cert-controller).
 	"Role/retry-operator-cert-rotator: get,list,watch /secrets":                                                                                                      "",
+	"Role/retry-operator-cert-rotator: create /secrets":                                                                                                              "",
 	"Role/retry-operator-cert-rotator: update /secrets [retry-operator-webhook-server-cert]":                                                                         "",
 	"ClusterRole/retry-operator-cert-rotator: get,list,watch admissionregistration.k8s.io/mutatingwebhookconfigurations,validatingwebhookconfigurations":             "",
 	"ClusterRole/retry-operator-cert-rotator: update admissionregistration.k8s.io/mutatingwebhookconfigurations [retry-operator-mutating-webhook-configuration]":     "",
 	"ClusterRole/retry-operator-cert-rotator: update admissionregistration.k8s.io/validatingwebhookconfigurations [retry-operator-validating-webhook-configuration]": "",
+	// The startupapicheck hook's dry-run create of a probe policy (chart only).
+	"Role/retry-operator-startupapicheck: create policy.retry.dev/retrypolicies": "",
 	// Metrics: the manager authenticates and authorizes its scrapers.
 	"ClusterRole/retry-operator-metrics-auth-role: create authentication.k8s.io/tokenreviews":        "",
 	"ClusterRole/retry-operator-metrics-auth-role: create authorization.k8s.io/subjectaccessreviews": "",

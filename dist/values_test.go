@@ -26,6 +26,7 @@ var (
 	managerBinding = manifests.Key{Kind: "ClusterRoleBinding", Name: "retry-operator-manager-rolebinding"}
 	podMonitor     = manifests.Key{Kind: "PodMonitor", Namespace: releaseNamespace, Name: "retry-operator-sidecars"}
 	serviceMonitor = manifests.Key{Kind: "ServiceMonitor", Namespace: releaseNamespace, Name: "retry-operator-controller-manager-metrics-monitor"}
+	startupJob     = manifests.Key{Kind: "Job", Namespace: releaseNamespace, Name: "retry-operator-startupapicheck"}
 )
 
 const (
@@ -185,6 +186,19 @@ topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zon
 				{obj: serviceMonitor, path: "metadata.labels.release", want: "kube-prometheus"},
 				{obj: podMonitor, absent: true},
 			},
+		},
+		"the startupapicheck hook runs the manager image after install and upgrade, for startupapicheck.timeoutSeconds": {
+			values: "startupapicheck: {timeoutSeconds: 300}\nimage: {manager: {repository: registry.example/retry/manager, tag: v0.1.0}}",
+			expect: []expect{
+				{obj: startupJob, path: "metadata.annotations", want: "{helm.sh/hook: 'post-install,post-upgrade', helm.sh/hook-weight: '1', helm.sh/hook-delete-policy: 'before-hook-creation,hook-succeeded'}"},
+				{obj: startupJob, path: podSpec + ".containers.0.image", want: "registry.example/retry/manager:v0.1.0"},
+				{obj: startupJob, path: podSpec + ".containers.0.args", want: "--timeout=300s", contains: true},
+				{obj: startupJob, path: "spec.activeDeadlineSeconds", want: "330"},
+			},
+		},
+		"startupapicheck.enabled false renders no hook": {
+			values: "startupapicheck: {enabled: false}",
+			expect: []expect{{obj: startupJob, absent: true}},
 		},
 		"extraArgs, extraEnv and logLevel reach the manager container": {
 			values: "logLevel: debug\nextraArgs: [--sidecar-token-audience=retry]\nextraEnv: [{name: GOMEMLIMIT, value: 100MiB}]",

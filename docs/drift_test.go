@@ -20,7 +20,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/retrydev/retry-operator/internal/metricstest"
+	"github.com/retrydev/retry-operator/internal/testing/metricstest"
 )
 
 // page is one Markdown file: its text, and its text with fenced code blocks
@@ -196,7 +196,7 @@ var otherTools = map[string]string{
 	"--ignore-not-found": "kubectl delete", "--kubeconfig": "kubectl", "--context": "kubectl",
 	"--all": "kubectl delete", "--namespace": "kubectl, helm", "--set": "helm", "--reuse-values": "helm upgrade",
 	"--create-namespace": "helm install", "--wait": "helm install", "--image": "kubectl create deployment",
-	"--for": "kubectl wait", "--clusterrole": "kubectl create clusterrolebinding", "--group": "kubectl create clusterrolebinding", "--node": "hack/kube-binaries.sh", "--kubectl": "hack/kube-binaries.sh",
+	"--for": "kubectl wait", "--dry-run": "kubectl apply", "--clusterrole": "kubectl create clusterrolebinding", "--group": "kubectl create clusterrolebinding", "--node": "hack/kube-binaries.sh", "--kubectl": "hack/kube-binaries.sh",
 }
 
 func TestFlagsExist(t *testing.T) {
@@ -222,7 +222,7 @@ func ourFlags(t *testing.T) map[string]bool {
 	flags := map[string]bool{}
 	for _, args := range [][]string{
 		{"retry-sidecar", "-h"}, {"retry-sidecar", "redirect", "-h"}, {"retry-sidecar", "probe", "-h"},
-		{"manager", "-h"},
+		{"manager", "-h"}, {"manager", "startupapicheck", "-h"},
 		{"kubectl-retry", "simulate", "-h"}, {"kubectl-retry", "rehearse", "-h"},
 		{"kubectl-retry", "explain", "-h"}, {"kubectl-retry", "check", "-h"},
 	} {

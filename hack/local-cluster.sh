@@ -17,8 +17,9 @@
 #   hack/local-cluster.sh restart-apiserver          # SIGKILL kube-apiserver, start it again, wait until ready
 #   hack/local-cluster.sh stop-apiserver | start-apiserver   # the same in two steps
 #   hack/local-cluster.sh kill-container NS POD NAME # SIGKILL a pod's container through containerd (a crash)
+#   hack/local-cluster.sh cut-network NS POD SECONDS # drop every packet of the pod but loopback for SECONDS
 #
-# The last three are faults for the e2e suite (docs/operations.md, "What survives a fault").
+# The last four are faults for the e2e and chaos suites (docs/operations.md, "What survives a fault").
 #
 # State (PKI, etcd data, containerd root, kubelet root, PIDs, logs) lives in the
 # git-ignored .local-cluster/ (override: LOCAL_CLUSTER_DIR). `down` keeps the last
@@ -809,6 +810,30 @@ kill-container_cmd() {
   log "killed container $name of $ns/$pod (containerd id ${id:0:12})"
 }
 
+# cut-network NS POD SECONDS: every packet in or out of the pod's network
+# namespace but loopback is dropped for SECONDS (iptables, whose Debian
+# backend is nftables, run inside that namespace), then the rules go; the
+# pod's processes keep running, as on a node cut off from the network.
+cut-network_cmd() {
+  [[ $EUID -eq 0 ]] || die "must run as root"
+  (($# == 3)) || die "usage: hack/local-cluster.sh cut-network NAMESPACE POD SECONDS"
+  local ns="$1" pod="$2" secs="$3" id pid
+  id="$(kubectl_ -n "$ns" get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].containerID}')" ||
+    die "cannot read pod $ns/$pod"
+  id="${id#containerd://}"
+  [[ -n "$id" ]] || die "pod $ns/$pod has no running container"
+  pid="$(ctr_ tasks ls | awk -v id="$id" '$1 == id { print $2 }')"
+  [[ -n "$pid" ]] || die "no task for container ${id:0:12} of $ns/$pod"
+  local rules=(-m comment --comment retry-chaos -j DROP)
+  nsenter -t "$pid" -n iptables -I INPUT ! -i lo "${rules[@]}"
+  nsenter -t "$pid" -n iptables -I OUTPUT ! -o lo "${rules[@]}"
+  log "cut the network of $ns/$pod (pid $pid) for ${secs}s"
+  sleep "$secs"
+  nsenter -t "$pid" -n iptables -D INPUT ! -i lo "${rules[@]}"
+  nsenter -t "$pid" -n iptables -D OUTPUT ! -o lo "${rules[@]}"
+  log "restored the network of $ns/$pod"
+}
+
 status_cmd() {
   if ! cluster_exists; then
     echo "local cluster: not running (no $(rel "$STATE"))"
@@ -847,6 +872,7 @@ main() {
     registry) echo "$REGISTRY" ;;
     ctr) shift; alive containerd || die "containerd of the local cluster is not running"; ctr_ "$@" ;;
     kill-container) shift; kill-container_cmd "$@" ;;
+    cut-network) shift; cut-network_cmd "$@" ;;
     kubeconfig)
       [[ -f "$KUBECONFIG_OUT" ]] || log "WARNING: no local cluster is running; $KUBECONFIG_OUT does not exist yet"
       echo "$KUBECONFIG_OUT"

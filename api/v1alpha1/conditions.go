@@ -113,3 +113,16 @@ const (
 	// StoreReachable=False.
 	ReasonCredentialsNotFound ConditionReason = "CredentialsNotFound"
 )
+
+// Reasons of the events the leader records when something it keeps was broken
+// and is whole again (docs/operations.md#certificates): the event is on the
+// object repaired and says what was broken and for how long.
+const (
+	// EventReasonCertificateRepaired: the webhook certificate Secret was
+	// deleted, or lost its CA or certificate, and the leader wrote it back
+	// (a deleted one as it was, an emptied one with a new certificate).
+	EventReasonCertificateRepaired = "CertificateRepaired"
+	// EventReasonCABundleRepaired: a webhook configuration's caBundle was
+	// empty, and the leader wrote the Secret's CA in.
+	EventReasonCABundleRepaired = "CABundleRepaired"
+)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/rules"
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 )
 
 // constraintKeys are the OpenAPI keywords the kubebuilder markers write.
@@ -36,11 +36,13 @@ func TestCRDMarkersEqualRules(t *testing.T) {
 		"hosts maxItems":                         itoa(rules.MaxHosts),
 		"hosts[] maxLength":                      itoa(rules.MaxHostPatternLength),
 		"replayableMethods maxItems":             itoa(rules.MaxReplayableMethods),
-		"replayableMethods[] maxLength":          itoa(rules.MaxMethodTokenLength),
+		"replayableMethods[] maxLength":          itoa(rules.MaxGRPCMethodPatternLength),
 		"idempotencyKey.header minLength":        "1",
 		"idempotencyKey.header maxLength":        itoa(rules.MaxHeaderNameLength),
 		"retryOn.statusCodes maxItems":           itoa(len(rules.RetryableStatuses())),
 		"retryOn.statusCodes[] enum":             fmt.Sprint(rules.RetryableStatuses()),
+		"retryOn.grpcStatusCodes maxItems":       itoa(len(v1alpha1.GRPCStatusCodes())),
+		"retryOn.grpcStatusCodes[] enum":         fmt.Sprint(v1alpha1.GRPCStatusCodes()),
 		"backoff.jitter enum":                    fmt.Sprint(rules.Jitters()),
 		"tls.hostname minLength":                 "1",
 		"tls.hostname maxLength":                 itoa(rules.MaxDNSNameLength),
@@ -91,6 +93,28 @@ func TestCRDMarkersEqualRules(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestCRDReplayableMethodsRulesEqualRules pins the CEL rules of
+// replayableMethods that the schema's keywords cannot say to internal/rules:
+// the gRPC method grammar and the HTTP method token's length.
+func TestCRDReplayableMethodsRulesEqualRules(t *testing.T) {
+	crd := readCRD(t)
+	version := crd["spec"].(map[string]any)["versions"].([]any)[0].(map[string]any)
+	root := version["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)
+	methods := child(t, child(t, root, "spec", "upstreams")["items"].(map[string]any), "replayableMethods")
+	var got []string
+	for _, v := range methods["x-kubernetes-validations"].([]any) {
+		got = append(got, v.(map[string]any)["rule"].(string))
+	}
+	for _, want := range []string{
+		"m.matches('" + rules.GRPCMethodPattern + "')",
+		"size(m) <= " + itoa(rules.MaxMethodTokenLength),
+	} {
+		if !strings.Contains(strings.Join(got, "\n"), want) {
+			t.Errorf("no CEL rule of replayableMethods holds %s; the rules are %q", want, got)
+		}
+	}
+}
 
 // TestSharedQuotaCRDMarkersEqualRules pins every constraint of the SharedQuota
 // spec schema to the Go values ValidateSharedQuota applies.

@@ -117,14 +117,19 @@ type Upstream struct {
 	// +kubebuilder:default={}
 	RetryOn *RetryOn `json:"retryOn,omitempty"`
 
-	// replayableMethods are the methods whose requests may be sent again.
+	// replayableMethods are the methods whose requests may be sent again: HTTP
+	// method tokens (GET), and gRPC method patterns, /package.Service/Method or
+	// /package.Service/* (every method of the service): a gRPC call is
+	// replayable only when its method matches one.
 	// POST and PATCH are never replayable by method: use idempotencyKey instead.
 	// +optional
 	// +listType=set
 	// +kubebuilder:default={GET,HEAD,OPTIONS}
 	// +kubebuilder:validation:MaxItems=16
-	// +kubebuilder:validation:items:MaxLength=32
+	// +kubebuilder:validation:items:MaxLength=256
 	// +kubebuilder:validation:XValidation:rule="!self.exists(m, m == 'POST' || m == 'PATCH')",message="POST and PATCH are not replayable by method; set idempotencyKey.header so requests that carry the key are replayed",reason="FieldValueForbidden"
+	// +kubebuilder:validation:XValidation:rule="self.all(m, m.startsWith('/') || size(m) <= 32)",message="an HTTP method is at most 32 bytes",reason="FieldValueInvalid"
+	// +kubebuilder:validation:XValidation:rule="self.all(m, !m.startsWith('/') || m.matches('^/([A-Za-z_][A-Za-z0-9_]*[.])*[A-Za-z_][A-Za-z0-9_]*/([A-Za-z_][A-Za-z0-9_]*|[*])$'))",message="must be a gRPC method pattern, /package.Service/Method or /package.Service/* (protobuf identifiers: letters, digits and '_')",reason="FieldValueInvalid"
 	ReplayableMethods []string `json:"replayableMethods,omitzero"`
 
 	// idempotencyKey makes a request replayable whatever its method when it carries
@@ -268,6 +273,15 @@ type RetryOn struct {
 	// +kubebuilder:default={429,503}
 	// +kubebuilder:validation:MaxItems=7
 	StatusCodes []StatusCode `json:"statusCodes,omitzero"`
+
+	// grpcStatusCodes are the gRPC statuses retried, by canonical name
+	// (UNAVAILABLE, RESOURCE_EXHAUSTED, …; never OK), for gRPC methods that
+	// replayableMethods lists. Absent or empty: a gRPC call is retried only
+	// when its stream was refused unprocessed. See docs/grpc.md.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	GRPCStatusCodes []GRPCStatusCode `json:"grpcStatusCodes,omitempty"`
 
 	// connectFailure retries failures where the request provably never left
 	// (connection refused, DNS failure), for every method.

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 )
 
 // validUpstream is the base every invalid case mutates: alone it is accepted.
@@ -96,6 +96,32 @@ var invalidCases = map[string]struct {
 	},
 	"PATCH as a replayable method is rejected": {
 		upstream: "replayableMethods: [PATCH]", wantField: "spec.upstreams[0].replayableMethods", wantMessage: "POST and PATCH are not replayable", goAgrees: true,
+	},
+	"OK as a retried gRPC status is rejected with the allowed names": {
+		upstream: "retryOn: {grpcStatusCodes: [UNAVAILABLE, OK]}", wantField: "spec.upstreams[0].retryOn.grpcStatusCodes[1]",
+		wantMessage: `supported values: "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"`, goAgrees: true,
+	},
+	"a gRPC status in grpc-go's spelling is rejected": {
+		upstream: "retryOn: {grpcStatusCodes: [Unavailable]}", wantField: "spec.upstreams[0].retryOn.grpcStatusCodes[0]", wantMessage: `Unsupported value: "Unavailable"`, goAgrees: true,
+	},
+	"a gRPC status listed twice is rejected": {
+		upstream: "retryOn: {grpcStatusCodes: [UNAVAILABLE, ABORTED, UNAVAILABLE]}", wantField: "spec.upstreams[0].retryOn.grpcStatusCodes[2]", wantMessage: "Duplicate value", goAgrees: true,
+	},
+	"a gRPC method pattern with a wildcard service is rejected with the allowed shapes": {
+		upstream: "replayableMethods: [GET, /shop.v1.*/GetPayment]", wantField: "spec.upstreams[0].replayableMethods",
+		wantMessage: "must be a gRPC method pattern, /package.Service/Method or /package.Service/*", goAgrees: true,
+	},
+	"a gRPC method pattern without a method is rejected": {
+		upstream: "replayableMethods: [/shop.v1.Payments]", wantField: "spec.upstreams[0].replayableMethods",
+		wantMessage: "must be a gRPC method pattern", goAgrees: true,
+	},
+	"a 33-byte HTTP method is rejected": {
+		upstream: "replayableMethods: [ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG]", wantField: "spec.upstreams[0].replayableMethods",
+		wantMessage: "an HTTP method is at most 32 bytes", goAgrees: true,
+	},
+	"a 257-byte gRPC method pattern is rejected": {
+		upstream: "replayableMethods: [/" + strings.Repeat("a", 252) + ".S/M]", wantField: "spec.upstreams[0].replayableMethods[0]",
+		wantMessage: "may not be more than 256 bytes", goAgrees: true,
 	},
 	"a negative maxReplayBodyBytes is rejected": {
 		upstream: "maxReplayBodyBytes: -1", wantField: "spec.upstreams[0].maxReplayBodyBytes", wantMessage: "should be greater than or equal to 0", goAgrees: true,
@@ -213,6 +239,8 @@ func TestAPIServerDefaultsMatchGoDefaults(t *testing.T) {
 			"pacing: {rateLimitHeaders: true}"),
 		"a policy that retries no status and replays no method by method keeps both lists empty": buildPolicy(t, ns, "empty-lists", "",
 			"retryOn: {statusCodes: []}\nreplayableMethods: []\nidempotencyKey: {header: Idempotency-Key}"),
+		"a policy with gRPC status codes and method patterns is accepted as written": buildPolicy(t, ns, "grpc", "",
+			"retryOn: {grpcStatusCodes: [UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED]}\nreplayableMethods: [GET, /shop.v1.Payments/GetPayment, /shop.v1.Catalogue/*, /Greeter/SayHello, /"+strings.Repeat("a", 251)+".S/M]"),
 		"a policy with tls: {} is accepted as written (System roots, request host and port)": buildPolicy(t, ns, "tls-empty", "", "tls: {}"),
 		"a policy with every tls field is accepted": buildPolicy(t, ns, "tls-full", "",
 			"tls: {hostname: api.partner.example, port: 8443, caCertificateRefs: [{name: partner-ca}, {name: partner-ca-next}]}"),

@@ -114,19 +114,21 @@ type QuotaStore struct {
 	Redis RedisStore `json:"redis"`
 }
 
-// RedisStore names a Redis server and the admin credentials the manager uses to
-// create a Redis ACL user per consuming namespace (docs/quota.md#credentials).
+// RedisStore names a Redis server and the admin credentials the manager
+// reaches it with. The manager alone does: the sidecars lease through its
+// lease endpoint and hold no credential of the store (docs/quota.md#trust).
 type RedisStore struct {
-	// address is host:port of the server, as the sidecars reach it.
+	// address is host:port of the server, as the manager reaches it.
 	// +required
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=261
 	Address string `json:"address"`
 
 	// credentialsSecretRef names a Secret in the manager's namespace with the
-	// keys username (optional, default "default") and password of a Redis user
-	// allowed to manage ACL users. Absent: the server needs no password, and
-	// sidecars connect without one.
+	// keys username (optional, default "default") and password of the Redis
+	// user the manager leases with (and deletes the per-namespace users of
+	// earlier releases with, when it may). Absent: the server needs no
+	// password.
 	// +optional
 	CredentialsSecretRef *SecretRef `json:"credentialsSecretRef,omitempty"`
 }

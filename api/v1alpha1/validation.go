@@ -185,7 +185,7 @@ func appendProblem(errs field.ErrorList, path *field.Path, d *Duration, problem 
 	return append(errs, field.Invalid(path, string(*d), problem))
 }
 
-// validateRetryOn: the statuses retried.
+// validateRetryOn: the HTTP and gRPC statuses retried.
 func validateRetryOn(u *Upstream, p *field.Path) field.ErrorList {
 	if u.RetryOn == nil {
 		return nil
@@ -205,6 +205,25 @@ func validateRetryOn(u *Upstream, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Duplicate(rp.Index(i), c))
 		}
 		seen[c] = true
+	}
+	return append(errs, validateGRPCStatusCodes(u.RetryOn.GRPCStatusCodes, p.Child("retryOn", "grpcStatusCodes"))...)
+}
+
+// validateGRPCStatusCodes: canonical names of GRPCStatusCodes, each once.
+func validateGRPCStatusCodes(codes []GRPCStatusCode, gp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(codes) > len(grpcStatusCodes) {
+		errs = append(errs, field.TooMany(gp, len(codes), len(grpcStatusCodes)))
+	}
+	seen := sets.New[GRPCStatusCode]()
+	for i, c := range codes {
+		if _, ok := c.Number(); !ok {
+			errs = append(errs, field.NotSupported(gp.Index(i), c, GRPCStatusCodes()))
+		}
+		if seen.Has(c) {
+			errs = append(errs, field.Duplicate(gp.Index(i), c))
+		}
+		seen.Insert(c)
 	}
 	return errs
 }
@@ -295,6 +314,19 @@ const MaxCACertificateRefs = 8
 
 // CACertificateKey is the ConfigMap key a tls.caCertificateRefs entry is read from.
 const CACertificateKey = "ca.crt"
+
+// Sizes of the CA certificates tls.caCertificateRefs name (docs/tls.md). Every
+// bundle is rendered into the namespace's retry-policies ConfigMap, which the
+// API server keeps under 1 MiB, and the manager holds them while it renders.
+const (
+	// MaxCACertificateBytes bounds one ConfigMap's ca.crt: 256 KiB, about 190
+	// certificates, more than a public root store.
+	MaxCACertificateBytes = 256 << 10
+	// MaxNamespaceCABytes bounds the CA bundles of all policies of a
+	// namespace together, counted as rendered (once per upstream that names
+	// them), the older policies first.
+	MaxNamespaceCABytes = 1 << 20
+)
 
 // ValidateTLS checks an upstream's tls at path p (spec.upstreams[i].tls).
 // Validate applies it, and so does the sidecar to a rendered upstream.

@@ -80,7 +80,45 @@ func TestValidateRulesBeyondCEL(t *testing.T) {
 		},
 		"a method that is not a token is rejected": {
 			mutate: func(p *RetryPolicy) { p.Spec.Upstreams[0].ReplayableMethods = []string{"GET /"} },
-			want:   `spec.upstreams[0].replayableMethods[0]: Invalid value: "GET /": must be an HTTP method token such as GET, HEAD, OPTIONS, PUT or DELETE`,
+			want:   `spec.upstreams[0].replayableMethods[0]: Invalid value: "GET /": must be an HTTP method token such as GET, HEAD, OPTIONS, PUT or DELETE, or a gRPC method pattern such as /package.Service/Method`,
+		},
+		"gRPC method patterns beside HTTP methods are valid": {
+			mutate: func(p *RetryPolicy) {
+				p.Spec.Upstreams[0].ReplayableMethods = []string{"GET", "/shop.v1.Payments/GetPayment", "/shop.v1.Catalogue/*", "/Greeter/SayHello"}
+			},
+		},
+		"a gRPC method pattern with a wildcard service is rejected with the allowed shapes": {
+			mutate: func(p *RetryPolicy) { p.Spec.Upstreams[0].ReplayableMethods = []string{"GET", "/shop.v1.*/Get"} },
+			want:   `spec.upstreams[0].replayableMethods[1]: Invalid value: "/shop.v1.*/Get": must be a gRPC method pattern, /package.Service/Method or /package.Service/* (protobuf identifiers: letters, digits and '_')`,
+		},
+		"a gRPC method pattern without a method is rejected": {
+			mutate: func(p *RetryPolicy) { p.Spec.Upstreams[0].ReplayableMethods = []string{"/shop.v1.Payments"} },
+			want:   `spec.upstreams[0].replayableMethods[0]: Invalid value: "/shop.v1.Payments": must be a gRPC method pattern, /package.Service/Method or /package.Service/* (protobuf identifiers: letters, digits and '_')`,
+		},
+		"a gRPC method listed twice is rejected": {
+			mutate: func(p *RetryPolicy) {
+				p.Spec.Upstreams[0].ReplayableMethods = []string{"/shop.v1.Payments/*", "/shop.v1.Payments/*"}
+			},
+			want: `spec.upstreams[0].replayableMethods[1]: Duplicate value: "/shop.v1.Payments/*"`,
+		},
+		"every gRPC status code but OK is valid": {
+			mutate: func(p *RetryPolicy) { p.Spec.Upstreams[0].RetryOn.GRPCStatusCodes = GRPCStatusCodes() },
+		},
+		"OK as a retried gRPC status is rejected with the allowed names": {
+			mutate: func(p *RetryPolicy) {
+				p.Spec.Upstreams[0].RetryOn.GRPCStatusCodes = []GRPCStatusCode{GRPCUnavailable, "OK"}
+			},
+			want: `spec.upstreams[0].retryOn.grpcStatusCodes[1]: Unsupported value: "OK": supported values: "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"`,
+		},
+		"a gRPC status in grpc-go's spelling is rejected": {
+			mutate: func(p *RetryPolicy) { p.Spec.Upstreams[0].RetryOn.GRPCStatusCodes = []GRPCStatusCode{"Unavailable"} },
+			want:   `spec.upstreams[0].retryOn.grpcStatusCodes[0]: Unsupported value: "Unavailable": supported values: "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"`,
+		},
+		"a gRPC status listed twice is rejected": {
+			mutate: func(p *RetryPolicy) {
+				p.Spec.Upstreams[0].RetryOn.GRPCStatusCodes = []GRPCStatusCode{GRPCUnavailable, GRPCAborted, GRPCUnavailable}
+			},
+			want: `spec.upstreams[0].retryOn.grpcStatusCodes[2]: Duplicate value: "UNAVAILABLE"`,
 		},
 		"an invalid pod selector is rejected": {
 			mutate: func(p *RetryPolicy) {
@@ -129,5 +167,40 @@ func TestValidateRulesBeyondCEL(t *testing.T) {
 				t.Errorf("first error\n got: %s\nwant: %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// The names of the gRPC status codes are their numbers on the wire, in order.
+func TestGRPCStatusCodeNumbers(t *testing.T) {
+	tests := map[string]struct {
+		name   GRPCStatusCode
+		number uint32
+		ok     bool
+	}{
+		"CANCELLED is 1":            {GRPCCancelled, 1, true},
+		"DEADLINE_EXCEEDED is 4":    {GRPCDeadlineExceeded, 4, true},
+		"RESOURCE_EXHAUSTED is 8":   {GRPCResourceExhausted, 8, true},
+		"ABORTED is 10":             {GRPCAborted, 10, true},
+		"INTERNAL is 13":            {GRPCInternal, 13, true},
+		"UNAVAILABLE is 14":         {GRPCUnavailable, 14, true},
+		"UNAUTHENTICATED is 16":     {GRPCUnauthenticated, 16, true},
+		"OK has no number here":     {"OK", 0, false},
+		"a lower-case name is none": {"unavailable", 0, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n, ok := tc.name.Number()
+			if n != tc.number || ok != tc.ok {
+				t.Fatalf("Number() = %d, %v; want %d, %v", n, ok, tc.number, tc.ok)
+			}
+			if ok && GRPCStatusCodeOf(n) != tc.name {
+				t.Errorf("GRPCStatusCodeOf(%d) = %q, want %q", n, GRPCStatusCodeOf(n), tc.name)
+			}
+		})
+	}
+	for _, n := range []uint32{0, 17, 1 << 31} {
+		if got := GRPCStatusCodeOf(n); got != "" {
+			t.Errorf("GRPCStatusCodeOf(%d) = %q, want none", n, got)
+		}
 	}
 }

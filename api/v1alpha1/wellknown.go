@@ -74,6 +74,7 @@ const (
 	PodOptInInjectWebhookName          = "pod-inject.retry.dev"
 	ValidateWebhookName                = "validate.retrypolicy.retry.dev"
 	ValidateQuotaWebhookName           = "validate.sharedquota.retry.dev"
+	GuardWebhookName                   = "guard.retry.dev"
 )
 
 // ExcludedNamespaces are the namespaces whose pods are never injected, with
@@ -106,39 +107,51 @@ const (
 	PoliciesConfigMapKey = "policies.json"
 )
 
-// SharedQuota: what the manager creates for each consuming namespace and
-// mounts into its sidecars, and the keys the sidecars use in the store
-// (docs/quota.md#credentials).
+// SharedQuota: the keys of a quota in its store, and what earlier releases
+// created there.
 const (
-	// QuotaCredentialsSecretName is the Secret the manager writes into every
-	// namespace that may draw on a SharedQuota: the Redis ACL user of that
-	// namespace, key QuotaCredentialsSecretKey.
-	QuotaCredentialsSecretName = "retry-quota-credentials"
-	// QuotaCredentialsSecretKey holds a "username: <name>" and a
-	// "password: <secret>" line, the format of the sidecar's
-	// --quota-credentials-file (policyset.ParseCredentials).
-	QuotaCredentialsSecretKey = "credentials"
-	// QuotaCredentialsDir is where the injector mounts the Secret, into the
-	// retry-sidecar container only; QuotaCredentialsPath is the file.
-	QuotaCredentialsDir  = "/var/run/retry.dev/quota"
-	QuotaCredentialsPath = QuotaCredentialsDir + "/" + QuotaCredentialsSecretKey
-	// QuotaUserPrefix + namespace is the Redis ACL user of a namespace.
-	QuotaUserPrefix = "retry-operator:ns:"
 	// QuotaKeyPrefix + quota name + QuotaKeySuffix starts every store key of a
 	// quota (QuotaKeys). The braces are a Redis Cluster hash tag: all keys of
 	// one quota live in one slot, so one script can touch them all.
 	QuotaKeyPrefix = "retry:quota:{"
 	QuotaKeySuffix = "}:"
+	// LegacyQuotaUserPrefix + namespace is the Redis ACL user earlier releases
+	// created for a consuming namespace (its password in the Secret
+	// LegacyQuotaCredentialsSecretName of the namespace). The manager deletes
+	// such users from every store it manages (docs/operations.md#upgrade).
+	LegacyQuotaUserPrefix            = "retry-operator:ns:"
+	LegacyQuotaCredentialsSecretName = "retry-quota-credentials"
 )
 
 // QuotaKeys is the prefix of every store key of the SharedQuota name, for
-// example "retry:quota:{partner-payments}:". A namespace's ACL user may touch
-// the keys QuotaKeys(q)+"*" of the quotas q it may use, and no others.
+// example "retry:quota:{partner-payments}:".
 func QuotaKeys(name string) string {
 	return QuotaKeyPrefix + name + QuotaKeySuffix
 }
 
-// QuotaUser is the Redis ACL user of the namespace's sidecars.
-func QuotaUser(namespace string) string {
-	return QuotaUserPrefix + namespace
+// SharedQuota: how a sidecar draws on a quota through the manager's lease
+// endpoint (docs/quota.md#trust). The sidecar holds no store credential: it
+// presents a projected service-account token of its pod, bound to
+// QuotaTokenAudience, which the endpoint verifies with a TokenReview.
+const (
+	// QuotaTokenAudience is the audience of that token; the endpoint accepts
+	// no other, and the API server accepts it for nothing else.
+	QuotaTokenAudience = "quota.retry.dev"
+	// QuotaTokenDir is where the injector mounts the token, into the
+	// retry-sidecar container only, as the file QuotaTokenFile
+	// (QuotaTokenPath), which the kubelet replaces before the token expires.
+	QuotaTokenDir  = "/var/run/secrets/retry.dev/quota"
+	QuotaTokenFile = "token"
+	QuotaTokenPath = QuotaTokenDir + "/" + QuotaTokenFile
+	// QuotaTokenSeconds is the token's lifetime as the injector asks for it.
+	QuotaTokenSeconds = 3600
+	// QuotaLeasePort is the port of the lease endpoint on every manager
+	// replica (--quota-lease-bind-address) and on the webhook Service.
+	QuotaLeasePort = 9445
+)
+
+// QuotaLeasePath is the path of the lease endpoint of the SharedQuota name:
+// a POST of one lease request, answered with one lease reply (JSON).
+func QuotaLeasePath(name string) string {
+	return "/v1/quotas/" + name + "/lease"
 }

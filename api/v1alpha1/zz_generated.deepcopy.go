@@ -326,6 +326,11 @@ func (in *RetryOn) DeepCopyInto(out *RetryOn) {
 		*out = make([]StatusCode, len(*in))
 		copy(*out, *in)
 	}
+	if in.GRPCStatusCodes != nil {
+		in, out := &in.GRPCStatusCodes, &out.GRPCStatusCodes
+		*out = make([]GRPCStatusCode, len(*in))
+		copy(*out, *in)
+	}
 	if in.ConnectFailure != nil {
 		in, out := &in.ConnectFailure, &out.ConnectFailure
 		*out = new(bool)

@@ -30,7 +30,7 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/policyset"
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 )
 
 // TestConvergence measures what one policy edit costs the manager until

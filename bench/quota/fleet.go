@@ -26,55 +26,6 @@ func build(dir string) (string, error) {
 	return bin, cmd.Run()
 }
 
-// hosts are the three upstreams every sidecar's policy names: partner (the
-// quota under test, 1.2 R of demand), spare (a quota far above its demand:
-// the latency probe) and direct (no quota or rate limit: the probe's
-// baseline).
-type hosts struct{ partner, spare, direct string }
-
-// policyFile writes the scenario's --policy-file: with shared, partner and
-// spare draw on SharedQuotas named after the scenario (fresh keys in the
-// store); without, each has today's per-pod split of the same rate as a
-// rateLimit (the rendering's R ÷ pods, burst ÷ pods rounded up).
-func policyFile(dir, scenario string, h hosts, shared bool, pods int, rate float64, burst int, store string) (string, error) {
-	const spareRate, spareBurst = 100000, 10000
-	partner, spare := "quotaRef: {name: partner-"+scenario+"}", "quotaRef: {name: spare-"+scenario+"}"
-	if !shared {
-		partner = fmt.Sprintf("rateLimit: {requestsPerMinute: %d, burst: %d}", int(rate*60)/pods, (burst+pods-1)/pods)
-		spare = fmt.Sprintf("rateLimit: {requestsPerMinute: %d, burst: %d}", spareRate*60, spareBurst)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: policy.retry.dev/v1alpha1
-kind: RetryPolicy
-metadata: {name: bench}
-spec:
-  upstreams:
-  - {name: partner, hosts: [%q], deadline: %s, %s}
-  - {name: spare, hosts: [%q], deadline: %s, %s}
-  - {name: direct, hosts: [%q], deadline: %s}
-`, h.partner, maxWait, partner, h.spare, maxWait, spare, h.direct, maxWait)
-	if shared {
-		for _, q := range []struct {
-			name        string
-			rate, burst int
-		}{{"partner-" + scenario, int(rate), burst}, {"spare-" + scenario, spareRate, spareBurst}} {
-			fmt.Fprintf(&b, `---
-apiVersion: policy.retry.dev/v1alpha1
-kind: SharedQuota
-metadata: {name: %s}
-spec:
-  requestsPerSecond: %d
-  burst: %d
-  onStoreLoss: LastShare
-  consumers: {namespaceSelector: {}}
-  store: {redis: {address: %q}}
-`, q.name, q.rate, q.burst, store)
-		}
-	}
-	p := filepath.Join(dir, scenario+".yaml")
-	return p, os.WriteFile(p, []byte(b.String()), 0o600)
-}
-
 // sidecar is one retry-sidecar process this program started.
 type sidecar struct {
 	cmd    *exec.Cmd
@@ -85,8 +36,10 @@ type sidecar struct {
 }
 
 // startSidecar runs the binary on ephemeral loopback ports with GOMAXPROCS=1
-// (50 processes share 2 cores) and waits for its ready file.
-func startSidecar(bin, dir, name, policy, creds string) (*sidecar, error) {
+// (50 processes share 2 cores), configured by config (its flags: the
+// policy file or the configuration directory), and waits for its ready
+// file.
+func startSidecar(bin, dir, name string, config []string) (*sidecar, error) {
 	ready := filepath.Join(dir, name+".ready")
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
@@ -94,8 +47,8 @@ func startSidecar(bin, dir, name, policy, creds string) (*sidecar, error) {
 	}
 	s := &sidecar{exited: make(chan struct{})}
 	s.cmd = exec.CommandContext(context.Background(), bin, "--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0",
-		"--stats-listen=127.0.0.1:0", "--ready-file="+ready, "--policy-file="+policy,
-		"--quota-credentials-file="+creds, "--log-level=warn", "--drain-timeout=1s")
+		"--stats-listen=127.0.0.1:0", "--ready-file="+ready, "--log-level=warn", "--drain-timeout=1s")
+	s.cmd.Args = append(s.cmd.Args, config...)
 	if profileDir != "" {
 		s.cmd.Args = append(s.cmd.Args, "--enable-pprof")
 	}
@@ -138,13 +91,22 @@ func (s *sidecar) kill() {
 	}
 }
 
-// startSidecars starts n sidecars at once.
-func startSidecars(bin, dir, prefix string, n int, policy, creds string) ([]*sidecar, error) {
+// startSidecars starts sidecars first to first+n−1 at once, each configured
+// by config(i, its name).
+func startSidecars(bin, dir, prefix string, first, n int, config func(i int, name string) ([]string, error)) ([]*sidecar, error) {
 	out := make([]*sidecar, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { out[i], errs[i] = startSidecar(bin, dir, prefix+"-"+strconv.Itoa(i), policy, creds) })
+		wg.Go(func() {
+			name := prefix + "-" + strconv.Itoa(first+i)
+			args, err := config(first+i, name)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			out[i], errs[i] = startSidecar(bin, dir, name, args)
+		})
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -170,9 +132,14 @@ func (s *sidecar) metrics() ([]byte, error) {
 // get copies the body of GET path on the sidecar's admin port to w, within
 // timeout.
 func (s *sidecar) get(path string, timeout time.Duration, w io.Writer) error {
+	return get("http://"+s.admin+path, timeout, w)
+}
+
+// get copies the body of GET url to w, within timeout.
+func get(url string, timeout time.Duration, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.admin+path, http.NoBody)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
 	if err != nil {
 		return err
 	}

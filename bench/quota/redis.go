@@ -20,6 +20,7 @@ const (
 type redis struct {
 	addr, dir string
 	cmd       *exec.Cmd
+	cpu       time.Duration // of its processes stopped
 }
 
 func startRedis(dir string) (*redis, error) {
@@ -58,6 +59,15 @@ func (s *redis) stop() {
 	if s.cmd != nil {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
+		s.cpu += s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
 		s.cmd = nil
 	}
+}
+
+// cpuTime is the CPU time of the server's processes so far.
+func (s *redis) cpuTime() time.Duration {
+	if s.cmd == nil {
+		return s.cpu
+	}
+	return s.cpu + cpuTime(s.cmd.Process.Pid)
 }

@@ -17,8 +17,14 @@ type waits map[float64]float64
 
 // waitsOf sums quota q's histogram over the /metrics bodies.
 func waitsOf(bodies [][]byte, q string) waits {
+	return histogramOf(bodies, "retry_sidecar_quota_admission_wait_seconds", q)
+}
+
+// histogramOf sums quota q's series of the histogram named metric over the
+// /metrics bodies (its buckets in seconds, as waits).
+func histogramOf(bodies [][]byte, metric, q string) waits {
 	w := waits{}
-	prefix := `retry_sidecar_quota_admission_wait_seconds_bucket{`
+	prefix := metric + `_bucket{`
 	for _, body := range bodies {
 		for line := range strings.Lines(string(body)) {
 			labels, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), prefix)
@@ -61,22 +67,41 @@ func (w waits) bounds() []float64 { return slices.Sorted(maps.Keys(w)) }
 // total is the number of admissions: the +Inf bucket's.
 func (w waits) total() float64 { return w[math.Inf(1)] }
 
-// quantile is the least bucket bound at or under which a fraction q of the
-// admissions waited, and false without admissions.
-func (w waits) quantile(q float64) (time.Duration, bool) {
+// quantile is "≤ b", b the least bucket bound at or under which a fraction
+// q of the observations fall ("> b" of the largest finite bound when only
+// +Inf holds them), and "" without observations.
+func (w waits) quantile(q float64) string {
 	total := w.total()
 	if total == 0 {
-		return 0, false
+		return ""
 	}
+	last := 0.0
 	for _, b := range w.bounds() {
 		if w[b] >= q*total {
-			return time.Duration(b * float64(time.Second)), true
+			if math.IsInf(b, 1) {
+				return "> " + seconds(last).String()
+			}
+			return "≤ " + seconds(b).String()
 		}
+		last = b
 	}
-	return 0, false
+	return ""
 }
 
-// onHand is the share of the admissions that found a token on hand (waited 0).
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// atMost is the number of admissions that waited at most d (a bucket bound).
+func (w waits) atMost(d time.Duration) float64 { return w[d.Seconds()] }
+
+// latency is "≤ p50 / ≤ p99" of the observations, "–" without any.
+func (w waits) latency() string {
+	if w.total() == 0 {
+		return "–"
+	}
+	return w.quantile(0.5) + " / " + w.quantile(0.99)
+}
+
+// onHand is the share of the admissions that found a send time on hand (waited 0).
 func (w waits) onHand() float64 {
 	if w.total() == 0 {
 		return 0
@@ -86,12 +111,10 @@ func (w waits) onHand() float64 {
 
 // String is "≤ p50 / ≤ p99 (on hand %)" of the admissions, "–" without any.
 func (w waits) String() string {
-	p50, ok := w.quantile(0.5)
-	p99, _ := w.quantile(0.99)
-	if !ok {
+	if w.total() == 0 {
 		return "–"
 	}
-	return "≤ " + p50.String() + " / ≤ " + p99.String() + " (" + strconv.FormatFloat(100*w.onHand(), 'f', 2, 64) + " % on hand)"
+	return w.latency() + " (" + strconv.FormatFloat(100*w.onHand(), 'f', 2, 64) + " % on hand)"
 }
 
 // buckets is each bucket's own count (not cumulative), by bound, in order.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 )
 
 // TestDocsShowRealOutput runs every "$ kubectl retry simulate|rehearse" example

@@ -5,8 +5,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
+	"slices"
+	"sort"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
 
 func runExplain(args []string, stdout, stderr io.Writer) int {
@@ -106,4 +120,178 @@ func wrapWords(s string, width int, indent string) string {
 		}
 	}
 	return strings.Join(append(lines, line), "\n")
+}
+
+// Explanation is what explain reports about one pod.
+type Explanation struct {
+	Pod      string `json:"pod"`
+	Injected bool   `json:"injected"`
+	// Reason is podinject.ShouldInject's reason: why the pod is (or is not) injected.
+	Reason   string       `json:"reason"`
+	Detail   string       `json:"detail"`
+	Policies []PolicyInfo `json:"policies"`
+	Host     *HostMatch   `json:"host,omitempty"`
+	Findings []string     `json:"findings"`
+}
+
+// PolicyInfo is one RetryPolicy of the pod's namespace whose selector selects it.
+type PolicyInfo struct {
+	Name string `json:"name"`
+	// Accepted is the status of the Accepted condition (True, False, Unknown),
+	// with its reason (Valid, Invalid, Conflict) and message.
+	Accepted string `json:"accepted"`
+	Reason   string `json:"reason,omitempty"`
+	Message  string `json:"message,omitempty"`
+	// Rendered: the policy is in the namespace's retry-policies ConfigMap, which
+	// the pod's sidecar reads.
+	Rendered  bool     `json:"rendered"`
+	Upstreams []string `json:"upstreams"`
+}
+
+// HostMatch says which policy and upstream the pod's sidecar uses for a host.
+type HostMatch struct {
+	Host     string `json:"host"`
+	Policy   string `json:"policy,omitempty"`
+	Upstream string `json:"upstream,omitempty"`
+	Pattern  string `json:"pattern,omitempty"`
+	Detail   string `json:"detail"`
+}
+
+// explainPod gathers the pod, its namespace, the policies and the rendered
+// ConfigMap, and explains them with the project's own pure functions.
+func explainPod(ctx context.Context, c client.Client, ns, name, host string) (Explanation, error) {
+	var pod corev1.Pod
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pod); err != nil {
+		return Explanation{}, err
+	}
+	var nsObj corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: ns}, &nsObj); err != nil {
+		return Explanation{}, err
+	}
+	ex := Explanation{Pod: ns + "/" + name, Policies: []PolicyInfo{}, Findings: []string{}}
+	ex.explainInjection(podinject.Config{ExcludedNamespaces: excludedNamespaces(ctx, c)}, &nsObj, &pod)
+	var rps v1alpha1.RetryPolicyList
+	if err := c.List(ctx, &rps, client.InNamespace(ns)); err != nil {
+		return Explanation{}, err
+	}
+	doc, err := ex.renderedDocument(ctx, c, ns)
+	if err != nil {
+		return Explanation{}, err
+	}
+	selected, err := policyset.Select(doc, pod.Labels)
+	if err != nil {
+		return Explanation{}, err
+	}
+	ex.Policies = append(ex.Policies, policiesSelecting(rps.Items, pod.Labels, selected)...)
+	if host != "" {
+		m, err := matchHost(selected, host)
+		if err != nil {
+			return Explanation{}, err
+		}
+		ex.Host = &m
+	}
+	return ex, nil
+}
+
+// explainInjection says whether the pod got the sidecar and why, with the
+// injector's own ShouldInject: for an injected pod, whether it would be
+// injected now; for one without, whether it should have been (a finding).
+func (ex *Explanation) explainInjection(cfg podinject.Config, nsObj *corev1.Namespace, pod *corev1.Pod) {
+	ns := nsObj.Name
+	if hasSidecar(pod) {
+		ex.Injected = true
+		bare := pod.DeepCopy()
+		bare.Spec.InitContainers = slices.DeleteFunc(bare.Spec.InitContainers, isSidecar)
+		bare.Spec.Containers = slices.DeleteFunc(bare.Spec.Containers, isSidecar)
+		ok, why := cfg.ShouldInject(nsObj, bare)
+		ex.Reason = string(why)
+		ex.Detail = "injected: " + why.Sentence(ns)
+		if !ok {
+			ex.Detail = "injected, but would not be now: " + why.Sentence(ns)
+		}
+		return
+	}
+	ok, why := cfg.ShouldInject(nsObj, pod)
+	ex.Reason = string(why)
+	ex.Detail = "not injected: " + why.Sentence(ns)
+	if ok {
+		ex.Detail = "not injected although opted in (" + why.Sentence(ns) + ")"
+		ex.Findings = append(ex.Findings, "opted in but has no sidecar: created before the opt-in or while the "+
+			"webhook was unreachable (failurePolicy Ignore); recreate the pod")
+	}
+}
+
+// renderedDocument is the document of namespace ns's retry-policies
+// ConfigMap: zero when there is none, and also when it does not parse (a
+// finding).
+func (ex *Explanation) renderedDocument(ctx context.Context, c client.Client, ns string) (policyset.Document, error) {
+	var cm corev1.ConfigMap
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm); {
+	case apierrors.IsNotFound(err):
+		return policyset.Document{}, nil
+	case err != nil:
+		return policyset.Document{}, err
+	}
+	doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]))
+	if err != nil {
+		ex.Findings = append(ex.Findings, fmt.Sprintf("ConfigMap %s: %v", v1alpha1.PoliciesConfigMapName, err))
+	}
+	return doc, nil
+}
+
+// policiesSelecting describes the policies whose podSelector selects a pod
+// with podLabels, by name; rendered are the ones the ConfigMap holds for it.
+func policiesSelecting(policies []v1alpha1.RetryPolicy, podLabels map[string]string, rendered []policyset.Policy) []PolicyInfo {
+	isRendered := map[string]bool{}
+	for _, p := range rendered {
+		isRendered[p.Name] = true
+	}
+	sort.Slice(policies, func(i, j int) bool { return policies[i].Name < policies[j].Name })
+	var out []PolicyInfo
+	for i := range policies {
+		p := &policies[i]
+		sel, err := metav1.LabelSelectorAsSelector(p.Spec.PodSelector)
+		if err != nil || (p.Spec.PodSelector != nil && !sel.Matches(labels.Set(podLabels))) {
+			continue
+		}
+		info := PolicyInfo{Name: p.Name, Accepted: string(metav1.ConditionUnknown), Rendered: isRendered[p.Name]}
+		if cond := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted)); cond != nil {
+			info.Accepted, info.Reason, info.Message = string(cond.Status), cond.Reason, cond.Message
+		}
+		for _, u := range p.Spec.Upstreams {
+			info.Upstreams = append(info.Upstreams, u.Name)
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// matchHost finds the upstream the sidecar would use for host, with the
+// sidecar's own compilation and host matching (retrypolicy.Set).
+func matchHost(selected []policyset.Policy, host string) (HostMatch, error) {
+	scheme, authority := "http", host
+	if u, err := url.Parse(host); err == nil && u.Host != "" {
+		scheme, authority = u.Scheme, u.Host
+	}
+	m := HostMatch{Host: host}
+	set, err := policyset.Compile(selected)
+	if err != nil {
+		return HostMatch{}, fmt.Errorf("the rendered policies do not compile: %w", err)
+	}
+	p, pattern := set.MatchPattern(scheme, authority)
+	if p == nil {
+		m.Detail = "no policy of this pod names the host: its requests pass through the sidecar unchanged, never retried"
+		return m, nil
+	}
+	m.Pattern = pattern
+	names := policyset.NamesOf(selected)
+	for _, rp := range selected {
+		for _, u := range rp.Upstreams {
+			if p.Name() == names.Of(rp.Name, u.Name) {
+				m.Policy, m.Upstream = rp.Name, u.Name
+			}
+		}
+	}
+	m.Detail = fmt.Sprintf("RetryPolicy %s, upstream %s, by host pattern %q", m.Policy, m.Upstream, m.Pattern)
+	return m, nil
 }

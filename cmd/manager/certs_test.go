@@ -13,22 +13,26 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/retrydev/retry-operator/internal/polltest"
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/manager"
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 )
 
 // TestReplicasShareOneRotatedCertificate runs the self-signed mode of two
-// manager replicas against a real API server: the Secret is filled once, both
-// replicas agree on it, the CA reaches both webhook configurations' caBundle,
-// and the serving certificate names the webhook Service.
+// manager replicas electing a leader against a real API server: the Secret is
+// filled once, both replicas agree on it, the CA reaches both webhook
+// configurations' caBundle, and the serving certificate names the webhook
+// Service.
 func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 	env := &envtest.Environment{WebhookInstallOptions: envtest.WebhookInstallOptions{
 		Paths: []string{filepath.Join(testenv.ModuleRoot(), "config", "webhook", "manifests.yaml")},
@@ -55,7 +59,7 @@ func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 		dirs    []string
 	)
 	for i := range 2 {
-		mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+		mgr, err := ctrl.NewManager(cfg, electing(ns, fmt.Sprintf("replica-%d", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,4 +169,122 @@ func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 		t.Errorf("Secret rewritten after both replicas were ready: resourceVersion %s -> %s", first, s.ResourceVersion)
 	}
 	t.Logf("one certificate (serial %s) shared by 2 replicas, its CA in both webhook configurations", cert.SerialNumber)
+}
+
+// electing are a replica's manager options with leader election on, as
+// --leader-elect runs it, with short terms for a test.
+func electing(ns, id string) ctrl.Options {
+	return ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		LeaderElection: true, LeaderElectionNamespace: ns, LeaderElectionID: "retry-operator-test",
+		LeaseDuration: ptr.To(4 * time.Second), RenewDeadline: ptr.To(3 * time.Second), RetryPeriod: ptr.To(500 * time.Millisecond),
+		LeaderElectionReleaseOnCancel: true}
+}
+
+// TestOnlyTheLeaderWritesTheCertificate: a replica that is not the leader
+// never writes the Secret or the CA bundles, and still serves what the leader
+// wrote as soon as it is there. Two replicas that both wrote raced ("the
+// object has been modified", "missing ca.crt") and one could serve a
+// certificate the CA bundles no longer trusted.
+func TestOnlyTheLeaderWritesTheCertificate(t *testing.T) {
+	env := &envtest.Environment{WebhookInstallOptions: envtest.WebhookInstallOptions{
+		Paths: []string{filepath.Join(testenv.ModuleRoot(), "config", "webhook", "manifests.yaml")},
+	}}
+	cfg, c := startAPI(t, env)
+	ctx := context.Background()
+	const ns, secret = "retry-operator-system", "webhook-server-cert"
+	// Another replica holds the lease (and keeps it for the whole test).
+	now := metav1.NewMicroTime(time.Now())
+	for _, o := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secret}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "retry-operator-test"},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("the-leader"), LeaseDurationSeconds: ptr.To[int32](3600),
+				AcquireTime: &now, RenewTime: &now}},
+	} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := options{
+		operatorNamespace: ns, certSecret: secret, webhookCertName: "tls.crt", webhookCertKey: "tls.key",
+		certHosts:      "retry-operator-webhook-service.retry-operator-system.svc",
+		mutatingConfig: "mutating-webhook-configuration", validatingConfig: "validating-webhook-configuration",
+	}
+	mgr, err := ctrl.NewManager(cfg, electing(ns, "follower"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	written := make(chan struct{})
+	if err := o.addCertRotator(mgr, dir, "cert-rotator-follower", written); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	time.Sleep(3 * time.Second) // what a writing follower needed to fill the Secret (about 1 s)
+	var s corev1.Secret
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secret}, &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Data) != 0 {
+		t.Fatalf("the follower wrote the Secret (keys %v); only the leader may", keys(s.Data))
+	}
+	select {
+	case <-written:
+		t.Fatal("the follower reported a certificate before any was written")
+	default:
+	}
+
+	// The leader fills the Secret: the follower copies it at once.
+	s.Data = map[string][]byte{"tls.crt": []byte("leader's certificate"), "tls.key": []byte("leader's key"), "ca.crt": []byte("leader's CA")}
+	filled := time.Now()
+	if err := c.Update(ctx, &s); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-written:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the follower did not copy the leader's certificate within 5 s")
+	}
+	took := time.Since(filled)
+	if b, _ := os.ReadFile(filepath.Join(dir, "tls.crt")); string(b) != "leader's certificate" {
+		t.Errorf("the follower's tls.crt = %q, want the leader's", b)
+	}
+	if took > time.Second {
+		t.Errorf("copied %s after the leader wrote; want within a second (the watch, not the 10 s read)", took.Round(time.Millisecond))
+	}
+	t.Logf("the follower wrote nothing and copied the leader's certificate %s after it was written", took.Round(time.Millisecond))
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestASecondTermInTheSameProcessBuildsItsRotator: a replica that lost the
+// lease (its network cut for 10 s) and won it back runs a second term in the
+// same process. Its rotator carried the first term's controller name, which
+// controller-runtime refuses once used, and the term failed to build again
+// every second, for good: no reconciler, no rotator (found by make
+// test-chaos).
+func TestASecondTermInTheSameProcessBuildsItsRotator(t *testing.T) {
+	cfg, _ := startAPI(t, &envtest.Environment{})
+	o := options{
+		operatorNamespace: "retry-operator-system", certSecret: "webhook-server-cert", webhookCertName: "tls.crt", webhookCertKey: "tls.key",
+		certHosts:      "retry-operator-webhook-service.retry-operator-system.svc",
+		mutatingConfig: "mutating-webhook-configuration", validatingConfig: "validating-webhook-configuration",
+	}
+	terms := o.terms(cfg, manager.SetupOptions{OperatorNamespace: o.operatorNamespace}, true, t.TempDir())
+	for term := 1; term <= 2; term++ {
+		if _, err := terms.NewTerm(); err != nil {
+			t.Fatalf("term %d: %v", term, err)
+		}
+	}
 }

@@ -32,8 +32,9 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/manifests"
-	"github.com/retrydev/retry-operator/internal/polltest"
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
+	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 	webhookv1alpha1 "github.com/retrydev/retry-operator/internal/webhook/v1alpha1"
 )
 
@@ -160,6 +161,7 @@ func TestLocalRunServesTheCertificateItWrites(t *testing.T) {
 		v1alpha1.PodOptInInjectWebhookName: fmt.Sprintf("https://localhost:%d/mutate--v1-pod", port),
 		v1alpha1.ValidateWebhookName:       fmt.Sprintf("https://localhost:%d/validate-policy-retry-dev-v1alpha1-retrypolicy", port),
 		v1alpha1.ValidateQuotaWebhookName:  fmt.Sprintf("https://localhost:%d%s", port, webhookv1alpha1.QuotaPath),
+		v1alpha1.GuardWebhookName:          fmt.Sprintf("https://localhost:%d%s", port, podinject.GuardPath),
 	}
 	configs := clientConfigs(t, c)
 	if len(configs) != len(wantURLs) {

@@ -8,11 +8,14 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -24,8 +27,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -35,6 +42,8 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/manager"
+	"github.com/retrydev/retry-operator/internal/webhook/certready"
+	"github.com/retrydev/retry-operator/internal/webhook/certrepair"
 	"github.com/retrydev/retry-operator/internal/webhook/certsync"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
@@ -69,9 +78,20 @@ type options struct {
 	sidecarClusterRole      string
 	tracingEndpoint         string
 	tracingSamplingRatio    float64
+
+	quotaLeaseAddr    string
+	quotaLeaseService string
 }
 
+// caFile is the CA of the serving certificate in the certificate directory:
+// cert-manager's Secret has it, and certsync copies it from the self-signed
+// one. The quota lease endpoint's clients trust it (docs/quota.md#trust).
+const caFile = "ca.crt"
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "startupapicheck" {
+		os.Exit(startupAPICheck(os.Args[2:]))
+	}
 	var o options
 	o.bindServerFlags(flag.CommandLine)
 	o.bindCertFlags(flag.CommandLine)
@@ -108,6 +128,12 @@ func (o *options) bindServerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.webhookCertName, "webhook-cert-name", "tls.crt", "Webhook certificate file name.")
 	fs.StringVar(&o.webhookCertKey, "webhook-cert-key", "tls.key", "Webhook key file name.")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	fs.StringVar(&o.quotaLeaseAddr, "quota-lease-bind-address", fmt.Sprintf(":%d", v1alpha1.QuotaLeasePort),
+		"Address of the SharedQuota lease endpoint, served over HTTPS with the webhook's certificate by every replica; "+
+			"its port is also the port sidecars reach on the webhook Service; 0 to disable (docs/quota.md#trust).")
+	fs.StringVar(&o.quotaLeaseService, "quota-lease-service", "retry-operator-webhook-service",
+		"Service of --operator-namespace the sidecars reach the lease endpoint through, at <service>.<namespace>.svc "+
+			"(a name the webhook certificate carries), dialled at its cluster IP.")
 }
 
 // bindCertFlags binds the flags of the self-signed webhook certificate, the
@@ -183,24 +209,43 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 			return err
 		}
 	}
+	cfg = rest.CopyConfig(cfg)
+	// Lists and watches that find the API server away wait for it in the
+	// dial, so client-go's informers come back the moment it listens again
+	// instead of after their doubling backoff.
+	cfg.Dial = manager.PatientDial(&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
+		250*time.Millisecond, 30*time.Second)
 	mgr, err := ctrl.NewManager(cfg, o.managerOptions(certDir))
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
+	}
+	lease, err := o.quotaLease(certDir)
+	if err != nil {
+		return err
 	}
 	setup := manager.SetupOptions{
 		MaxConcurrentReconciles: o.maxConcurrentReconciles,
 		SidecarClusterRole:      o.sidecarClusterRole,
 		OperatorNamespace:       o.operatorNamespace,
 		Inject:                  injectCfg,
+		QuotaLease:              lease,
 	}
-	if _, err := manager.Setup(mgr, setup); err != nil {
+	terms := o.terms(cfg, setup, webhooksEnabled, certDir)
+	if err := mgr.Add(terms); err != nil {
+		return err
+	}
+	if err := mgr.Add(manager.StartLeaseCanary(mgr)); err != nil {
+		return err
+	}
+	// Every replica serves the quota lease endpoint.
+	if err := manager.SetupQuotaLease(mgr, setup); err != nil {
 		return err
 	}
 	certsReady, webhookErr, err := o.setupWebhooks(mgr, setup, webhooksEnabled, certDir)
 	if err != nil {
 		return err
 	}
-	if err := o.addHealthChecks(mgr, webhooksEnabled, certsReady); err != nil {
+	if err := o.addHealthChecks(mgr, terms, webhooksEnabled, certsReady); err != nil {
 		return err
 	}
 	return start(ctx, mgr, webhookErr)
@@ -224,16 +269,64 @@ func (o options) managerOptions(certDir string) ctrl.Options {
 	if o.metricsCertPath != "" {
 		metricsOpts.CertDir, metricsOpts.CertName, metricsOpts.KeyName = o.metricsCertPath, o.metricsCertName, o.metricsCertKey
 	}
-	return manager.Options(ctrl.Options{
+	opts := manager.Options(ctrl.Options{
 		Metrics:                metricsOpts,
 		WebhookServer:          webhookServer,
 		HealthProbeBindAddress: o.probeAddr,
-		LeaderElection:         o.leaderElect,
-		LeaderElectionID:       manager.LeaderElectionID,
-		// main returns as soon as the manager stops, so stepping down at once is safe
-		// and lets a new leader start without waiting out the lease.
-		LeaderElectionReleaseOnCancel: true,
+		// The replica's manager runs what every replica runs (webhooks, the
+		// certificate copy, probes, metrics); the leader's work runs in terms
+		// (manager.Terms), which hold the election themselves.
+		LeaderElection: false,
 	})
+	manager.WithLeaseCanary(&opts.Cache, o.lease())
+	return opts
+}
+
+// lease is the leader election's Lease.
+func (o options) lease() types.NamespacedName {
+	return types.NamespacedName{Namespace: o.operatorNamespace, Name: manager.LeaderElectionID}
+}
+
+// terms is the leader's work: in each term of office a manager of its own
+// with the reconcilers and, in self-signed mode, the certificate rotator.
+// Without --leader-elect one term runs for the life of the process.
+func (o options) terms(cfg *rest.Config, setup manager.SetupOptions, webhooksEnabled bool, certDir string) *manager.Terms {
+	var term atomic.Int64
+	return &manager.Terms{
+		Config: cfg, Namespace: o.operatorNamespace, Name: manager.LeaderElectionID, Alone: !o.leaderElect,
+		Log: ctrl.Log.WithName("terms"),
+		NewTerm: func() (ctrl.Manager, error) {
+			opts := manager.Options(ctrl.Options{
+				Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+				// A term's controllers carry the names of the last term's.
+				Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+			})
+			manager.WithLeaseCanary(&opts.Cache, o.lease())
+			tm, err := ctrl.NewManager(cfg, opts)
+			if err != nil {
+				return nil, err
+			}
+			if err := tm.Add(manager.StartLeaseCanary(tm)); err != nil {
+				return nil, err
+			}
+			if _, err := manager.SetupControllers(tm, setup); err != nil {
+				return nil, err
+			}
+			if webhooksEnabled && o.certSecret != "" {
+				// cert-controller builds its controller unmanaged, outside the
+				// term manager's SkipNameValidation, and controller-runtime
+				// refuses a name used before in the process: a second term in
+				// the same process failed to start, for good.
+				if err := o.addRotator(tm, certDir, fmt.Sprintf("cert-rotator-term-%d", term.Add(1))); err != nil {
+					return nil, err
+				}
+				if err := o.addRepairWitness(tm); err != nil {
+					return nil, err
+				}
+			}
+			return tm, nil
+		},
+	}
 }
 
 // setupWebhooks registers the webhooks, at once or, with
@@ -245,7 +338,7 @@ func (o options) setupWebhooks(mgr ctrl.Manager, setup manager.SetupOptions, ena
 	// server cannot start without its files. Until then the replica is not ready.
 	certsReady = make(chan struct{})
 	if enabled && o.certSecret != "" {
-		if err := o.addCertRotator(mgr, certDir, "", certsReady); err != nil {
+		if err := o.addCertCopy(mgr, certDir, certsReady); err != nil {
 			return nil, nil, err
 		}
 	} else {
@@ -278,22 +371,37 @@ func (o options) setupWebhooks(mgr ctrl.Manager, setup manager.SetupOptions, ena
 	return certsReady, webhookErr, nil
 }
 
-// addHealthChecks adds /healthz and /readyz. With webhooks the replica is
-// not ready until the webhook server serves TLS: the Service must not send
-// admission requests to a replica that would fail them.
-func (o options) addHealthChecks(mgr ctrl.Manager, webhooksEnabled bool, certsReady <-chan struct{}) error {
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+// addHealthChecks adds /healthz and /readyz. /healthz fails while the
+// replica's watches, or its term's, stay broken (manager.WatchHealth): the
+// kubelet restarts it. With webhooks the replica is
+// not ready until the webhook server serves a certificate that chains to the
+// CA bundle of every webhook (certready): the Service must not send admission
+// requests to a replica that would fail them.
+func (o options) addHealthChecks(mgr ctrl.Manager, terms *manager.Terms, webhooksEnabled bool, certsReady <-chan struct{}) error {
+	watches := &manager.WatchHealth{Direct: mgr.GetAPIReader(), Lease: o.lease(), Caches: func() []client.Reader {
+		caches := []client.Reader{mgr.GetCache()}
+		if term := terms.Current(); term != nil {
+			caches = append(caches, term.GetCache())
+		}
+		return caches
+	}}
+	if err := mgr.AddHealthzCheck("healthz", watches.Check); err != nil {
 		return err
 	}
 	ready := healthz.Ping
 	if webhooksEnabled {
+		trusted := &certready.Checker{Reader: mgr.GetAPIReader(), Mutating: o.mutatingConfig, Validating: o.validatingConfig,
+			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(o.webhookPort))}
 		ready = func(req *http.Request) error {
 			select {
 			case <-certsReady:
-				return mgr.GetWebhookServer().StartedChecker()(req)
 			default:
 				return fmt.Errorf("webhook certificate not ready yet (Secret %s/%s)", o.operatorNamespace, o.certSecret)
 			}
+			if err := mgr.GetWebhookServer().StartedChecker()(req); err != nil {
+				return err
+			}
+			return trusted.Check(req)
 		}
 	}
 	return mgr.AddReadyzCheck("readyz", ready)
@@ -324,29 +432,46 @@ func start(ctx context.Context, mgr ctrl.Manager, webhookErr chan error) error {
 	}
 }
 
-// addCertRotator keeps the webhook certificate in Secret --webhook-cert-secret
-// with OPA's cert-controller, on every replica (not only the leader: each one
-// serves webhooks and must see the certificate). The first replica to find the
-// Secret empty writes a CA and a serving certificate; the others read them.
-// Each replica copies the certificate from the Secret into certDir itself
-// (certsync: within a second, instead of the kubelet's projection delay), where
-// controller-runtime's certificate watcher picks up each renewal without a
-// restart.
-//
-// name is the rotator's controller name, unique per process; "" is the
-// library's default.
+// addCertRotator adds both halves of the self-signed mode to one manager
+// (electing its leader itself): the copy on every replica and the rotator
+// on the leader.
 func (o options) addCertRotator(mgr ctrl.Manager, certDir, name string, ready chan struct{}) error {
-	hosts, err := o.certHostList()
+	if err := o.addCertCopy(mgr, certDir, ready); err != nil {
+		return err
+	}
+	return o.addRotator(mgr, certDir, name)
+}
+
+// addCertCopy copies the certificate of Secret --webhook-cert-secret into
+// certDir on every replica (certsync: as the watch delivers each change,
+// instead of the kubelet's projection delay), where controller-runtime's
+// certificate watcher picks up each renewal without a restart; ready closes
+// once the files are there.
+func (o options) addCertCopy(mgr ctrl.Manager, certDir string, ready chan struct{}) error {
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(&certsync.Writer{
-		Reader: mgr.GetAPIReader(), Secret: types.NamespacedName{Namespace: o.operatorNamespace, Name: o.certSecret},
-		Dir: certDir, CertName: o.webhookCertName, KeyName: o.webhookCertKey,
-		// A renewed CA reaches the caBundles at once; every replica must serve
-		// the certificate it signed soon after, so the copy is checked often.
+	return mgr.Add(&certsync.Writer{
+		Reader: mgr.GetAPIReader(), Watch: cs, Secret: types.NamespacedName{Namespace: o.operatorNamespace, Name: o.certSecret},
+		Dir: certDir, CertName: o.webhookCertName, KeyName: o.webhookCertKey, CAName: caFile,
+		// Each change is copied as the watch delivers it; the read every
+		// 10 s is the backstop of a watch that fell behind.
 		Interval: 10 * time.Second,
-	}); err != nil {
+		Written:  ready,
+	})
+}
+
+// addRotator keeps the webhook certificate in Secret --webhook-cert-secret
+// with OPA's cert-controller, as a leader-only runnable of mgr (in a term's
+// manager it runs for the term): it writes a CA and a serving certificate
+// into the empty Secret, renews them, and keeps the CA in the caBundles.
+//
+// name is the rotator's controller name, unique per process; "" is the
+// library's default.
+func (o options) addRotator(mgr ctrl.Manager, certDir, name string) error {
+	hosts, err := o.certHostList()
+	if err != nil {
 		return err
 	}
 	return rotator.AddRotator(mgr, &rotator.CertRotator{
@@ -358,20 +483,72 @@ func (o options) addCertRotator(mgr ctrl.Manager, certDir, name string, ready ch
 		CAOrganization: "retry-operator",
 		DNSName:        hosts[0],
 		ExtraDNSNames:  hosts[1:],
-		IsReady:        ready,
+		// Readiness comes from certsync on every replica; the rotator runs on
+		// the leader alone and signals nothing the replica waits for.
+		IsReady:        make(chan struct{}),
 		ControllerName: name,
 		Webhooks: []rotator.WebhookInfo{
 			{Name: o.mutatingConfig, Type: rotator.Mutating},
 			{Name: o.validatingConfig, Type: rotator.Validating},
 		},
-		FieldOwner:            "retry-operator",
-		RequireLeaderElection: false,
+		FieldOwner: "retry-operator",
+		// One writer: two replicas that each wrote the Secret and the CA
+		// bundles raced ("the object has been modified", "missing ca.crt"),
+		// and one could serve a certificate whose CA the bundles no longer
+		// held. The leader writes; every replica copies (certsync).
+		RequireLeaderElection: true,
 		// A one-year serving certificate renewed 30 days before it ends, checked
 		// hourly; the CA lives ten years (the library's default).
 		ServerCertDuration:     365 * 24 * time.Hour,
 		LookaheadInterval:      30 * 24 * time.Hour,
 		RotationCheckFrequency: time.Hour,
 	})
+}
+
+// addRepairWitness records an event on the certificate Secret or a webhook
+// configuration that the rotator repaired (certrepair): it runs beside the
+// rotator, in the leader's term.
+func (o options) addRepairWitness(mgr ctrl.Manager) error {
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	return mgr.Add(&certrepair.Witness{
+		Watch: cs, Recorder: mgr.GetEventRecorder("retry-operator-cert-repair"),
+		Secret: types.NamespacedName{Namespace: o.operatorNamespace, Name: o.certSecret},
+		CAKey:  caFile, CertKey: o.webhookCertName,
+		Mutating: o.mutatingConfig, Validating: o.validatingConfig,
+	})
+}
+
+// quotaLease is where the replica serves the quota lease endpoint and what
+// the rendered quotas tell the sidecars: https://<service>.<namespace>.svc:<port>,
+// dialled at the Service's cluster IP, which the kubelet gives every pod of the
+// Service's namespace as <SERVICE>_SERVICE_HOST (so leasing needs no cluster
+// DNS); with --webhook-url-host (a manager outside the cluster),
+// https://<that host>:<port>.
+func (o options) quotaLease(certDir string) (manager.QuotaLease, error) {
+	ep := controller.LeaseEndpoint{CAFile: filepath.Join(certDir, caFile)}
+	if o.quotaLeaseAddr == "0" {
+		return manager.QuotaLease{Endpoint: ep}, nil
+	}
+	_, port, err := net.SplitHostPort(o.quotaLeaseAddr)
+	if err != nil || port == "" {
+		return manager.QuotaLease{}, fmt.Errorf("--quota-lease-bind-address: %q is not host:port or :port, such as :9445", o.quotaLeaseAddr)
+	}
+	if errs := validation.IsDNS1035Label(o.quotaLeaseService); len(errs) > 0 {
+		return manager.QuotaLease{}, fmt.Errorf("--quota-lease-service: %q is not a Service name: %s", o.quotaLeaseService, strings.Join(errs, "; "))
+	}
+	host := o.quotaLeaseService + "." + o.operatorNamespace + ".svc"
+	switch env := strings.ToUpper(strings.ReplaceAll(o.quotaLeaseService, "-", "_")) + "_SERVICE_HOST"; {
+	case o.webhookURLHost != "":
+		host = o.webhookURLHost
+	case os.Getenv(env) != "":
+		ep.Address = net.JoinHostPort(os.Getenv(env), port)
+	}
+	ep.URL = "https://" + net.JoinHostPort(host, port)
+	return manager.QuotaLease{Endpoint: ep, Addr: o.quotaLeaseAddr,
+		CertFile: filepath.Join(certDir, o.webhookCertName), KeyFile: filepath.Join(certDir, o.webhookCertKey)}, nil
 }
 
 // checkOTLPEndpoint accepts an empty endpoint (tracing off) or an http or

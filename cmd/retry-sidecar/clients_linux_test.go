@@ -22,7 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/redirect"
+	"github.com/retrydev/retry-operator/internal/interception"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
 
@@ -514,8 +514,8 @@ func TestRedirectSubcommand(t *testing.T) {
 	defer f.Close()
 	conn, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
 	must(t, err)
-	table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: redirect.TableName}
-	rules, err := conn.GetRules(table, &nftables.Chain{Name: redirect.ChainName, Table: table})
+	table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: interception.TableName}
+	rules, err := conn.GetRules(table, &nftables.Chain{Name: interception.ChainName, Table: table})
 	must(t, err)
 	if len(rules) != 3 {
 		t.Errorf("after two runs: %d rules, want 3 (uid exclusion, port 80, port 8080)", len(rules))

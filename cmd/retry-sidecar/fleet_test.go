@@ -22,7 +22,7 @@ import (
 
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/policyset/policysettest"
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 )
 
 // renderedDoc is policies.json as the manager renders it: one policy for
@@ -144,7 +144,7 @@ func (a *apiFixture) namespace(t *testing.T, ns string, bind bool) {
 	}
 	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "retry-sidecar", Namespace: ns},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "retry-operator-sidecar"},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:serviceaccounts:" + ns}}}
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: ns}}}
 	if _, err := a.cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

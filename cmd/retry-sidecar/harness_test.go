@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/polltest"
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
 )
 
 // The tests drive the real binary, built once, as a forward proxy against real

@@ -117,6 +117,7 @@ func bindFlags(fs *flag.FlagSet, o *sidecar.Options, files *listFlag, logLevel *
 	fs.DurationVar(&o.IdleConnTimeout, "idle-conn-timeout", o.IdleConnTimeout, "close idle upstream connections after this long")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "upstream connect timeout")
 	fs.Int64Var(&o.MaxReplayMemory, "max-replay-memory", 0, "bytes all request replay buffers may hold at once (0: a quarter of GOMEMLIMIT, or 32 MiB without one); a body that does not fit is sent once, never replayed")
+	fs.IntVar(&o.TracingQueueBytes, "tracing-queue-bytes", 0, "bytes of spans the trace export queue may hold, waiting or in an export not answered yet (0: 8 MiB); a span that does not fit is dropped, counted in retry_sidecar_trace_spans_dropped_total{reason=\"queue_full\"}")
 	fs.DurationVar(&o.ReloadDebounce, "reload-debounce", o.ReloadDebounce, "wait this long after a file event before reloading")
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "re-read the configuration this often even without file events")
 	fs.StringVar(&o.ReadyFile, "ready-file", "", "write {\"listen\",\"admin\",\"transparent\",\"stats\",\"pid\"} as JSON here once listening (useful with port 0)")

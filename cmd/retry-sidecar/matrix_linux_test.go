@@ -62,6 +62,7 @@ const (
 	matrixQueue      matrixWait = "a concurrency queue slot"
 	matrixToken      matrixWait = "a rate-limit token"
 	matrixReplay     matrixWait = "replay memory"
+	matrixStall      matrixWait = "the drain of a stalled 503"
 )
 
 type matrixApp string
@@ -85,7 +86,7 @@ const (
 var (
 	matrixPaths     = []matrixPath{matrixFastPath, matrixNetHTTP, matrixTransparent}
 	matrixUpstreams = []matrixUpstream{matrixPlain, matrixTLS, matrixH2}
-	matrixWaits     = []matrixWait{matrixBackoff, matrixRetryAfter, matrixHold, matrixQueue, matrixToken, matrixReplay}
+	matrixWaits     = []matrixWait{matrixBackoff, matrixRetryAfter, matrixHold, matrixQueue, matrixToken, matrixReplay, matrixStall}
 	matrixApps      = []matrixApp{matrixStays, matrixBefore, matrixDuring, matrixAfter, matrixPipelines, matrixPipelinesHangs}
 	matrixMethods   = []matrixMethod{matrixGET, matrixPOST}
 )
@@ -133,10 +134,25 @@ const (
 	matrixHangUpAt    = 300 * time.Millisecond
 )
 
+// A stalled 503 (matrixStall) announces 100000 bytes and sends 10: the drain
+// before the retry stops after 1 s, the read of the last answer at the
+// deadline, so the app gets 504 deadline-exceeded at the deadline
+// (docs/retry-semantics.md#r9). The deadline leaves the first attempt 3 s for
+// its headers, and the margin is generous: every cell starts at once on a
+// machine that may have 2 CPUs (a TLS attempt's headers took 1.4 s there), and
+// without the bound the app gets no answer at all.
+const (
+	matrixStallDeadline = 4 * time.Second
+	matrixStallMargin   = time.Second
+)
+
 // waitLength is how long the cell's wait lasts at most.
 func (c matrixCell) waitLength() time.Duration {
-	if c.wait == matrixToken {
+	switch c.wait {
+	case matrixToken:
 		return matrixTokenPeriod
+	case matrixStall:
+		return matrixStallDeadline
 	}
 	return matrixWaitLength
 }
@@ -157,6 +173,9 @@ type matrixWant struct {
 	waitsBeforeFirst  bool // the wait comes before the first attempt
 	retriedAfterWait  bool // the wait comes between attempt 1 and 2
 	firstStatusBefore int  // the upstream's answer to attempt 1 when a wait follows it
+	// answeredWithin bounds the time from the app's request to the head of
+	// the response it reads (0: not asserted).
+	answeredWithin time.Duration
 }
 
 // matrixExpect computes a cell's expectation from the rules
@@ -171,7 +190,11 @@ type matrixWant struct {
 //     whatever it waits for, nor for a request pipelined behind it; what was
 //     sent before stays sent;
 //   - whatever the app-side path, the upstream kind decides the wire: TLS for
-//     the TLS kinds, HTTP/2 where ALPN offers it.
+//     the TLS kinds, HTTP/2 where ALPN offers it;
+//   - the deadline bounds every drain (docs/retry-semantics.md#r9): when
+//     every answer is a 503 whose body stalls, the app reads 504
+//     deadline-exceeded by the deadline, and every stalled connection (or
+//     stream) is closed.
 func matrixExpect(c matrixCell) matrixWant {
 	var w matrixWant
 	switch c.wait {
@@ -184,7 +207,7 @@ func matrixExpect(c matrixCell) matrixWant {
 		return w
 	case matrixHold, matrixQueue, matrixToken:
 		w.waitsBeforeFirst = true
-	case matrixBackoff:
+	case matrixBackoff, matrixStall:
 		w.firstStatusBefore = 503
 	case matrixRetryAfter:
 		w.firstStatusBefore = 429
@@ -208,6 +231,11 @@ func matrixExpect(c matrixCell) matrixWant {
 		w.status, w.outcome, w.count = 200, "success", strconv.Itoa(len(sent))
 		if !w.waitsBeforeFirst && !w.retriedAfterWait {
 			w.status, w.outcome = w.firstStatusBefore, "not-replayable"
+		}
+		if c.wait == matrixStall {
+			// The last answer stalls too: cut at the deadline.
+			w.status, w.outcome = 504, "deadline-exceeded"
+			w.answeredWithin = matrixStallDeadline + matrixStallMargin
 		}
 		if c.app == matrixPipelines {
 			w.second, w.secondStatus, w.secondOutcome = []string{"1"}, 200, "success"
@@ -241,6 +269,7 @@ type matrixUpstreamRig struct {
 
 	mu       sync.Mutex
 	arrivals []matrixArrival
+	stalls   int           // stalled answers whose connection is still open
 	cellN    int           // arrivals of /cell so far
 	arrived  chan string   // every arrival's path, as it comes
 	answered chan int      // n of each /cell arrival, once answered
@@ -296,6 +325,10 @@ func (u *matrixUpstreamRig) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			case <-time.After(10 * time.Second):
 			}
 		}
+		if u.c.wait == matrixStall {
+			u.stall(w, r, n)
+			return
+		}
 		if n == 1 {
 			switch u.c.wait {
 			case matrixBackoff:
@@ -308,6 +341,34 @@ func (u *matrixUpstreamRig) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer func() { u.answered <- n }()
 	}
 	io.WriteString(w, "ok")
+}
+
+// stall answers /cell arrival n with a 503 announcing 100000 bytes of which 10
+// come, and nothing more until the sidecar closes the connection (or resets
+// the stream), at most 10 s.
+func (u *matrixUpstreamRig) stall(w http.ResponseWriter, r *http.Request, n int) {
+	w.Header().Set("Content-Length", "100000")
+	w.WriteHeader(503)
+	io.WriteString(w, "0123456789")
+	_ = http.NewResponseController(w).Flush()
+	u.mu.Lock()
+	u.stalls++
+	u.mu.Unlock()
+	u.answered <- n
+	select {
+	case <-r.Context().Done():
+		u.mu.Lock()
+		u.stalls--
+		u.mu.Unlock()
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// openStalls is the number of stalled answers not yet closed by the sidecar.
+func (u *matrixUpstreamRig) openStalls() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.stalls
 }
 
 // cells is the number of arrivals of the cell's request so far.
@@ -362,6 +423,10 @@ type matrixRig struct {
 // matrixPolicy is one RetryPolicy document for a cell's upstream at host.
 func matrixPolicy(i int, c matrixCell, host, tlsFields string) string {
 	f := []string{"deadline: 8s", "maxAttempts: 3", "retryAfter: {maxWait: 5s, spread: 1ms}"}
+	if c.wait == matrixStall {
+		// Two attempts whatever the machine's speed: the second answer is the last.
+		f[0], f[1] = "deadline: "+matrixStallDeadline.String(), "maxAttempts: 2"
+	}
 	switch c.wait {
 	case matrixBackoff:
 		f = append(f, fmt.Sprintf("backoff: {base: %s, max: %s, jitter: None}", matrixWaitLength, matrixWaitLength))
@@ -527,8 +592,10 @@ type matrixGot struct {
 	outcome, count string
 	secondStatus   int
 	secondOutcome  string
-	hungUp         time.Time // when the app closed its connection, if it did
-	err            string    // a step of the scenario that failed
+	answeredAfter  time.Duration // from the app's request to the response head
+	openStalls     int           // stalled answers the sidecar left open
+	hungUp         time.Time     // when the app closed its connection, if it did
+	err            string        // a step of the scenario that failed
 }
 
 // request is the app's request for path, with a body for a POST.
@@ -636,6 +703,7 @@ func (r *matrixRig) run(c matrixCell) (got matrixGot) {
 	if c.app == matrixPipelines || c.app == matrixPipelinesHangs {
 		req += r.request(c, "/second", "GET")
 	}
+	sentAt := time.Now()
 	if _, err := io.WriteString(conn, req); err != nil {
 		return fail("write: %v", err)
 	}
@@ -653,6 +721,7 @@ func (r *matrixRig) run(c matrixCell) (got matrixGot) {
 		if err != nil {
 			return fail("reading the response: %v", err)
 		}
+		got.answeredAfter = time.Since(sentAt)
 		io.Copy(io.Discard, resp.Body)
 		got.status, got.outcome, got.count = resp.StatusCode, resp.Header.Get("X-Retry-Outcome"), resp.Header.Get("X-Retry-Attempts")
 		if c.app == matrixPipelines {
@@ -665,6 +734,7 @@ func (r *matrixRig) run(c matrixCell) (got matrixGot) {
 		}
 		time.Sleep(100 * time.Millisecond) // anything sent after the response would show
 		got.arrivals = u.got()
+		got.openStalls = u.awaitStallsClosed()
 		return got
 	case matrixBefore:
 		if want.waitsBeforeFirst {
@@ -698,7 +768,17 @@ func (r *matrixRig) run(c matrixCell) (got matrixGot) {
 	// The app is gone: whatever the wait was, it is over after this.
 	time.Sleep(c.waitLength() + time.Second)
 	got.arrivals = u.got()
+	got.openStalls = u.awaitStallsClosed()
 	return got
+}
+
+// awaitStallsClosed gives the upstream's server up to a second to see the
+// connections the sidecar closed, and returns the stalls still open.
+func (u *matrixUpstreamRig) awaitStallsClosed() int {
+	for end := time.Now().Add(time.Second); u.openStalls() > 0 && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return u.openStalls()
 }
 
 // sinceHangUp says when path's arrivals came relative to the app's hang-up.
@@ -747,6 +827,12 @@ func (c matrixCell) check(t *testing.T, want matrixWant, got matrixGot) {
 	if got.status != want.status || got.outcome != want.outcome || got.count != want.count {
 		t.Errorf("the app read %d, X-Retry-Outcome %q, X-Retry-Attempts %q; want %d, %q, %q",
 			got.status, got.outcome, got.count, want.status, want.outcome, want.count)
+	}
+	if want.answeredWithin > 0 && got.answeredAfter > want.answeredWithin {
+		t.Errorf("the app read the response head %v after its request, want within %v", got.answeredAfter, want.answeredWithin)
+	}
+	if got.openStalls != 0 {
+		t.Errorf("%d stalled answers still open at the upstream: the sidecar never closed them", got.openStalls)
 	}
 	if got.secondStatus != want.secondStatus || got.secondOutcome != want.secondOutcome {
 		t.Errorf("the app read %d, X-Retry-Outcome %q for the pipelined request; want %d, %q",

@@ -12,8 +12,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
-	"github.com/retrydev/retry-operator/internal/quotastore"
-	"github.com/retrydev/retry-operator/internal/redistest"
+	"github.com/retrydev/retry-operator/internal/testing/redistest"
 )
 
 // quotaFile writes a RetryPolicy whose upstream for host draws on the
@@ -99,8 +98,10 @@ func TestTwoSidecarsShareOneQuota(t *testing.T) {
 	}
 }
 
-// A password rotated in the namespace's mounted Secret reaches the sidecar
-// without a restart: the rendering names the credentials file; the store's
+// A password rotated in the credentials file of a store the sidecar reaches
+// itself reaches it without a restart (a policy file's
+// --quota-credentials-file; here the file a document of an older manager
+// names): the store's
 // user gets a second password, the kubelet rewrites the file, the first
 // password is removed and the user's connections closed. The sidecar's quota
 // client connects again with the new password, and a steady stream of
@@ -111,11 +112,11 @@ func TestRotatedQuotaPasswordIsPickedUpWithoutRestart(t *testing.T) {
 	ctx, cancel := withCancel(20 * time.Second)
 	defer cancel()
 	const ns = "shop"
-	user := v1alpha1.QuotaUser(ns)
-	if err := quotastore.SetUser(ctx, admin, ns, "first-password", []string{"partner"}); err != nil {
+	user := "retry-operator:ns:" + ns
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">first-password", "~"+v1alpha1.QuotaKeys("partner")+"*", "+@all").Err(); err != nil {
 		t.Fatal(err)
 	}
-	credsDir := t.TempDir() // the Secret retry-quota-credentials, mounted
+	credsDir := t.TempDir() // as the kubelet writes a mounted volume
 	writeCreds := func(password string) {
 		kubeletWrite(t, credsDir, map[string]string{"credentials": string(policyset.Credentials{Username: user, Password: password}.Format())})
 	}

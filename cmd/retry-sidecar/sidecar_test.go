@@ -19,7 +19,7 @@ import (
 
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/policyset/policysettest"
-	"github.com/retrydev/retry-operator/internal/polltest"
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
 )
 
 // Fast retries unless a test says otherwise.

@@ -5,12 +5,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/polltest"
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
 )
 
 // ---- cut-off bodies and timeouts by phase (docs/retry-semantics.md) ----
@@ -38,6 +39,8 @@ func TestCutOffBodyIsNeverPassedOffAsComplete(t *testing.T) {
 		"chunked cut inside a chunk under a policy":       {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "a\r\nhel", true},
 		"sized cut after 5 of 100 bytes without a policy": {"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", "hello", false},
 		"sized cut after 5 of 100 bytes under a policy":   {"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", "hello", true},
+		// Read ahead before it is given back (docs/retry-semantics.md#r9).
+		"a retryable answer given back cut after 5 of 100 bytes": {"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 100\r\n\r\n", "hello", true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -45,7 +48,7 @@ func TestCutOffBodyIsNeverPassedOffAsComplete(t *testing.T) {
 			host := newRawUpstream(t, cutOff(tc.head, tc.partial)).host()
 			var args []string
 			if tc.policy {
-				args = append(args, "--policy-file="+policyFile(t, host, fields()...))
+				args = append(args, "--policy-file="+policyFile(t, host, fields("maxAttempts: 1")...))
 			} else {
 				args = append(args, "--policy-file="+policyFile(t, "unrelated.example", fields()...))
 			}
@@ -59,8 +62,11 @@ func TestCutOffBodyIsNeverPassedOffAsComplete(t *testing.T) {
 			if err == nil {
 				t.Fatalf("the app read a complete %d-byte body %q; want a read error", len(b), b)
 			}
-			if resp.StatusCode != 200 {
-				t.Fatalf("status %d, want the upstream's 200", resp.StatusCode)
+			if want, _ := strconv.Atoi(tc.head[9:12]); resp.StatusCode != want {
+				t.Fatalf("status %d, want the upstream's %d", resp.StatusCode, want)
+			}
+			if got := resp.Header.Get("X-Retry-Outcome"); (got != "") != tc.policy {
+				t.Errorf("X-Retry-Outcome %q with a policy %v", got, tc.policy)
 			}
 			s.waitMetric(`retry_sidecar_truncated_responses_total`, 1)
 		})

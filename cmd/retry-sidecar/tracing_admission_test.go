@@ -10,8 +10,8 @@ import (
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
-	"github.com/retrydev/retry-operator/internal/otlpreceiver"
-	"github.com/retrydev/retry-operator/internal/redistest"
+	"github.com/retrydev/retry-operator/internal/testing/otlpreceiver"
+	"github.com/retrydev/retry-operator/internal/testing/redistest"
 )
 
 // A request that waits for admission has one retry.wait event on its SERVER

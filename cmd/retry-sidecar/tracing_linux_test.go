@@ -17,7 +17,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/otlpreceiver"
+	"github.com/retrydev/retry-operator/internal/testing/otlpreceiver"
 )
 
 // TestTransparentInterceptionIsTraced: an app that knows nothing of the

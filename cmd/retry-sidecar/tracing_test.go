@@ -15,8 +15,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 
-	"github.com/retrydev/retry-operator/internal/otlpreceiver"
-	"github.com/retrydev/retry-operator/internal/polltest"
+	"github.com/retrydev/retry-operator/internal/testing/otlpreceiver"
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
 )
 
 // The app's span: the parent of the sidecar's SERVER span.

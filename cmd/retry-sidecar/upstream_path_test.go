@@ -10,6 +10,7 @@ package main_test
 // (rawupstream_test.go) on 127.0.0.1.
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -23,6 +24,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
 )
 
 // keepAliveUpstream answers every request with a keep-alive 200 whose body is
@@ -608,6 +611,92 @@ func TestStalledBodyOfARetriedResponseDoesNotHoldTheRequestPastItsDeadline(t *te
 			default:
 				t.Errorf("got %d %q (outcome %q), want 200 \"recovered\" after 2 attempts", r.status, r.body, r.header.Get("X-Retry-Outcome"))
 			}
+		})
+	}
+}
+
+// TestEveryStalledAnswerEndsByTheDeadline: an upstream whose every answer is a
+// 503 announcing 100000 bytes of which 10 arrive, on a connection it keeps
+// open, costs the app no more than its deadline: the drain before a retry and
+// the read of the answer given back both end by the deadline, the stalled
+// connections are closed, and the app gets 504 deadline-exceeded
+// (docs/retry-semantics.md#r9). Before, it got no answer at all until the
+// upstream gave up (15 s and more).
+func TestEveryStalledAnswerEndsByTheDeadline(t *testing.T) {
+	t.Parallel()
+	// The margin over the 1 s deadline for the answer and the closes to
+	// arrive: the sidecar's own work and a loaded machine's scheduling.
+	const deadline, margin = time.Second, 300 * time.Millisecond
+	tests := map[string]struct {
+		method       string
+		bodySize     int // of the app's request
+		retryAfter   string
+		fields       []string
+		wantAttempts string // X-Retry-Attempt of each arrival
+	}{
+		"a GET retried once the drain stopped short of the deadline": {
+			method: "GET", wantAttempts: "1 2"},
+		"a Retry-After shorter than the stall": {
+			method: "GET", retryAfter: "0", wantAttempts: "1 2"},
+		"a Retry-After past the deadline defers at once": {
+			method: "GET", retryAfter: "5", wantAttempts: "1"},
+		"a PUT of 70 kB sent by the net/http fallback client": {
+			method: "PUT", bodySize: 70 << 10, wantAttempts: "1 2",
+			fields: []string{"replayableMethods: [GET, PUT]", "maxReplayBodyBytes: 131072"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var closedAt []time.Time // when each stalled connection was closed
+			up := newRawUpstream(t, func(c *rawConn) {
+				if _, ok := c.next(); !ok {
+					return
+				}
+				head := "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 100000\r\n"
+				if tc.retryAfter != "" {
+					head += "Retry-After: " + tc.retryAfter + "\r\n"
+				}
+				c.write(head + "\r\n0123456789")
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				_, _ = io.Copy(io.Discard, c.Conn) // the other 99990 bytes never come
+				mu.Lock()
+				closedAt = append(closedAt, time.Now())
+				mu.Unlock()
+			})
+			f := fields(append([]string{"deadline: 1s"}, tc.fields...)...)
+			s := startSidecar(t, "--policy-file="+policyFile(t, up.host(), f...))
+			req, err := http.NewRequest(tc.method, up.url("/stall"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.bodySize > 0 {
+				req.Body, req.ContentLength = io.NopCloser(strings.NewReader(strings.Repeat("x", tc.bodySize))), int64(tc.bodySize)
+			}
+			ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			r, err := s.try(req.WithContext(ctx))
+			if err != nil {
+				t.Fatalf("no answer after %v: %v", time.Since(start), err)
+			}
+			n := len(strings.Fields(tc.wantAttempts))
+			assertOutcome(t, r, 504, "deadline-exceeded", strconv.Itoa(n))
+			if r.elapsed > deadline+margin {
+				t.Errorf("answered after %v, want within %v", r.elapsed, deadline+margin)
+			}
+			if r.header.Get("X-Retry-Not-Before") == "" {
+				t.Error("no X-Retry-Not-Before on the deadline-exceeded answer")
+			}
+			if got := up.attemptHeaders(); got != tc.wantAttempts {
+				t.Errorf("the upstream saw attempts %q, want %q", got, tc.wantAttempts)
+			}
+			// Each stalled connection was closed before the answer was made.
+			polltest.UntilTrue(t, margin, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(closedAt) == n
+			})
 		})
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retrydev/retry-operator/internal/metricstest"
+	"github.com/retrydev/retry-operator/internal/testing/metricstest"
 )
 
 type dashboard struct {

@@ -30,8 +30,13 @@ type Input struct {
 	// without one (status written by an older manager).
 	Previous policyset.Document
 	// ConfigMaps are the data of the namespace's ConfigMaps that policies name in
-	// tls.caCertificateRefs, by name; a name absent from the map does not exist.
+	// tls.caCertificateRefs, by name; a name absent from the map does not exist
+	// (or is in CAUnread). Only the key ca.crt matters.
 	ConfigMaps map[string]map[string]string
+	// CAUnread are the ConfigMaps named in tls.caCertificateRefs that were not
+	// read because those read before them (oldest policy first) already hold
+	// v1alpha1.MaxNamespaceCABytes; the policies naming them are InvalidRef.
+	CAUnread sets.Set[string]
 	// Now is the reconcile's clock reading: a changed rendering gets revision
 	// policyset.NextRevision(previous, Now).
 	Now time.Time
@@ -41,6 +46,9 @@ type Input struct {
 	// NamespaceLabels are the labels of the namespace, which a quota's
 	// consumers.namespaceSelector is matched against.
 	NamespaceLabels map[string]string
+	// Lease is the manager's lease endpoint, which every rendered quota names
+	// (docs/quota.md#trust).
+	Lease policyset.QuotaLease
 }
 
 // PodInfo is what rate sharing and status.programmedPods need to know about a
@@ -143,12 +151,12 @@ func validatePolicies(in Input) ([]candidate, map[string]metav1.Condition) {
 	}
 	var cands []candidate
 	accepted := map[string]metav1.Condition{}
-	for i := range in.Policies {
-		p := &in.Policies[i]
+	caBytes := 0 // of the policies before p, which MaxNamespaceCABytes bounds
+	for _, p := range oldestFirst(in.Policies) {
 		if p.DeletionTimestamp != nil {
 			continue // on its way out: neither rendered nor given a status
 		}
-		bundles, errs, reason := validatePolicy(p, in)
+		bundles, errs, reason := validatePolicy(p, in, caBytes)
 		if len(errs) > 0 {
 			msg := errs.ToAggregate().Error()
 			if kept, ok := lastAccepted(p, previous); ok && keptQuotasRenderable(kept, in) {
@@ -158,19 +166,28 @@ func validatePolicies(in Input) ([]candidate, map[string]metav1.Condition) {
 			accepted[p.Name] = condition(v1alpha1.ConditionAccepted, metav1.ConditionFalse, reason, msg)
 			continue
 		}
+		caBytes += bundleBytes(bundles)
 		cands = append(cands, candidate{policy: p, selector: p.Spec.PodSelector, upstreams: p.Spec.Upstreams, bundles: bundles, generation: p.Generation, valid: true})
 	}
 	return cands, accepted
 }
 
 // validatePolicy validates p, then resolves its tls.caCertificateRefs against
-// configMaps (the CA bundle of each upstream). The reason names the step that
-// failed: ReasonInvalid for the spec, ReasonInvalidRef for a reference.
-func validatePolicy(p *v1alpha1.RetryPolicy, in Input) ([]string, field.ErrorList, v1alpha1.ConditionReason) {
+// configMaps (the CA bundle of each upstream), within what caBytes (the
+// bundles of older policies) leaves of v1alpha1.MaxNamespaceCABytes. The
+// reason names the step that failed: ReasonInvalid for the spec,
+// ReasonInvalidRef for a reference.
+func validatePolicy(p *v1alpha1.RetryPolicy, in Input, caBytes int) ([]string, field.ErrorList, v1alpha1.ConditionReason) {
 	if errs := v1alpha1.Validate(p); len(errs) > 0 {
 		return nil, errs, v1alpha1.ReasonInvalid
 	}
+	if errs := unreadCARefs(p, in.CAUnread); len(errs) > 0 {
+		return nil, errs, v1alpha1.ReasonInvalidRef
+	}
 	bundles, errs := policyset.ResolveCABundles(p, policyset.MapLookup(in.ConfigMaps, ""))
+	if len(errs) == 0 {
+		errs = overCABudget(p, bundles, caBytes)
+	}
 	if len(errs) > 0 {
 		return nil, errs, v1alpha1.ReasonInvalidRef
 	}
@@ -206,13 +223,26 @@ func resolveConflicts(cands []candidate, accepted map[string]metav1.Condition) [
 // policy wins. creationTimestamp, then name, is an order every replica of the
 // controller agrees on and that a new policy cannot jump.
 func sortOldestFirst(cands []candidate) {
-	sort.Slice(cands, func(i, j int) bool {
-		a, b := cands[i].policy, cands[j].policy
-		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&b.CreationTimestamp)
-		}
-		return a.Name < b.Name
-	})
+	sort.Slice(cands, func(i, j int) bool { return older(cands[i].policy, cands[j].policy) })
+}
+
+// oldestFirst are pointers to policies, the oldest first (ties by name).
+func oldestFirst(policies []v1alpha1.RetryPolicy) []*v1alpha1.RetryPolicy {
+	out := make([]*v1alpha1.RetryPolicy, len(policies))
+	for i := range policies {
+		out[i] = &policies[i]
+	}
+	sort.Slice(out, func(i, j int) bool { return older(out[i], out[j]) })
+	return out
+}
+
+// older reports whether a was created before b (by name when at the same
+// second).
+func older(a, b *v1alpha1.RetryPolicy) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
 }
 
 // render builds the document the ConfigMap must hold, one policy per winner in

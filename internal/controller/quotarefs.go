@@ -62,28 +62,23 @@ func usableQuota(name string, in Input) (policyset.Quota, bool) {
 	if !ok || quotaProblem(q, in.NamespaceLabels, "") != "" {
 		return policyset.Quota{}, false
 	}
-	return policyset.RenderQuota(q, credentialsFile(q)), true
-}
-
-// credentialsFile is where the sidecars of a consuming namespace read their
-// credentials for q: the mounted Secret of the namespace's ACL user when the
-// store has admin credentials (the manager then creates that user), else none.
-func credentialsFile(q *v1alpha1.SharedQuota) string {
-	if q.Spec.Store.Redis.CredentialsSecretRef == nil {
-		return ""
-	}
-	return v1alpha1.QuotaCredentialsPath
+	return policyset.RenderQuota(q, &in.Lease), true
 }
 
 // renderQuotas is Document.Quotas for the rendered policies: each quota they
 // name as it is now, or, for one that is no longer usable (a kept rendering
-// of an invalid policy), as the previous document rendered it.
+// of an invalid policy), as the previous document rendered it, leasing from
+// the endpoint (which refuses the namespace: the sidecars deny at once). A
+// previous rendering never carries a store to the sidecars: one of an older
+// manager named the Redis its sidecars reached themselves.
 func renderQuotas(in Input, policies []policyset.Policy) []policyset.Quota {
 	var out []policyset.Quota
 	for _, name := range policyset.QuotaRefs(policies) {
 		if q, ok := usableQuota(name, in); ok {
 			out = append(out, q)
 		} else if q, ok := in.Previous.Quota(name); ok {
+			lease := in.Lease
+			q.Lease, q.Store = &lease, nil
 			out = append(out, q)
 		}
 	}

@@ -29,8 +29,13 @@ func quotaPol(name string, gen int64, quota string) v1alpha1.RetryPolicy {
 
 func TestComputeQuotaRefs(t *testing.T) {
 	payments := &metav1.LabelSelector{MatchLabels: map[string]string{"team": "payments"}}
-	rendered := policyset.Quota{Name: "partner", RequestsPerSecond: 1.5, Burst: 5, OnStoreLoss: v1alpha1.StoreLossLastShare,
-		Store: policyset.QuotaStore{Redis: policyset.RedisStore{Address: "redis:6379", CredentialsFile: v1alpha1.QuotaCredentialsPath}}}
+	lease := policyset.QuotaLease{URL: "https://retry-operator-webhook-service.retry-operator-system.svc:9445", Address: "10.96.0.12:9445",
+		CABundle: "-----BEGIN CERTIFICATE-----\n", TokenFile: v1alpha1.QuotaTokenPath}
+	rendered := policyset.Quota{Name: "partner", RequestsPerSecond: 1.5, Burst: 5, OnStoreLoss: v1alpha1.StoreLossLastShare, Lease: &lease}
+	// As an older manager rendered it: the sidecars reached the store with
+	// their namespace's Redis user.
+	legacy := policyset.Quota{Name: "partner", RequestsPerSecond: 1.5, Burst: 5, OnStoreLoss: v1alpha1.StoreLossLastShare,
+		Store: &policyset.QuotaStore{Redis: policyset.RedisStore{Address: "redis:6379", CredentialsFile: "/var/run/retry.dev/quota/credentials"}}}
 	keptPolicy := func() policyset.Policy {
 		return policyset.Policy{Namespace: "ns", Name: "p", Generation: 1, Upstreams: []policyset.Upstream{
 			renderedUpstream(t, quotaPol("p", 1, "partner").Spec.Upstreams[0], 0)}}
@@ -70,7 +75,7 @@ func TestComputeQuotaRefs(t *testing.T) {
 			wantAccepted: "False/QuotaNotAllowed",
 			wantMessage:  "spec.upstreams[0].quotaRef.name: Forbidden: SharedQuota partner does not admit namespace ns: its spec.consumers.namespaceSelector does not select the namespace's labels",
 		},
-		"an empty selector admits every namespace; a store without admin credentials gives no credentials file": {
+		"an empty selector admits every namespace, and a store without admin credentials is rendered alike": {
 			in: Input{Policies: []v1alpha1.RetryPolicy{quotaPol("p", 1, "partner")},
 				Quotas: map[string]*v1alpha1.SharedQuota{"partner": func() *v1alpha1.SharedQuota {
 					q := sharedQuota("partner", &metav1.LabelSelector{})
@@ -78,13 +83,13 @@ func TestComputeQuotaRefs(t *testing.T) {
 					return q
 				}()}},
 			wantAccepted: "True/Valid", wantMessage: "1 upstream(s) accepted", wantRendered: []string{"p"},
-			wantQuotas: []policyset.Quota{func() policyset.Quota { q := rendered; q.Store.Redis.CredentialsFile = ""; return q }()},
+			wantQuotas: []policyset.Quota{rendered},
 		},
-		"a namespace that left the consumers keeps its last rendering with the quota as last rendered": {
+		"a namespace that left the consumers keeps its last rendering with the quota as last rendered, leasing from the endpoint (which refuses it)": {
 			in: Input{Policies: []v1alpha1.RetryPolicy{withLastAccepted(quotaPol("p", 1, "partner"))},
 				Quotas:          map[string]*v1alpha1.SharedQuota{"partner": sharedQuota("partner", payments)},
 				NamespaceLabels: map[string]string{"team": "search"},
-				Previous:        policyset.Document{Version: 2, Revision: 7, Policies: []policyset.Policy{keptPolicy()}, Quotas: []policyset.Quota{rendered}}},
+				Previous:        policyset.Document{Version: 2, Revision: 7, Policies: []policyset.Policy{keptPolicy()}, Quotas: []policyset.Quota{legacy}}},
 			wantAccepted: "False/QuotaNotAllowed",
 			wantMessage:  "spec.upstreams[0].quotaRef.name: Forbidden: SharedQuota partner does not admit namespace ns: its spec.consumers.namespaceSelector does not select the namespace's labels; generation 1, the last accepted, stays in force",
 			wantRendered: []string{"p"}, wantQuotas: []policyset.Quota{rendered},
@@ -97,6 +102,7 @@ func TestComputeQuotaRefs(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			tc.in.Lease = lease
 			out, err := Compute(tc.in)
 			if err != nil {
 				t.Fatal(err)

@@ -25,14 +25,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -44,7 +41,6 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
-	"github.com/retrydev/retry-operator/internal/quotastore"
 )
 
 const (
@@ -77,10 +73,13 @@ type RetryPolicyReconciler struct {
 	// SidecarConfigURL is where a pod's sidecar answers GET /config; nil is
 	// DefaultSidecarConfigURL (the pod IP, port 15090). Tests point it elsewhere.
 	SidecarConfigURL func(*corev1.Pod) string
+	// CARecheck is how often a namespace whose policies name CA ConfigMaps is
+	// rendered again (carefs.go); 0 is DefaultCARecheck.
+	CARecheck time.Duration
 
-	// QuotaStore reaches SharedQuota stores as the admin, to create and
-	// delete the namespaces' ACL users (quotacreds.go).
-	QuotaStore quotastore.Admin
+	// QuotaLease is the lease endpoint the rendered quotas name
+	// (docs/quota.md#trust).
+	QuotaLease LeaseEndpoint
 
 	proberOnce sync.Once
 	prober     *sidecarProber
@@ -88,13 +87,15 @@ type RetryPolicyReconciler struct {
 }
 
 // The manager writes one ConfigMap per namespace, by name: it applies
-// (patch) and deletes retry-policies only; creating cannot be limited by name.
-// It reads every ConfigMap because tls.caCertificateRefs may name any
-// (CacheOptions). docs/operations.md, "RBAC", lists every right.
+// (patch) and deletes retry-policies only, and lists and watches it by name
+// (its cache's field selector, cache.go); creating cannot be limited by name.
+// It gets any ConfigMap by name because tls.caCertificateRefs may name any
+// (carefs.go), but lists and watches no other. docs/operations.md, "RBAC",
+// lists every right.
 // +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy.retry.dev,resources=retrypolicies/status,verbs=get;patch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups="",resources=configmaps,resourceNames=retry-policies,verbs=patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create
+// +kubebuilder:rbac:groups="",resources=configmaps,resourceNames=retry-policies,verbs=list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=policy.retry.dev,resources=sharedquotas,verbs=get;list;watch
@@ -118,15 +119,15 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.applyStatuses(ctx, g.policies, out); err != nil {
 		return ctrl.Result{}, err
 	}
-	grants := quotaGrants(g.in, out.Document)
-	if err := r.applyQuotaCredentials(ctx, g.namespace, grants); err != nil {
-		return ctrl.Result{}, err
-	}
 	// Come back until every ready sidecar runs the new revision (bounded),
-	// and now and then while the namespace has quota credentials.
+	// and now and then while the namespace draws on a quota: a renewed
+	// serving certificate's CA reaches the rendering within QuotaRecheck.
 	after := r.convergeAfter(g.namespace, g.pods, out.Document.Revision)
-	if len(grants) > 0 && (after == 0 || after > QuotaCredentialsRecheck) {
-		after = QuotaCredentialsRecheck
+	if len(out.Document.Quotas) > 0 && (after == 0 || after > QuotaRecheck) {
+		after = QuotaRecheck
+	}
+	if ca := r.caRecheckAfter(g.policies); ca > 0 && (after == 0 || after > ca) {
+		after = ca
 	}
 	return ctrl.Result{RequeueAfter: after}, nil
 }
@@ -171,36 +172,19 @@ func (r *RetryPolicyReconciler) gather(ctx context.Context, ns string) (*gathere
 	}
 	g.in = Input{Policies: g.policies, Now: r.now()}
 	var err error
-	if g.in.ConfigMaps, err = r.caConfigMaps(ctx, ns, g.policies); err != nil {
+	if g.in.ConfigMaps, g.in.CAUnread, err = r.caConfigMaps(ctx, ns, g.policies); err != nil {
 		return nil, err
 	}
 	if g.in.Quotas, err = r.referencedQuotas(ctx, g.policies); err != nil {
 		return nil, err
 	}
 	g.in.NamespaceLabels = g.namespaceObj.Labels
+	g.in.Lease = r.QuotaLease.Rendered(ctx)
 	if g.configMapExists {
 		g.in.Previous = previousDocument(ctx, ns, &g.configMap)
 	}
 	g.in.Pods = r.podInfos(ns, g.pods)
 	return g, nil
-}
-
-// caConfigMaps reads the data of the ConfigMaps the policies name in
-// tls.caCertificateRefs, by name; one that does not exist is left out.
-func (r *RetryPolicyReconciler) caConfigMaps(ctx context.Context, ns string, policies []v1alpha1.RetryPolicy) (map[string]map[string]string, error) {
-	data := map[string]map[string]string{}
-	for _, name := range caRefNames(policies) {
-		var ca corev1.ConfigMap
-		err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &ca)
-		if apierrors.IsNotFound(err) {
-			continue // Compute reports it: Accepted=False, InvalidRef
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, name, err)
-		}
-		data[name] = ca.Data
-	}
-	return data, nil
 }
 
 // previousDocument is the document the retry-policies ConfigMap holds, zero
@@ -222,7 +206,8 @@ func previousDocument(ctx context.Context, ns string, cm *corev1.ConfigMap) poli
 // returns the output the statuses are to come from (see recountProgrammed).
 func (r *RetryPolicyReconciler) apply(ctx context.Context, g *gathered, out Output) (Output, error) {
 	if g.namespaceObj.DeletionTimestamp == nil && g.namespaceObj.Name != "" {
-		if err := r.applySidecarBinding(ctx, g.namespace, wantSidecarBinding(&g.namespaceObj, len(g.pods))); err != nil {
+		want := wantSidecarBinding(&g.namespaceObj, len(g.pods))
+		if err := r.applySidecarBinding(ctx, g.namespace, want, podServiceAccounts(g.pods)); err != nil {
 			return Output{}, err
 		}
 	}
@@ -417,76 +402,6 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// CacheOptions narrows the manager's cache to what the controller reads: only
-// injected pods, not every pod of the cluster; only the RoleBindings named
-// retry-sidecar, by a field selector, so the manager's role may list and
-// watch RoleBindings by name only (config/rbac/role.yaml); managed fields are
-// dropped from every cached object. ConfigMaps are cached in every namespace
-// because tls.caCertificateRefs may name any of them (no selector can name
-// them all), but slimmed (slimConfigMap): of one the controller does not
-// render only its name and the key ca.crt are kept.
-func CacheOptions() cache.Options {
-	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Transform: slimConfigMap},
-			&corev1.Pod{}:       {Label: labels.SelectorFromSet(labels.Set{v1alpha1.LabelSidecar: v1alpha1.LabelSidecarInjected})},
-			&rbacv1.RoleBinding{}: {
-				Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue}),
-				Field: fields.OneTermEqualSelector("metadata.name", SidecarRoleBindingName),
-			},
-		},
-	}
-}
-
-// slimConfigMap is the cache transform of ConfigMaps: a rendered one is kept
-// whole (managed fields dropped), any other is cut down to what CA resolution
-// reads, so caching every ConfigMap of the cluster costs little memory.
-func slimConfigMap(o any) (any, error) {
-	cm, ok := o.(*corev1.ConfigMap)
-	if !ok {
-		return o, nil
-	}
-	if cm.Labels[ManagedByLabel] == ManagedByValue {
-		cm.ManagedFields = nil
-		return cm, nil
-	}
-	slim := &corev1.ConfigMap{TypeMeta: cm.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Name: cm.Name, Namespace: cm.Namespace, UID: cm.UID, ResourceVersion: cm.ResourceVersion,
-		Generation: cm.Generation, DeletionTimestamp: cm.DeletionTimestamp,
-	}}
-	if v, ok := cm.Data[v1alpha1.CACertificateKey]; ok {
-		slim.Data = map[string]string{v1alpha1.CACertificateKey: v}
-	}
-	return slim, nil
-}
-
-// caRefIndex indexes RetryPolicies by the ConfigMaps their tls.caCertificateRefs name.
-const caRefIndex = "spec.upstreams.tls.caCertificateRefs.name"
-
-// caRefNames are the ConfigMap names the policies reference, sorted, once each.
-func caRefNames(policies []v1alpha1.RetryPolicy) []string {
-	var names []string
-	for i := range policies {
-		names = append(names, policyCARefs(&policies[i])...)
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
-}
-
-func policyCARefs(p *v1alpha1.RetryPolicy) []string {
-	var names []string
-	for _, u := range p.Spec.Upstreams {
-		if u.TLS == nil {
-			continue
-		}
-		for _, r := range u.TLS.CACertificateRefs {
-			names = append(names, r.Name)
-		}
-	}
-	return names
-}
-
 // SetupWithManager registers the controller. Events of all three kinds map to
 // the namespace's request:
 //   - RetryPolicy: on create, delete and spec (generation) changes only, so the
@@ -504,19 +419,10 @@ func policyCARefs(p *v1alpha1.RetryPolicy) []string {
 // owner reference per rendered policy and none is a controller reference;
 // what must be reconciled when it changes is its namespace, not an owner.
 //
-// A ConfigMap named in some policy's tls.caCertificateRefs (found through the
-// caRefIndex field index) maps to its namespace too: a CA rotation re-renders,
-// and a ConfigMap created after the policy that names it makes it Accepted.
+// The ConfigMaps named in tls.caCertificateRefs are not watched (a tenant's
+// objects are not cached, cache.go): a namespace whose policies name one is
+// rendered again every CARecheck (carefs.go).
 func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.RetryPolicy{}, caRefIndex, func(o client.Object) []string {
-		p, ok := o.(*v1alpha1.RetryPolicy)
-		if !ok {
-			return nil
-		}
-		return policyCARefs(p)
-	}); err != nil {
-		return fmt.Errorf("indexing RetryPolicies by CA ConfigMap: %w", err)
-	}
 	if err := IndexQuotaRefs(mgr); err != nil {
 		return err
 	}
@@ -529,13 +435,11 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	named := func(name string) predicate.Predicate {
 		return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == name })
 	}
-	notRendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() != v1alpha1.PoliciesConfigMapName })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("retrypolicy").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Watches(&v1alpha1.RetryPolicy{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(named(v1alpha1.PoliciesConfigMapName))).
-		Watches(&corev1.ConfigMap{}, r.referencedCA(), builder.WithPredicates(caCertificateChanged(), notRendered)).
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
 		Watches(&rbacv1.RoleBinding{}, toNamespace, builder.WithPredicates(named(SidecarRoleBindingName))).
 		Watches(&corev1.Namespace{}, namespaceToItself, builder.WithPredicates(apiAccessChanged())).
@@ -548,28 +452,6 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // reconciliation).
 func namespaceRequest(ns string) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}}}
-}
-
-// referencedCA maps a ConfigMap to its namespace's request when some policy
-// of the namespace names it in tls.caCertificateRefs (the caRefIndex).
-func (r *RetryPolicyReconciler) referencedCA() handler.EventHandler {
-	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		var refs v1alpha1.RetryPolicyList
-		if err := r.List(ctx, &refs, client.InNamespace(o.GetNamespace()), client.MatchingFields{caRefIndex: o.GetName()}); err != nil || len(refs.Items) == 0 {
-			return nil
-		}
-		return namespaceRequest(o.GetNamespace())
-	})
-}
-
-// caCertificateChanged passes the ConfigMap events that can change a CA
-// bundle: create, delete, and an update of the key ca.crt.
-func caCertificateChanged() predicate.Predicate {
-	return onUpdateIf(func(o, n *corev1.ConfigMap) bool {
-		ov, oHas := o.Data[v1alpha1.CACertificateKey]
-		nv, nHas := n.Data[v1alpha1.CACertificateKey]
-		return ov != nv || oHas != nHas
-	})
 }
 
 // apiAccessChanged passes the Namespace updates that change the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,12 +20,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/quotastore"
+	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/quota/storeadmin"
 )
 
 // DefaultStoreRecheck is how often a SharedQuota's store is pinged again:
@@ -39,11 +42,18 @@ const DefaultStoreRecheck = 30 * time.Second
 type SharedQuotaReconciler struct {
 	client.Client
 	// Store reaches the stores with the admin credentials.
-	Store quotastore.Admin
+	Store storeadmin.Admin
 	// Recorder emits an event per changed condition.
 	Recorder recorder.EventRecorder
 	// StoreRecheck is how often the store is pinged again; 0 is DefaultStoreRecheck.
 	StoreRecheck time.Duration
+	// Forget drops the pods of namespace ns from the store of q, so that the
+	// share of a namespace that stopped being a consumer returns to the
+	// others at once (docs/quota.md#trust); nil: the store forgets them
+	// within quota.LeaseTTL.
+	Forget func(ctx context.Context, q *v1alpha1.SharedQuota, ns string) error
+
+	legacyDone sync.Map // stores whose legacy users are deleted: storeKey -> struct{}
 }
 
 // The admin credentials Secret is read by name (an uncached Get) in the
@@ -63,8 +73,13 @@ func (r *SharedQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	left := r.leftConsumers(ctx, &q)
 	if err := r.applyQuotaStatus(ctx, &q, ComputeQuotaStatus(in)); err != nil {
 		return ctrl.Result{}, err
+	}
+	r.forget(ctx, &q, left)
+	if in.StoreErr == nil && len(v1alpha1.ValidateSharedQuota(defaultedQuota(&q))) == 0 {
+		r.deleteLegacyUsers(ctx, q.Spec.Store.Redis)
 	}
 	recheck := r.StoreRecheck
 	if recheck <= 0 {
@@ -155,7 +170,7 @@ func storeCondition(addr string, err error) metav1.Condition {
 		return condition(v1alpha1.ConditionStoreReachable, metav1.ConditionTrue, v1alpha1.ReasonReachable,
 			fmt.Sprintf("%s answered PING with the admin credentials", addr))
 	}
-	var p *quotastore.Problem
+	var p *storeadmin.Problem
 	if errors.As(err, &p) {
 		return condition(v1alpha1.ConditionStoreReachable, metav1.ConditionFalse, p.Reason, fmt.Sprintf("%s: %s", addr, p.Message))
 	}
@@ -269,4 +284,78 @@ func quotaRequests(names []string) []reconcile.Request {
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: n}})
 	}
 	return out
+}
+
+// defaultedQuota is a defaulted copy of q.
+func defaultedQuota(q *v1alpha1.SharedQuota) *v1alpha1.SharedQuota {
+	d := q.DeepCopy()
+	v1alpha1.SetSharedQuotaDefaults(d)
+	return d
+}
+
+// leftConsumers are the namespaces q's status lists as consumers that may no
+// longer draw on it: gone, being deleted, or no longer selected by
+// consumers.namespaceSelector. An invalid quota has none (its leases are
+// refused whoever asks).
+func (r *SharedQuotaReconciler) leftConsumers(ctx context.Context, q *v1alpha1.SharedQuota) []string {
+	d := defaultedQuota(q)
+	if r.Forget == nil || len(v1alpha1.ValidateSharedQuota(d)) > 0 {
+		return nil
+	}
+	var left []string
+	for _, c := range q.Status.Consumers {
+		if slices.Contains(left, c.Namespace) {
+			continue
+		}
+		var ns corev1.Namespace
+		err := r.Get(ctx, types.NamespacedName{Name: c.Namespace}, &ns)
+		if err != nil && !apierrors.IsNotFound(err) {
+			continue // cannot tell: the endpoint refuses its next lease anyway
+		}
+		admitted, _ := policyset.Admits(d, ns.Labels)
+		if apierrors.IsNotFound(err) || ns.DeletionTimestamp != nil || !admitted {
+			left = append(left, c.Namespace)
+		}
+	}
+	return left
+}
+
+// forget drops the pods of each namespace of left from q's store. A failure
+// is logged: the lease endpoint forgets a namespace on its next refused
+// lease, and the store every pod within quota.LeaseTTL.
+func (r *SharedQuotaReconciler) forget(ctx context.Context, q *v1alpha1.SharedQuota, left []string) {
+	for _, ns := range left {
+		if err := r.Forget(ctx, defaultedQuota(q), ns); err != nil {
+			logf.FromContext(ctx).Info("forgetting the pods of a namespace that left the consumers failed", "namespace", ns, "error", err.Error())
+			continue
+		}
+		logf.FromContext(ctx).Info("forgot the pods of a namespace that left the consumers", "namespace", ns)
+	}
+}
+
+// deleteLegacyUsers deletes, once per store and process, the per-namespace
+// ACL users earlier releases created on it (docs/operations.md#upgrade). A
+// store that cannot be reached is tried again at the next check; one that
+// refuses (the admin may not manage users) is logged once.
+func (r *SharedQuotaReconciler) deleteLegacyUsers(ctx context.Context, s v1alpha1.RedisStore) {
+	key := s.Address
+	if s.CredentialsSecretRef != nil {
+		key += " " + s.CredentialsSecretRef.Name
+	}
+	if _, done := r.legacyDone.Load(key); done {
+		return
+	}
+	log := logf.FromContext(ctx).WithValues("store", s.Address)
+	deleted, err := r.Store.DeleteLegacyUsers(ctx, s)
+	var p *storeadmin.Problem
+	if err != nil && errors.As(err, &p) && p.Reason == v1alpha1.ReasonUnreachable {
+		return
+	}
+	r.legacyDone.Store(key, struct{}{})
+	switch {
+	case err != nil:
+		log.Info("cannot delete the per-namespace users of earlier releases", "error", err.Error())
+	case len(deleted) > 0:
+		log.Info("deleted the per-namespace users of earlier releases", "users", deleted)
+	}
 }

@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/quotastore"
+	"github.com/retrydev/retry-operator/internal/quota/storeadmin"
 )
 
 func TestComputeQuotaStatus(t *testing.T) {
@@ -60,7 +60,7 @@ func TestComputeQuotaStatus(t *testing.T) {
 			},
 		},
 		"a store that refuses the admin is StoreReachable False with its reason": {
-			in: QuotaInput{Quota: sharedQuota("partner", nil), StoreErr: &quotastore.Problem{Reason: v1alpha1.ReasonAuthFailed, Message: "WRONGPASS"}},
+			in: QuotaInput{Quota: sharedQuota("partner", nil), StoreErr: &storeadmin.Problem{Reason: v1alpha1.ReasonAuthFailed, Message: "WRONGPASS"}},
 			want: v1alpha1.SharedQuotaStatus{
 				Conditions: []metav1.Condition{cond(v1alpha1.ConditionReady, "True", v1alpha1.ReasonValid), cond(v1alpha1.ConditionStoreReachable, "False", v1alpha1.ReasonAuthFailed)},
 			},

@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -20,9 +22,10 @@ import (
 // (docs/fleet.md): one ClusterRole, shipped in config/rbac/sidecar_role.yaml,
 // that allows get, list and watch on configmaps named retry-policies and
 // nothing else, and in every namespace with injected pods a RoleBinding of it
-// to the group of that namespace's service accounts. A RoleBinding grants a
-// ClusterRole's rules only inside its own namespace, so a sidecar reads its
-// own namespace's retry-policies and no other object.
+// to the service accounts those pods run as (a sidecar authenticates as its
+// pod's service account), not to every service account of the namespace. A
+// RoleBinding grants a ClusterRole's rules only inside its own namespace, so a
+// sidecar reads its own namespace's retry-policies and no other object.
 const (
 	// DefaultSidecarClusterRole is the ClusterRole's name after config/default's
 	// namePrefix. The manager may bind only this ClusterRole (the bind marker
@@ -41,9 +44,27 @@ const (
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;patch;delete,resourceNames=retry-sidecar
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get;bind,resourceNames=retry-operator-sidecar
 
-// ServiceAccountsGroup is the group every service account of namespace ns
-// belongs to.
-func ServiceAccountsGroup(ns string) string { return "system:serviceaccounts:" + ns }
+// podServiceAccounts are the service accounts the pods run as, sorted, each
+// once; a pod without one runs as "default" (the API server's ServiceAccount
+// admission names it).
+func podServiceAccounts(pods []corev1.Pod) []string {
+	names := make([]string, 0, len(pods))
+	for i := range pods {
+		names = append(names, cmp.Or(pods[i].Spec.ServiceAccountName, "default"))
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// sidecarSubjects are the RoleBinding's subjects: each of accounts, a service
+// account of namespace ns.
+func sidecarSubjects(ns string, accounts []string) []rbacv1.Subject {
+	subjects := make([]rbacv1.Subject, len(accounts))
+	for i, sa := range accounts {
+		subjects[i] = rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}
+	}
+	return subjects
+}
 
 // wantSidecarBinding reports whether namespace ns must have the RoleBinding:
 // it has injected pods and does not opt out.
@@ -52,9 +73,9 @@ func wantSidecarBinding(nsObj *corev1.Namespace, injectedPods int) bool {
 }
 
 // applySidecarBinding creates, corrects or deletes the RoleBinding of namespace
-// ns so that it exists exactly when want. It writes nothing when the binding
-// is already as it must be.
-func (r *RetryPolicyReconciler) applySidecarBinding(ctx context.Context, ns string, want bool) error {
+// ns so that it exists exactly when want, naming the service accounts
+// accounts. It writes nothing when the binding is already as it must be.
+func (r *RetryPolicyReconciler) applySidecarBinding(ctx context.Context, ns string, want bool, accounts []string) error {
 	role := r.sidecarClusterRole()
 	var rb rbacv1.RoleBinding
 	err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: SidecarRoleBindingName}, &rb)
@@ -73,9 +94,9 @@ func (r *RetryPolicyReconciler) applySidecarBinding(ctx context.Context, ns stri
 		log.Info("deleted the sidecars' RoleBinding", "roleBinding", SidecarRoleBindingName)
 		return nil
 	}
-	group := ServiceAccountsGroup(ns)
+	subjects := sidecarSubjects(ns, accounts)
 	bound := exists && rb.RoleRef.Kind == "ClusterRole" && rb.RoleRef.Name == role && rb.Labels[ManagedByLabel] == ManagedByValue &&
-		len(rb.Subjects) == 1 && rb.Subjects[0].Kind == rbacv1.GroupKind && rb.Subjects[0].Name == group
+		slices.Equal(rb.Subjects, subjects)
 	if bound && ownedByClusterRole(&rb, role) {
 		return nil
 	}
@@ -96,15 +117,18 @@ func (r *RetryPolicyReconciler) applySidecarBinding(ctx context.Context, ns stri
 	}
 	apply := rbacv1ac.RoleBinding(SidecarRoleBindingName, ns).
 		WithLabels(map[string]string{ManagedByLabel: ManagedByValue}).
-		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(role)).
-		WithSubjects(rbacv1ac.Subject().WithAPIGroup(rbacv1.GroupName).WithKind(rbacv1.GroupKind).WithName(group))
+		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(role))
+	for _, sub := range subjects {
+		apply.WithSubjects(rbacv1ac.Subject().WithKind(sub.Kind).WithName(sub.Name).WithNamespace(sub.Namespace))
+	}
+
 	if owner != nil {
 		apply.WithOwnerReferences(owner)
 	}
 	if err := r.Apply(ctx, apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying RoleBinding %s/%s: %w", ns, SidecarRoleBindingName, err)
 	}
-	log.Info("bound the sidecars' ClusterRole", "roleBinding", SidecarRoleBindingName, "clusterRole", role, "group", group)
+	log.Info("bound the sidecars' ClusterRole", "roleBinding", SidecarRoleBindingName, "clusterRole", role, "serviceAccounts", accounts)
 	return nil
 }
 

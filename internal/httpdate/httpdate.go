@@ -2,7 +2,8 @@
 // without allocating. Package retrypolicy reads the date forms of Retry-After
 // and the Date field through it (R1, docs/retry-semantics.md), and
 // internal/ratelimitheader the Date an epoch reset is measured against, so
-// both accept exactly the same dates.
+// both accept exactly the same dates. It also writes the one date a retrying
+// layer announces, its Not-Before (Ceil, Format).
 package httpdate
 
 import "time"

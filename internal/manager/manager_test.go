@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -39,8 +41,8 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/policyset"
-	"github.com/retrydev/retry-operator/internal/polltest"
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
 )
 
@@ -53,10 +55,15 @@ type harness struct {
 	env        *envtest.Environment
 	reconciler *controller.RetryPolicyReconciler
 	calls      *callCounter
+	guards     *callCounter
 	wio        *envtest.WebhookInstallOptions
 	scheme     *runtime.Scheme
 	cfg        *rest.Config
 	sidecars   *fakeSidecars
+	// lease is the quota lease endpoint the manager serves and renders, and
+	// leaseCA the CA its certificate chains to.
+	lease   controller.LeaseEndpoint
+	leaseCA []byte
 }
 
 const operatorNamespace = "retry-operator-system"
@@ -89,21 +96,29 @@ func startManager(t *testing.T) *harness {
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
 		}),
+		// Each test of the package starts a manager; the controllers' names
+		// repeat in one process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	scheme := opts.Scheme
 	mgr, err := ctrl.NewManager(testenv.ManagerConfig(t, cfg, operatorNamespace), opts)
 	must(t, err)
 	sidecars := newFakeSidecars(t)
-	calls := &callCounter{n: map[string]int{}}
+	calls, guards := &callCounter{n: map[string]int{}}, &callCounter{n: map[string]int{}}
+	lease, leaseListener, leaseCA := leaseEndpoint(t, wio)
 	rec, err := Setup(mgr, SetupOptions{
 		MaxConcurrentReconciles: 4,
 		SidecarConfigURL:        sidecars.url,
 		OperatorNamespace:       operatorNamespace,
 		StoreRecheck:            500 * time.Millisecond,
+		CARecheck:               time.Second,
 		Webhooks:                true,
 		Inject: podinject.Config{Image: "retry.dev/retry-sidecar:test", NoProxy: podinject.DefaultNoProxy,
 			Resources: podinject.DefaultResources(), ExcludedNamespaces: []string{"kube-system", operatorNamespace}},
 		WrapInject: calls.wrap,
+		WrapGuard:  guards.wrap,
+		QuotaLease: QuotaLease{Endpoint: lease, Listener: leaseListener,
+			CertFile: filepath.Join(wio.LocalServingCertDir, "tls.crt"), KeyFile: filepath.Join(wio.LocalServingCertDir, "tls.key")},
 	})
 	must(t, err)
 	// A second mutating webhook that changes every pod after ours, so the API
@@ -130,7 +145,21 @@ func startManager(t *testing.T) *harness {
 	must(t, c.Create(context.Background(), testenv.SidecarClusterRole(t, controller.DefaultSidecarClusterRole)))
 	// The reconciler's own instance, called directly to prove a no-op reconcile
 	// writes nothing; it reads through the same cache as the running one.
-	return &harness{c: c, warnings: warnings, reconciler: rec, calls: calls, wio: wio, scheme: scheme, env: env, cfg: cfg, sidecars: sidecars}
+	return &harness{c: c, warnings: warnings, reconciler: rec, calls: calls, guards: guards, wio: wio, scheme: scheme, env: env, cfg: cfg, sidecars: sidecars,
+		lease: lease, leaseCA: leaseCA}
+}
+
+// leaseEndpoint is the quota lease endpoint of the test manager: on a
+// loopback port, with the webhook's certificate (envtest's, for localhost),
+// whose CA the rendering carries from a ca.crt file as in a cluster.
+func leaseEndpoint(t *testing.T, wio *envtest.WebhookInstallOptions) (controller.LeaseEndpoint, net.Listener, []byte) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	must(t, os.WriteFile(caFile, wio.LocalServingCAData, 0o600))
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return controller.LeaseEndpoint{URL: "https://localhost:" + port, Address: ln.Addr().String(), CAFile: caFile}, ln, wio.LocalServingCAData
 }
 
 // TestManager runs every scenario against one API server; the subtests are
@@ -147,16 +176,20 @@ func TestManager(t *testing.T) {
 	t.Run("the webhook rejects an invalid policy naming the field path, and warns about risky ones", h.testWebhookRejects)
 	t.Run("the rate limit and burst are shared among ready injected pods and recomputed when one is added, goes unready or is deleted", h.testRateSharing)
 	t.Run("status.programmedPods counts the sidecars that report the revision, and the manager stops asking once all do", h.testProgrammedPods)
-	t.Run("the sidecars' RoleBinding exists exactly while the namespace has injected pods and does not opt out", h.testSidecarBinding)
-	t.Run("a sidecar's service-account token reads retry-policies of its own namespace and nothing else", h.testSidecarLeastPrivilege)
+	t.Run("the sidecars' RoleBinding exists exactly while the namespace has injected pods and does not opt out, and names their service accounts", h.testSidecarBinding)
+	t.Run("a sidecar's service-account token reads retry-policies of its own namespace and nothing else; other service accounts read nothing", h.testSidecarLeastPrivilege)
 	t.Run("a pod of an opted-in namespace gets exactly one sidecar although the webhook runs twice", h.testInjectOnce)
 	t.Run("a kube-system pod is never sent to the webhook and stays untouched", h.testKubeSystem)
 	t.Run("a pod of a namespace asking for transparent interception gets the redirect init container with only NET_ADMIN and NET_RAW, and no proxy environment", h.testTransparent)
 	t.Run("a pod asking for transparent interception of invalid ports is admitted with the proxy environment and a warning event", h.testTransparentBadPorts)
 	t.Run("transparent interception in a namespace enforcing restricted Pod Security falls back to the proxy environment with a warning event", h.testTransparentRestricted)
-	t.Run("tls.caCertificateRefs are resolved, watched and reported InvalidRef when missing", h.testTLS)
+	t.Run("an update of an injected container's image is refused naming the field; other updates of the pod never reach the webhook", h.testGuard)
+	t.Run("tls.caCertificateRefs are resolved, read again and reported InvalidRef when missing or over 256 KiB", h.testTLS)
 	t.Run("only opted-in pods are sent to the webhook: by namespace label or by pod label, once", h.testWebhookScope)
 	t.Run("a quotaRef is InvalidRef until its SharedQuota exists and QuotaNotAllowed outside its consumers; the quota reports its store and consumers", h.testSharedQuota)
+	t.Run("the lease endpoint leases for a consumer's pod token (TokenReview) and refuses every other", h.testQuotaLease)
+	t.Run("a namespace relabelled out of a quota's consumers is revoked and its pods forgotten within a lease interval", h.testQuotaRevoked)
+	t.Run("the manager dials no address a tenant's object names, and deletes the per-namespace users of earlier releases", h.testNoTenantAddress)
 	t.Run("kubectl get rp shows Accepted, Programmed, the upstream count and the selected pods, 0 included", h.testPrinterColumns)
 	// Last: it deletes the validating webhook configuration.
 	t.Run("with the webhook gone an invalid update is caught by the reconciler and the last rendering survives, even the loss of the ConfigMap", h.testInvalidBypassingWebhook)
@@ -421,10 +454,23 @@ func (h *harness) testSidecarBinding(t *testing.T) {
 	h.noBinding(t, ns) // no injected pod yet
 	h.readyPod(t, ns, "a", nil)
 	rb := h.waitBinding(t, ns)
-	want := rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:serviceaccounts:binding"}
-	if len(rb.Subjects) != 1 || rb.Subjects[0] != want || rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != controller.DefaultSidecarClusterRole {
+	want := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: ns}}
+	if !slices.Equal(rb.Subjects, want) || rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != controller.DefaultSidecarClusterRole {
 		t.Fatalf("RoleBinding subjects %+v roleRef %+v, want %+v bound to ClusterRole %s", rb.Subjects, rb.RoleRef, want, controller.DefaultSidecarClusterRole)
 	}
+
+	// Pods running as other service accounts: the binding names each once,
+	// sorted, and forgets one when its last pod goes.
+	h.readyPodAs(t, ns, "b", "reports")
+	h.readyPodAs(t, ns, "c", "api")
+	h.readyPodAs(t, ns, "d", "api")
+	h.waitSubjects(t, ns, "api", "default", "reports")
+	must(t, h.c.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "b"}}, client.GracePeriodSeconds(0)))
+	h.waitSubjects(t, ns, "api", "default")
+	for _, name := range []string{"c", "d"} {
+		must(t, h.c.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.GracePeriodSeconds(0)))
+	}
+	rb = h.waitSubjects(t, ns, "default")
 	// Owned by the ClusterRole, so removing the operator removes the binding
 	// (the garbage collector; the e2e uninstall case shows it).
 	var role rbacv1.ClusterRole
@@ -530,6 +576,14 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 		},
 		"delete retry-policies": func() error {
 			return cs.CoreV1().ConfigMaps(ns).Delete(ctx, v1alpha1.PoliciesConfigMapName, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		},
+		"get retry-policies as a service account no injected pod runs as": func() error {
+			bystander, err := kubernetes.NewForConfig(testenv.TokenConfig(h.cfg, testenv.ServiceAccountToken(t, h.cfg, ns, "bystander")))
+			if err != nil {
+				return err
+			}
+			_, err = bystander.CoreV1().ConfigMaps(ns).Get(ctx, v1alpha1.PoliciesConfigMapName, metav1.GetOptions{})
+			return err
 		},
 		"get a Secret": func() error {
 			_, err := cs.CoreV1().Secrets(ns).Get(ctx, v1alpha1.PoliciesConfigMapName, metav1.GetOptions{})
@@ -1002,6 +1056,27 @@ func (h *harness) waitBinding(t *testing.T, ns string) *rbacv1.RoleBinding {
 	return &rb
 }
 
+// waitSubjects waits until the sidecars' RoleBinding of ns names exactly the
+// service accounts accounts of ns, in that order.
+func (h *harness) waitSubjects(t *testing.T, ns string, accounts ...string) *rbacv1.RoleBinding {
+	t.Helper()
+	want := make([]rbacv1.Subject, len(accounts))
+	for i, sa := range accounts {
+		want[i] = rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}
+	}
+	var rb rbacv1.RoleBinding
+	polltest.Until(t, 10*time.Second, func() error {
+		if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: controller.SidecarRoleBindingName}, &rb); err != nil {
+			return err
+		}
+		if !slices.Equal(rb.Subjects, want) {
+			return fmt.Errorf("RoleBinding subjects %+v, want %+v", rb.Subjects, want)
+		}
+		return nil
+	})
+	return &rb
+}
+
 func (h *harness) noBinding(t *testing.T, ns string) {
 	t.Helper()
 	polltest.Until(t, 10*time.Second, func() error {
@@ -1084,7 +1159,25 @@ func testPod(ns, name string, labels map[string]string) *corev1.Pod {
 // Ready, as the kubelet would.
 func (h *harness) readyPod(t *testing.T, ns, name string, labels map[string]string) {
 	t.Helper()
-	pod := testPod(ns, name, labels)
+	h.readyPodOf(t, testPod(ns, name, labels))
+}
+
+// readyPodAs is readyPod of a pod running as service account sa (created
+// when missing).
+func (h *harness) readyPodAs(t *testing.T, ns, name, sa string) {
+	t.Helper()
+	err := h.c.Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pod := testPod(ns, name, nil)
+	pod.Spec.ServiceAccountName = sa
+	h.readyPodOf(t, pod)
+}
+
+func (h *harness) readyPodOf(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	name := pod.Name
 	must(t, h.c.Create(context.Background(), pod))
 	if pod.Labels[v1alpha1.LabelSidecar] != v1alpha1.LabelSidecarInjected {
 		t.Fatalf("pod %s not injected: labels %v", name, pod.Labels)

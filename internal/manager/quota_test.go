@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,9 +16,9 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
-	"github.com/retrydev/retry-operator/internal/polltest"
-	"github.com/retrydev/retry-operator/internal/quotastore"
-	"github.com/retrydev/retry-operator/internal/redistest"
+	"github.com/retrydev/retry-operator/internal/quota/storeadmin"
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
+	"github.com/retrydev/retry-operator/internal/testing/redistest"
 )
 
 // testSharedQuota: the webhook rejects an invalid quota; a quotaRef is
@@ -32,7 +30,7 @@ func (h *harness) testSharedQuota(t *testing.T) {
 	ctx := context.Background()
 	store := redistest.Start(t, redistest.WithPassword("admin-pw"))
 	must(t, h.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "quota-redis"},
-		Data: map[string][]byte{quotastore.SecretPasswordKey: []byte("admin-pw")}}))
+		Data: map[string][]byte{storeadmin.SecretPasswordKey: []byte("admin-pw")}}))
 	a := h.namespace(t, "quota-a", map[string]string{"team": "payments"})
 	b := h.namespace(t, "quota-b", map[string]string{"team": "search"})
 	partner := v1alpha1.Upstream{Name: "partner", Hosts: []string{"api.partner.example"}, QuotaRef: &v1alpha1.QuotaRef{Name: "partner-payments"}}
@@ -58,10 +56,15 @@ func (h *harness) testSharedQuota(t *testing.T) {
 	h.waitAcceptedMessage(t, a, "p", metav1.ConditionTrue, v1alpha1.ReasonValid, "1 upstream(s) accepted")
 	doc, err := policyset.Unmarshal([]byte(h.configMap(t, a).Data[v1alpha1.PoliciesConfigMapKey]))
 	must(t, err)
+	// The sidecars are sent to the lease endpoint: its name, address and CA,
+	// and the pod's token. The store's address and Secret stay with the manager.
 	wantQuota := policyset.Quota{Name: "partner-payments", RequestsPerSecond: 1.5, Burst: 5, OnStoreLoss: v1alpha1.StoreLossLastShare,
-		Store: policyset.QuotaStore{Redis: policyset.RedisStore{Address: store.Addr, CredentialsFile: v1alpha1.QuotaCredentialsPath}}}
+		Lease: &policyset.QuotaLease{URL: h.lease.URL, Address: h.lease.Address, CABundle: string(h.leaseCA), TokenFile: v1alpha1.QuotaTokenPath}}
 	if diff := cmp.Diff([]policyset.Quota{wantQuota}, doc.Quotas); diff != "" {
 		t.Errorf("the rendering's quotas (-want +got):\n%s", diff)
+	}
+	if data := h.configMap(t, a).Data[v1alpha1.PoliciesConfigMapKey]; strings.Contains(data, store.Addr) || strings.Contains(data, "quota-redis") {
+		t.Errorf("policies.json names the store or its Secret:\n%s", data)
 	}
 
 	h.createPolicy(t, b, "p", nil, partner)
@@ -72,16 +75,6 @@ func (h *harness) testSharedQuota(t *testing.T) {
 	nsB.Labels["team"] = "payments"
 	must(t, h.c.Update(ctx, &nsB))
 	h.waitAcceptedMessage(t, b, "p", metav1.ConditionTrue, v1alpha1.ReasonValid, "1 upstream(s) accepted")
-
-	// Credentials: each consuming namespace has its own ACL user, limited to
-	// the quota's keys; leaving the consumers revokes it.
-	credsA := h.waitQuotaCredentials(t, a)
-	h.checkQuotaUser(t, store, credsA, "partner-payments", true)
-	credsB := h.waitQuotaCredentials(t, b)
-	if credsB.Username != v1alpha1.QuotaUser(b) || credsB.Password == credsA.Password {
-		t.Errorf("namespace %s got user %s with namespace %s's password; want its own user and password", b, credsB.Username, a)
-	}
-	h.checkQuotaUser(t, store, credsB, "partner-payments", true)
 
 	h.waitQuota(t, "partner-payments", func(st v1alpha1.SharedQuotaStatus) error {
 		want := []v1alpha1.QuotaConsumer{{Namespace: a, Policy: "p", Upstream: "partner"}, {Namespace: b, Policy: "p", Upstream: "partner"}}
@@ -96,17 +89,6 @@ func (h *harness) testSharedQuota(t *testing.T) {
 	must(t, h.c.Update(ctx, &nsB))
 	h.waitAcceptedMessage(t, b, "p", metav1.ConditionFalse, v1alpha1.ReasonQuotaNotAllowed,
 		"spec.upstreams[0].quotaRef.name: Forbidden: SharedQuota partner-payments does not admit namespace quota-b: its spec.consumers.namespaceSelector does not select the namespace's labels; generation 1, the last accepted, stays in force")
-	polltest.Until(t, 10*time.Second, func() error {
-		var s corev1.Secret
-		err := h.c.Get(ctx, types.NamespacedName{Namespace: b, Name: v1alpha1.QuotaCredentialsSecretName}, &s)
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("Secret %s/%s: %w; want it deleted", b, v1alpha1.QuotaCredentialsSecretName, err)
-		}
-		return nil
-	})
-	h.checkQuotaUser(t, store, credsB, "partner-payments", false)
-	h.checkQuotaUser(t, store, credsA, "partner-payments", true)
-
 	store.Stop()
 	h.waitQuota(t, "partner-payments", func(st v1alpha1.SharedQuotaStatus) error {
 		return quotaConditions(st, "True/Valid", "False/Unreachable", "")
@@ -159,51 +141,6 @@ func (h *harness) waitAcceptedMessage(t *testing.T, ns, name string, status meta
 		c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		if c == nil || c.Status != status || c.Reason != string(reason) || c.Message != msg || c.ObservedGeneration != p.Generation {
 			return fmt.Errorf("Accepted = %+v, want %s/%s %q", c, status, reason, msg)
-		}
-		return nil
-	})
-}
-
-// waitQuotaCredentials waits for the namespace's credentials Secret and
-// returns what it holds.
-func (h *harness) waitQuotaCredentials(t *testing.T, ns string) policyset.Credentials {
-	t.Helper()
-	var creds policyset.Credentials
-	polltest.Until(t, 10*time.Second, func() error {
-		var s corev1.Secret
-		if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.QuotaCredentialsSecretName}, &s); err != nil {
-			return err
-		}
-		var err error
-		creds, err = policyset.ParseCredentials(s.Data[v1alpha1.QuotaCredentialsSecretKey])
-		if err == nil && creds.Username != v1alpha1.QuotaUser(ns) {
-			err = fmt.Errorf("username %q, want %q", creds.Username, v1alpha1.QuotaUser(ns))
-		}
-		return err
-	})
-	return creds
-}
-
-// checkQuotaUser checks that creds authenticate on store and reach the
-// quota's keys and no other (usable), or that they no longer authenticate.
-func (h *harness) checkQuotaUser(t *testing.T, store *redistest.Server, creds policyset.Credentials, quota string, usable bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	polltest.Until(t, 10*time.Second, func() error {
-		c := redis.NewClient(&redis.Options{Addr: store.Addr, Username: creds.Username, Password: creds.Password, MaxRetries: -1, DisableIdentity: true})
-		defer c.Close()
-		err := c.HSet(ctx, v1alpha1.QuotaKeys(quota)+"tokens", "n", 1).Err()
-		switch {
-		case usable && err != nil:
-			return fmt.Errorf("HSET on the quota's keys as %s: %w", creds.Username, err)
-		case !usable && (err == nil || !strings.HasPrefix(err.Error(), "WRONGPASS")):
-			return fmt.Errorf("HSET as the revoked %s: %w, want WRONGPASS", creds.Username, err)
-		case !usable:
-			return nil
-		}
-		if err := c.HSet(ctx, v1alpha1.QuotaKeys("other")+"tokens", "n", 1).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
-			return fmt.Errorf("HSET on another quota's keys as %s: %w, want NOPERM", creds.Username, err)
 		}
 		return nil
 	})

@@ -15,13 +15,14 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
-	"github.com/retrydev/retry-operator/internal/polltest"
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 )
 
 // testTLS: caCertificateRefs are resolved into policies.json, a missing
-// ConfigMap or key is InvalidRef with the last rendering kept, a CA rotation
-// re-renders, and invalid tls fields are rejected naming the field.
+// ConfigMap or key or one over 256 KiB is InvalidRef with the last rendering
+// kept, a CA rotation re-renders (the harness reads them again every second,
+// CARecheck), and invalid tls fields are rejected naming the field.
 func (h *harness) testTLS(t *testing.T) {
 	ns := h.namespace(t, "tls", nil)
 	ctx := context.Background()
@@ -69,6 +70,20 @@ func (h *harness) testTLS(t *testing.T) {
 		// Creating the ConfigMap afterwards is enough: the policy is accepted.
 		must(t, h.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-ca"}, Data: map[string]string{"ca.crt": caB}}))
 		h.waitAccepted(t, ns, "other", metav1.ConditionTrue, string(v1alpha1.ReasonValid))
+	})
+
+	t.Run("a ca.crt over 256 KiB is InvalidRef naming the field and the last rendering stays", func(t *testing.T) {
+		cm.Data = map[string]string{"ca.crt": strings.Repeat(caB, v1alpha1.MaxCACertificateBytes/len(caB)+1)}
+		must(t, h.c.Update(ctx, cm))
+		want := `spec.upstreams[0].tls.caCertificateRefs[0].name: Invalid value: "partner-ca": key ca.crt of ConfigMap tls/partner-ca is over 262144 bytes, the most a CA bundle may hold; generation 1, the last accepted, stays in force`
+		polltest.Until(t, 10*time.Second, func() error {
+			acc := meta.FindStatusCondition(h.policy(t, ns, "partner").Status.Conditions, string(v1alpha1.ConditionAccepted))
+			if acc == nil || acc.Reason != string(v1alpha1.ReasonInvalidRef) || acc.Message != want {
+				return fmt.Errorf("Accepted = %+v, want InvalidRef %q", acc, want)
+			}
+			return nil
+		})
+		waitBundle(t, h, ns, caA+caB)
 	})
 
 	t.Run("restoring the key makes the policy Accepted again with the new CA", func(t *testing.T) {

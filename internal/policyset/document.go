@@ -17,20 +17,32 @@ import (
 // (docs/operations.md#version-skew):
 //
 //	1  durations as API strings ("10s"), no quotas
-//	2  as 1, with quotas
-//	3  durations parsed: integer nanoseconds; quotas allowed
-const DocumentVersion = 3
+//	2  as 1, with quotas whose store the sidecar reaches itself (a Redis
+//	   address and the file of the namespace's Redis user)
+//	3  durations parsed: integer nanoseconds; quotas as in 2
+//	4  as 3; quotas name the manager's lease endpoint (lease), never a store
+const DocumentVersion = 4
 
-// WrittenVersion is the version Marshal writes. A reader ships one release
-// before its writer: the sidecars of the previous release read versions 1 and
-// 2 only, and a pod keeps its sidecar until it is recreated, so this release
-// still writes 2 (durations in the API's notation, formatted from the parsed
-// values) and reads 3; the release after it writes 3
+// WrittenVersion is the version Marshal writes a document without quotas in.
+// A reader ships one release before its writer: the sidecars of the previous
+// release read versions 1 and 2 only, and a pod keeps its sidecar until it is
+// recreated, so this release still writes 2 (durations in the API's notation,
+// formatted from the parsed values) and reads 3 and 4
 // (docs/operations.md#version-skew).
 const WrittenVersion = 2
 
+// QuotaWrittenVersion is the version Marshal writes a document with quotas in.
+// Version 4 breaks the one-release rule on purpose: a quota entry of versions
+// 2 and 3 sends a sidecar to the store with its namespace's Redis user, which
+// no longer exists (docs/quota.md#trust). A sidecar of an earlier release
+// refuses version 4 and keeps the configuration in force, whose store then
+// refuses it: it admits what onStoreLoss says, never unlimited traffic, until
+// its pod is recreated.
+const QuotaWrittenVersion = 4
+
 // Document is the content of ConfigMap retry-policies, key policies.json, in
-// memory every duration parsed; Marshal writes it in WrittenVersion:
+// memory every duration parsed; Marshal writes it in WrittenVersion (in
+// QuotaWrittenVersion when it has quotas):
 //
 //	{"version":2,"revision":1796083200,"policies":[{"namespace":"shop","name":"payments","generation":3,
 //	  "podSelector":{"matchLabels":{"app":"checkout"}},

@@ -20,6 +20,7 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/rules"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // DefaultNamespace is the namespace of a policy file document that names none.
@@ -211,7 +212,7 @@ func (pf *policyFiles) renderQuotas(policies []Policy) ([]Quota, error) {
 	}
 	var out []Quota
 	for _, name := range QuotaRefs(policies) {
-		out = append(out, RenderQuota(pf.quotas[name], ""))
+		out = append(out, RenderQuota(pf.quotas[name], nil))
 	}
 	return out, nil
 }
@@ -287,20 +288,45 @@ func CompileUpstreams(policies []Policy) (*retrypolicy.Set, map[*retrypolicy.Pol
 	return CompileWithQuotas(policies, nil)
 }
 
+// Names names the upstreams of a set of policies as CompileUpstreams names
+// their compiled policies (retrypolicy.Config.Name, the key of an upstream's
+// runtime state, its metrics label and log field): by the upstream's own
+// name, or "policy/upstream" when two policies of the set name an upstream
+// alike. Build it with NamesOf.
+type Names struct{ shared map[string]bool }
+
+// NamesOf is the Names of policies' upstreams.
+func NamesOf(policies []Policy) Names {
+	seen, shared := map[string]bool{}, map[string]bool{}
+	for _, p := range policies {
+		for _, u := range p.Upstreams {
+			shared[u.Name] = seen[u.Name]
+			seen[u.Name] = true
+		}
+	}
+	return Names{shared: shared}
+}
+
+// Of is the name of upstream of policy:
+//
+//	policies "a" {payments}, "b" {payments, orders}   Of("a", "payments") = "a/payments"
+//	                                                  Of("b", "orders")   = "orders"
+func (n Names) Of(policy, upstream string) string {
+	if n.shared[upstream] {
+		return policy + "/" + upstream
+	}
+	return upstream
+}
+
 // CompileWithQuotas is CompileUpstreams that binds each upstream with a
 // quotaRef to quotaOf(name), the runtime quota every attempt draws on (the
 // sidecar's store clients, docs/quota.md). With quotaOf nil the quotas are
 // left out (a tool that only reads the retry rules); a quotaOf that has no
 // quota of the name refuses the policies: such an upstream is never served
 // without its quota.
-func CompileWithQuotas(policies []Policy, quotaOf func(name string) retrypolicy.Quota) (*retrypolicy.Set, map[*retrypolicy.Policy]Upstream, error) {
+func CompileWithQuotas(policies []Policy, quotaOf func(name string) limits.Quota) (*retrypolicy.Set, map[*retrypolicy.Policy]Upstream, error) {
 	origin := map[*retrypolicy.Policy]Upstream{}
-	count := map[string]int{}
-	for _, p := range policies {
-		for _, u := range p.Upstreams {
-			count[u.Name]++
-		}
-	}
+	names := NamesOf(policies)
 	var compiled []*retrypolicy.Policy
 	for _, p := range policies {
 		if n := len(p.Upstreams); n > rules.MaxUpstreams {
@@ -311,9 +337,7 @@ func CompileWithQuotas(policies []Policy, quotaOf func(name string) retrypolicy.
 			if err != nil {
 				return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].%w", p.Namespace, p.Name, i, err)
 			}
-			if count[u.Name] > 1 {
-				cfg.Name = p.Name + "/" + u.Name
-			}
+			cfg.Name = names.Of(p.Name, u.Name)
 			if u.QuotaRef != nil && quotaOf != nil {
 				if cfg.Quota = quotaOf(u.QuotaRef.Name); cfg.Quota == nil {
 					return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].quotaRef.name: Not found: %q: no such quota in the configuration",
@@ -368,10 +392,18 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 		MaxReplayBodyBytes: *d.MaxReplayBodyBytes,
 		RetryAfterMaxWait:  *d.RetryAfter.MaxWait,
 		RetryAfterSpread:   *d.RetryAfter.Spread,
-		Budget:             &retrypolicy.BudgetConfig{RetryPercent: int(*d.Budget.RetryPercent), MinRetriesPerSecond: int(*d.Budget.MinRetriesPerSecond)},
+		Budget:             &limits.BudgetConfig{RetryPercent: int(*d.Budget.RetryPercent), MinRetriesPerSecond: int(*d.Budget.MinRetriesPerSecond)},
 	}
 	for _, c := range d.RetryOn.StatusCodes {
 		cfg.RetryOnStatus = append(cfg.RetryOnStatus, int(c))
+	}
+	for i, name := range d.RetryOn.GRPCStatusCodes {
+		n, ok := name.Number()
+		if !ok {
+			return retrypolicy.Config{}, fieldError(fmt.Sprintf("retryOn.grpcStatusCodes[%d]", i),
+				fmt.Sprintf("must be one of %v", v1alpha1.GRPCStatusCodes()), strconv.Quote(string(name)))
+		}
+		cfg.RetryOnGRPCStatus = append(cfg.RetryOnGRPCStatus, n)
 	}
 	if d.IdempotencyKey != nil {
 		cfg.IdempotencyKeyHeader = d.IdempotencyKey.Header
@@ -380,10 +412,10 @@ func ToConfig(u Upstream) (retrypolicy.Config, error) {
 		cfg.RateLimit = podRateLimit(r, u)
 	}
 	if pc := d.Pacing; pc != nil {
-		cfg.Pacing = retrypolicy.PacingConfig{RateLimitHeaders: *pc.RateLimitHeaders, HoldOnDeferral: *pc.HoldOnDeferral}
+		cfg.Pacing = limits.PacingConfig{RateLimitHeaders: *pc.RateLimitHeaders, HoldOnDeferral: *pc.HoldOnDeferral}
 	}
 	if c := d.Concurrency; c != nil {
-		cfg.Concurrency = &retrypolicy.ConcurrencyConfig{
+		cfg.Concurrency = &limits.ConcurrencyConfig{
 			MaxInFlight:  int(c.MaxInFlight),
 			MaxQueued:    int(*c.MaxQueued),
 			QueueTimeout: *c.QueueTimeout,
@@ -416,7 +448,7 @@ func retryOnConditions(r *v1alpha1.RetryOn) retrypolicy.Condition {
 // podRateLimit is the limiter of one pod for the (defaulted) rate limit r of
 // u: the pod share the manager rendered, or the whole upstream's limit where a
 // document written by hand gives none.
-func podRateLimit(r *v1alpha1.RateLimit, u Upstream) *retrypolicy.RateLimitConfig {
+func podRateLimit(r *v1alpha1.RateLimit, u Upstream) *limits.RateLimitConfig {
 	perMinute := u.PodRequestsPerMinute
 	if perMinute <= 0 {
 		perMinute = float64(r.RequestsPerMinute)
@@ -425,7 +457,7 @@ func podRateLimit(r *v1alpha1.RateLimit, u Upstream) *retrypolicy.RateLimitConfi
 	if burst <= 0 {
 		burst = *r.Burst
 	}
-	return &retrypolicy.RateLimitConfig{RequestsPerSecond: perMinute / 60, Burst: int(burst)}
+	return &limits.RateLimitConfig{RequestsPerSecond: perMinute / 60, Burst: int(burst)}
 }
 
 func isOnlyComments(raw []byte) bool {

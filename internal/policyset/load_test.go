@@ -10,8 +10,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 const partnerYAML = `
@@ -29,7 +30,8 @@ spec:
     deadline: 30s
     perTryTimeout: 5s
     backoff: {base: 1s, max: 8s, jitter: Equal}
-    retryOn: {statusCodes: [429, 503]}
+    retryOn: {statusCodes: [429, 503], grpcStatusCodes: [UNAVAILABLE, RESOURCE_EXHAUSTED]}
+    replayableMethods: [GET, HEAD, OPTIONS, /shop.v1.Payments/*]
     idempotencyKey: {header: Idempotency-Key}
     retryAfter: {maxWait: 30s, spread: 1s}
     budget: {retryPercent: 20, minRetriesPerSecond: 10}
@@ -66,16 +68,17 @@ func TestFromPolicyYAMLConvertsEveryField(t *testing.T) {
 		PerTryTimeout:        5 * time.Second,
 		Backoff:              retrypolicy.Backoff{Base: time.Second, Max: 8 * time.Second, Jitter: retrypolicy.JitterEqual},
 		RetryOnStatus:        []int{429, 503},
+		RetryOnGRPCStatus:    []uint32{14, 8},
 		RetryOn:              retrypolicy.RetryConnectFailure | retrypolicy.RetryResetBeforeHeaders,
-		ReplayableMethods:    []string{"GET", "HEAD", "OPTIONS"},
+		ReplayableMethods:    []string{"GET", "HEAD", "OPTIONS", "/shop.v1.Payments/*"},
 		IdempotencyKeyHeader: "Idempotency-Key",
 		MaxReplayBodyBytes:   65536,
 		RetryAfterMaxWait:    30 * time.Second,
 		RetryAfterSpread:     time.Second,
-		Budget:               &retrypolicy.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10},
-		RateLimit:            &retrypolicy.RateLimitConfig{RequestsPerSecond: 1.5, Burst: 3},
-		Concurrency:          &retrypolicy.ConcurrencyConfig{MaxInFlight: 3, MaxQueued: 10, QueueTimeout: time.Second},
-		Pacing:               retrypolicy.PacingConfig{RateLimitHeaders: true},
+		Budget:               &limits.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10},
+		RateLimit:            &limits.RateLimitConfig{RequestsPerSecond: 1.5, Burst: 3},
+		Concurrency:          &limits.ConcurrencyConfig{MaxInFlight: 3, MaxQueued: 10, QueueTimeout: time.Second},
+		Pacing:               limits.PacingConfig{RateLimitHeaders: true},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ToConfig (-want +got):\n%s", diff)
@@ -315,3 +318,23 @@ func TestToConfigRetryOnConditions(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestNamesQualifyOnlyASharedUpstreamName: the name CompileUpstreams gives a
+// compiled upstream, which the sidecar, kubectl retry and the simulator all
+// read through NamesOf.
+func TestNamesQualifyOnlyASharedUpstreamName(t *testing.T) {
+	policies := []Policy{
+		{Name: "a", Upstreams: []Upstream{{UpstreamSpec: UpstreamSpec{Name: "payments"}}}},
+		{Name: "b", Upstreams: []Upstream{{UpstreamSpec: UpstreamSpec{Name: "payments"}}, {UpstreamSpec: UpstreamSpec{Name: "orders"}}}},
+	}
+	names := NamesOf(policies)
+	for _, tc := range []struct{ policy, upstream, want string }{
+		{"a", "payments", "a/payments"},
+		{"b", "payments", "b/payments"},
+		{"b", "orders", "orders"},
+	} {
+		if got := names.Of(tc.policy, tc.upstream); got != tc.want {
+			t.Errorf("Of(%q, %q) = %q, want %q", tc.policy, tc.upstream, got, tc.want)
+		}
+	}
+}

@@ -14,22 +14,30 @@ import (
 
 // Quota is a SharedQuota as the sidecars use it: one entry of Document.Quotas
 // for every quota an upstream of the document names in quotaRef. It carries no
-// secret, only where the sidecar reads one (docs/quota.md):
+// secret. The manager renders where its lease endpoint is (docs/quota.md#trust):
 //
 //	{"name":"partner-payments","requestsPerSecond":1.5,"burst":5,"concurrency":3,"onStoreLoss":"LastShare",
-//	 "store":{"redis":{"address":"redis.retry-operator-system.svc:6379",
-//	                   "credentialsFile":"/var/run/retry.dev/quota/credentials"}}}
+//	 "lease":{"url":"https://retry-operator-webhook-service.retry-operator-system.svc:9445",
+//	          "address":"10.96.0.12:9445","caBundle":"-----BEGIN CERTIFICATE-----…",
+//	          "tokenFile":"/var/run/secrets/retry.dev/quota/token"}}
+//
+// and policy files (--policy-file, no cluster) the store the sidecar reaches
+// itself: "store":{"redis":{"address":"127.0.0.1:6379"}}.
 //
 // The contract with the sidecar:
 //   - every attempt of an upstream whose quotaRef.name is Name takes one token;
 //     the whole fleet starts at most RequestsPerSecond × t + Burst attempts in
 //     any window of length t, and has at most Concurrency (when > 0) in flight;
-//   - the state lives in the Redis at Store.Redis.Address under the keys
-//     v1alpha1.QuotaKeys(Name)+"*" and nowhere else (the ACL user of the
-//     namespace may touch no other key);
-//   - Store.Redis.CredentialsFile, when set, is the path of a file in the
-//     format of ParseCredentials; empty means the sidecar's
-//     --quota-credentials-file if given, else no AUTH;
+//   - with Lease, the sidecar leases from the manager's endpoint, presenting
+//     the token in Lease.TokenFile; the endpoint takes the rate, burst,
+//     concurrency and onStoreLoss from the SharedQuota, not from these fields,
+//     which the sidecar uses for its own arithmetic (how much to ask for, what
+//     to admit while the endpoint is lost);
+//   - with Store, the state lives in the Redis at Store.Redis.Address under the
+//     keys v1alpha1.QuotaKeys(Name)+"*" and nowhere else, and the password, when
+//     the store needs one, comes from the sidecar's --quota-credentials-file
+//     (or, in a document of version 2 or 3 from an older manager,
+//     Store.Redis.CredentialsFile);
 //   - an upstream whose quotaRef names no entry of Document.Quotas must not be
 //     served unlimited: the document is refused (Check).
 type Quota struct {
@@ -43,8 +51,11 @@ type Quota struct {
 	Concurrency int32 `json:"concurrency,omitempty"`
 	// OnStoreLoss is spec.onStoreLoss, defaulted.
 	OnStoreLoss v1alpha1.StoreLossPolicy `json:"onStoreLoss"`
-	// Store is where the quota's state lives.
-	Store QuotaStore `json:"store"`
+	// Lease is the manager's lease endpoint: what the manager renders.
+	Lease *QuotaLease `json:"lease,omitempty"`
+	// Store is where the quota's state lives, reached by the sidecar itself:
+	// policy files only (and documents of an older manager).
+	Store *QuotaStore `json:"store,omitempty"`
 }
 
 // Spec is what a quota client (internal/quota) needs of q: the sidecar's
@@ -54,33 +65,63 @@ func (q Quota) Spec() quota.Spec {
 		Concurrency: int(q.Concurrency), OnStoreLoss: quota.StoreLoss(q.OnStoreLoss)}
 }
 
+// QuotaLease is the manager's lease endpoint as the sidecars in the cluster
+// reach it (docs/quota.md#trust).
+type QuotaLease struct {
+	// URL is https://<host>:<port>: the host is the name the manager's serving
+	// certificate carries (the webhook Service's), which the sidecar checks.
+	URL string `json:"url"`
+	// Address, when set, is the host:port the sidecar dials instead of
+	// resolving URL's host: the Service's cluster IP, so that leasing needs
+	// no cluster DNS.
+	Address string `json:"address,omitempty"`
+	// CABundle is the PEM of the CA the serving certificate chains to; empty:
+	// the system roots.
+	CABundle string `json:"caBundle,omitempty"`
+	// TokenFile is the path of the pod's projected service-account token
+	// (audience v1alpha1.QuotaTokenAudience) inside the sidecar container.
+	TokenFile string `json:"tokenFile"`
+}
+
 // QuotaStore is a quota's store as the sidecar reaches it.
 type QuotaStore struct {
 	Redis RedisStore `json:"redis"`
 }
 
-// RedisStore is a Redis server and the file holding the credentials the
-// sidecar authenticates with.
+// RedisStore is a Redis server, and in a document of an older manager the
+// file holding the credentials the sidecar authenticates with.
 type RedisStore struct {
 	// Address is host:port.
 	Address string `json:"address"`
-	// CredentialsFile is the path of the credentials file inside the sidecar
-	// container (v1alpha1.QuotaCredentialsPath when rendered by the manager);
-	// empty when the store needs none or the sidecar is given
-	// --quota-credentials-file.
+	// CredentialsFile is the path of a credentials file inside the sidecar
+	// container; empty when the store needs none or the sidecar is given
+	// --quota-credentials-file. Only documents of versions 2 and 3 written by
+	// an older manager carry it; policy files never do.
 	CredentialsFile string `json:"credentialsFile,omitempty"`
 }
 
-// RenderQuota renders a valid SharedQuota for the sidecars; credentialsFile is
-// where they read their credentials ("" for none). q is not modified.
-func RenderQuota(q *v1alpha1.SharedQuota, credentialsFile string) Quota {
+// QuotaSpec is the quota client's view of a valid SharedQuota, defaulted: the
+// lease endpoint's spec of record (never the client's). q is not modified.
+func QuotaSpec(q *v1alpha1.SharedQuota) quota.Spec {
+	return RenderQuota(q, nil).Spec()
+}
+
+// RenderQuota renders a valid SharedQuota for the sidecars: with lease, what
+// the manager renders (the sidecars lease from its endpoint); without, what
+// policy files give (the sidecar reaches the store itself). q is not modified.
+func RenderQuota(q *v1alpha1.SharedQuota, lease *QuotaLease) Quota {
 	d := q.DeepCopy()
 	v1alpha1.SetSharedQuotaDefaults(d)
 	out := Quota{
 		Name:        d.Name,
 		Burst:       *d.Spec.Burst,
 		OnStoreLoss: *d.Spec.OnStoreLoss,
-		Store:       QuotaStore{Redis: RedisStore{Address: d.Spec.Store.Redis.Address, CredentialsFile: credentialsFile}},
+	}
+	if lease != nil {
+		l := *lease
+		out.Lease = &l
+	} else {
+		out.Store = &QuotaStore{Redis: RedisStore{Address: d.Spec.Store.Redis.Address}}
 	}
 	switch {
 	case d.Spec.RequestsPerSecond != nil:

@@ -50,7 +50,7 @@ func TestPolicyFilesRenderTheReferencedQuotas(t *testing.T) {
 	}
 	want := []Quota{{
 		Name: "partner-payments", RequestsPerSecond: 1.5, Burst: 5, Concurrency: 3, OnStoreLoss: v1alpha1.StoreLossLastShare,
-		Store: QuotaStore{Redis: RedisStore{Address: "127.0.0.1:6379"}},
+		Store: &QuotaStore{Redis: RedisStore{Address: "127.0.0.1:6379"}},
 	}}
 	if diff := cmp.Diff(want, doc.Quotas); diff != "" {
 		t.Errorf("quotas (-want +got):\n%s", diff)
@@ -66,8 +66,8 @@ func TestPolicyFilesRenderTheReferencedQuotas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.Version != WrittenVersion {
-		t.Errorf("a document with quotas has version %d, want %d", back.Version, WrittenVersion)
+	if back.Version != QuotaWrittenVersion {
+		t.Errorf("a document with quotas has version %d, want %d", back.Version, QuotaWrittenVersion)
 	}
 	if diff := cmp.Diff(want, back.Quotas); diff != "" {
 		t.Errorf("quotas read back (-want +got):\n%s", diff)
@@ -144,17 +144,25 @@ func TestPolicyFilesAdmitByNamespaceName(t *testing.T) {
 func TestRenderQuota(t *testing.T) {
 	i32 := func(v int32) *int32 { return &v }
 	deny := v1alpha1.StoreLossDeny
+	lease := &QuotaLease{URL: "https://retry-operator-webhook-service.retry-operator-system.svc:9445", Address: "10.96.0.12:9445",
+		CABundle: "-----BEGIN CERTIFICATE-----\n", TokenFile: v1alpha1.QuotaTokenPath}
 	for name, tc := range map[string]struct {
-		spec v1alpha1.SharedQuotaSpec
-		want Quota
+		spec  v1alpha1.SharedQuotaSpec
+		lease *QuotaLease
+		want  Quota
 	}{
 		"requestsPerMinute is divided by 60 and the defaults apply": {
-			spec: v1alpha1.SharedQuotaSpec{RequestsPerMinute: i32(90)},
-			want: Quota{Name: "q", RequestsPerSecond: 1.5, Burst: 1, OnStoreLoss: v1alpha1.StoreLossLastShare},
+			spec: v1alpha1.SharedQuotaSpec{RequestsPerMinute: i32(90)}, lease: lease,
+			want: Quota{Name: "q", RequestsPerSecond: 1.5, Burst: 1, OnStoreLoss: v1alpha1.StoreLossLastShare, Lease: lease},
 		},
 		"requestsPerSecond, concurrency and onStoreLoss are carried as given": {
-			spec: v1alpha1.SharedQuotaSpec{RequestsPerSecond: i32(1000), Burst: i32(20), Concurrency: i32(7), OnStoreLoss: &deny},
-			want: Quota{Name: "q", RequestsPerSecond: 1000, Burst: 20, Concurrency: 7, OnStoreLoss: v1alpha1.StoreLossDeny},
+			spec: v1alpha1.SharedQuotaSpec{RequestsPerSecond: i32(1000), Burst: i32(20), Concurrency: i32(7), OnStoreLoss: &deny}, lease: lease,
+			want: Quota{Name: "q", RequestsPerSecond: 1000, Burst: 20, Concurrency: 7, OnStoreLoss: v1alpha1.StoreLossDeny, Lease: lease},
+		},
+		"without a lease endpoint (policy files) the store's address, never its Secret": {
+			spec: v1alpha1.SharedQuotaSpec{RequestsPerSecond: i32(10)},
+			want: Quota{Name: "q", RequestsPerSecond: 10, Burst: 1, OnStoreLoss: v1alpha1.StoreLossLastShare,
+				Store: &QuotaStore{Redis: RedisStore{Address: "redis:6379"}}},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -162,8 +170,7 @@ func TestRenderQuota(t *testing.T) {
 			q := &v1alpha1.SharedQuota{Spec: tc.spec}
 			q.Name = "q"
 			before := q.DeepCopy()
-			tc.want.Store = QuotaStore{Redis: RedisStore{Address: "redis:6379", CredentialsFile: v1alpha1.QuotaCredentialsPath}}
-			if diff := cmp.Diff(tc.want, RenderQuota(q, v1alpha1.QuotaCredentialsPath)); diff != "" {
+			if diff := cmp.Diff(tc.want, RenderQuota(q, tc.lease)); diff != "" {
 				t.Errorf("RenderQuota (-want +got):\n%s", diff)
 			}
 			if !cmp.Equal(before, q) {

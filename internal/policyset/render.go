@@ -34,10 +34,13 @@ func Marshal(doc Document) ([]byte, error) {
 		policies = []Policy{} // "policies":[] rather than null, for readers in any language
 	}
 	doc.Policies = policies
+	if len(doc.Quotas) > 0 {
+		return encode(doc, QuotaWrittenVersion)
+	}
 	return encode(doc, WrittenVersion)
 }
 
-// encode writes doc in version (DocumentVersion or 2).
+// encode writes doc in version (2, 3 or 4).
 func encode(doc Document, version int) ([]byte, error) {
 	doc.Version = version
 	var v any = doc
@@ -79,12 +82,12 @@ func Unmarshal(data []byte) (Document, error) {
 	var doc Document
 	var err error
 	switch head.Version {
-	case DocumentVersion:
+	case 3, DocumentVersion:
 		err = json.Unmarshal(data, &doc)
 	case 1, 2:
 		doc, err = unmarshalLegacy(data)
 	default:
-		return Document{}, fmt.Errorf("decoding %s: version %d is not supported (supported: 1, 2, %d)", v1alpha1.PoliciesConfigMapKey, head.Version, DocumentVersion)
+		return Document{}, fmt.Errorf("decoding %s: version %d is not supported (supported: 1 to %d)", v1alpha1.PoliciesConfigMapKey, head.Version, DocumentVersion)
 	}
 	if err != nil {
 		return Document{}, fmt.Errorf("decoding %s: %w", v1alpha1.PoliciesConfigMapKey, err)

@@ -130,7 +130,7 @@ func TestTheNextVersionReadsAsTheWrittenOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, err := encode(written, DocumentVersion)
+	next, err := encode(written, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,9 @@ func ResolveCABundles(p *v1alpha1.RetryPolicy, lookup CALookup) ([]string, field
 				errs[len(errs)-1].Detail = fmt.Sprintf("ConfigMap %s/%s does not exist", p.Namespace, ref.Name)
 			case !hasKey:
 				errs = append(errs, field.Invalid(fp, ref.Name, fmt.Sprintf("ConfigMap %s/%s has no key %s", p.Namespace, ref.Name, v1alpha1.CACertificateKey)))
+			case len(val) > v1alpha1.MaxCACertificateBytes:
+				errs = append(errs, field.Invalid(fp, ref.Name, fmt.Sprintf("key %s of ConfigMap %s/%s is over %d bytes, the most a CA bundle may hold",
+					v1alpha1.CACertificateKey, p.Namespace, ref.Name, v1alpha1.MaxCACertificateBytes)))
 			default:
 				pemText, n := certificatesPEM(val)
 				if n == 0 {

@@ -1,7 +1,7 @@
 // Package quota is the sidecar's side of a SharedQuota (docs/quota.md): a
-// Client keeps, per pod, the tokens and concurrency slots it leased from a
+// Client keeps, per pod, the send times and concurrency slots it leased from a
 // Store that the whole fleet shares, so that admitting an attempt is a local
-// operation (admission.Quota) and the store sees a few operations per second
+// operation (limits.Quota) and the store sees a few operations per second
 // per pod, never one per request.
 //
 // The package is pure: time comes from an injected clock.Clock and the store

@@ -38,50 +38,70 @@ type Store interface {
 	Lease(ctx context.Context, spec Spec, req LeaseRequest) (LeaseReply, error)
 }
 
-// LeaseRequest is one pod's lease operation: it reports what it holds and
-// how busy it is, and asks for more.
+// LeaseRequest is one pod's lease operation: it reports how busy it is and
+// asks for send times and slots. It and LeaseReply are also the JSON body of
+// the manager's lease endpoint (docs/quota.md#trust): plain data, with Pod
+// and Namespace never taken from the wire. Nothing in it can raise the
+// quota's rate, burst or concurrency: those come with the Spec, from the
+// trusted side, and the store bounds every number here (Model).
 type LeaseRequest struct {
 	// Pod identifies the pod in the store (its name, or host and pid).
-	Pod string
-	// Want is the number of tokens asked for (Want).
-	Want int64
-	// Held is the number of leased tokens the pod holds, unspent, before
-	// this grant: they count against the burst, so the fleet's tokens on hand
-	// and in the bucket never exceed it.
-	Held int64
-	// Returned tokens were held and not spent for a whole interval: they go
-	// back to the bucket (they are not in Held any more).
-	Returned int64
-	// Demand is the pod's rate of attempts, per second, admitted or not.
-	Demand float64
+	Pod string `json:"-"`
+	// Namespace is the pod's namespace: the unit of fairness between the
+	// consumers of a quota. Behind the manager's lease endpoint both Pod and
+	// Namespace come from the pod's verified identity, never from what the
+	// pod sends (docs/quota.md#trust).
+	Namespace string `json:"-"`
+	// Want is the number of send times asked for, Due how many of them are
+	// for attempts waiting now: the store may place those in the past (up
+	// to the quota's tolerance) so they start at once, and the others from
+	// now on, so they stay good longest.
+	Want int64 `json:"want"`
+	Due  int64 `json:"due,omitempty"`
+	// Demand is the pod's rate of attempts, per second, admitted or not: its
+	// claim in the store's division of the rate (FairShares).
+	Demand float64 `json:"demand"`
 	// Slots is the number of fleet-wide concurrency slots the pod asks to
-	// hold, InUse the number in use now (it keeps them even if Slots is not
-	// granted).
-	Slots, InUse int64
+	// hold (SlotsWant), InUse the number in use now (it keeps them even if
+	// Slots is not granted).
+	Slots int64 `json:"slots,omitempty"`
+	InUse int64 `json:"inUse,omitempty"`
 	// Hold, if not zero, is the end of a pacing hold the pod saw: the store
 	// keeps the latest for the whole fleet.
-	Hold time.Time
+	Hold time.Time `json:"hold,omitzero"`
 }
 
-// LeaseReply is the store's answer.
+// LeaseReply is the store's answer. The send times are relative to the
+// store's clock at the lease: the pod puts them on its own clock at the
+// moment the reply arrives, so they are never early (Client).
 type LeaseReply struct {
-	// Granted tokens, now the pod's to spend (at most Want).
-	Granted int64
+	// Granted is the number of send times granted: the first First after
+	// the store's now (negative: already due), then one every Spacing. An
+	// attempt may start at a send time or up to Lateness after it; a send
+	// time not used by then is dropped.
+	Granted  int64         `json:"granted"`
+	First    time.Duration `json:"first"`
+	Spacing  time.Duration `json:"spacing"`
+	Lateness time.Duration `json:"lateness"`
+	// Rate is the pod's share of the quota's rate as the store divides it
+	// now, per second: what it admits under onStoreLoss LastShare.
+	Rate float64 `json:"rate"`
 	// Slots the pod may hold until its next lease operation.
-	Slots int64
-	// FleetDemand is the demand of every live pod, this one included, and
-	// Pods their number.
-	FleetDemand float64
-	Pods        int
+	Slots int64 `json:"slots,omitempty"`
+	// FleetDemand is the demand of the pods drawing on the quota (leased
+	// within Drawing), this one included; Pods the number of pods the store
+	// knows (seen within LeaseTTL): what onStoreLoss EvenShare divides by.
+	FleetDemand float64 `json:"fleetDemand"`
+	Pods        int     `json:"pods"`
 	// Hold is the end of the fleet's pacing hold, zero if none.
-	Hold time.Time
+	Hold time.Time `json:"hold,omitzero"`
 }
 
 // RefusalCode is the Redis error code by which the server refused the
 // credentials or the command — WRONGPASS, NOAUTH or NOPERM — at the start of
 // the reply or inside it (a script's error quotes the refused call); ok is
 // false for any other error. The sidecar's store (redisstore) and the
-// manager's checks (quotastore) both use it, so they call the same replies a
+// manager's checks (storeadmin) both use it, so they call the same replies a
 // refusal.
 func RefusalCode(err error) (code string, ok bool) {
 	msg := err.Error()

@@ -7,7 +7,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
-	"github.com/retrydev/retry-operator/internal/headertest"
+	"github.com/retrydev/retry-operator/internal/testing/headertest"
 )
 
 // rlNow is 2026-05-01 12:00:00Z, Unix 1777636800.

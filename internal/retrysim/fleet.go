@@ -7,6 +7,7 @@ import (
 
 	"github.com/retrydev/retry-operator/internal/quota"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // fleet is the pods of a rehearsal: each its own compiled policy (its own
@@ -44,12 +45,14 @@ func newFleet(in RehearseInput, s *sched) (*fleet, error) {
 		}
 		cfg := in.Policy.Config()
 		if in.SharedQuota != nil {
-			c := quota.New(*in.SharedQuota, store, s.clk, fmt.Sprintf("pod-%d", i+1), log, quota.Observer{})
+			// The pods are replicas in one namespace: the quota divides the
+			// rate among them by their demand.
+			c := quota.New(*in.SharedQuota, store, s.clk, quota.Pod{Name: fmt.Sprintf("pod-%d", i+1)}, log, quota.Observer{})
 			f.clients = append(f.clients, c)
 			cfg.Quota = c
 		} else if r := cfg.RateLimit; r != nil && n > 1 {
 			// Today's split, as the manager renders it (policyset.PodShare, PodBurst).
-			cfg.RateLimit = &retrypolicy.RateLimitConfig{RequestsPerSecond: r.RequestsPerSecond / float64(n),
+			cfg.RateLimit = &limits.RateLimitConfig{RequestsPerSecond: r.RequestsPerSecond / float64(n),
 				Burst: max(1, (r.Burst+n-1)/n)}
 		}
 		// A fresh compile: fresh budget, limiter and gate for every pod.

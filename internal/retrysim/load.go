@@ -92,9 +92,10 @@ func PickUpstream(set *retrypolicy.Set, name string) (*retrypolicy.Policy, error
 // file, as the sidecar's --policy-file does), or nil if it has none.
 func (f *PolicyFile) SharedQuotaOf(p *retrypolicy.Policy) (*quota.Spec, error) {
 	doc, path := f.doc, f.path
+	names := policyset.NamesOf(doc.Policies)
 	for _, pol := range doc.Policies {
 		for _, u := range pol.Upstreams {
-			if u.QuotaRef == nil || (p.Name() != u.Name && p.Name() != pol.Name+"/"+u.Name) {
+			if u.QuotaRef == nil || p.Name() != names.Of(pol.Name, u.Name) {
 				continue
 			}
 			q, ok := doc.Quota(u.QuotaRef.Name)

@@ -16,11 +16,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/internal/quota"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
@@ -329,7 +329,7 @@ func (u *quotaUpstream) track(now time.Time, delta int) {
 type sched struct {
 	clk   *clocktest.Clock
 	back  chan struct{} // the running proc parked or ended
-	gates []*admission.Gate
+	gates []*limits.Gate
 
 	mu      sync.Mutex
 	waiting []*proc // parked procs that also wake when their context ends

@@ -25,7 +25,11 @@ const (
 	MinAttempts          = 1
 	MaxAttempts          = 10
 	MaxMethodTokenLength = 32
-	MaxHeaderNameLength  = 128
+	// MaxGRPCMethodPatternLength bounds a gRPC method pattern of
+	// replayableMethods ("/package.Service/Method"), the longest entry the
+	// list takes.
+	MaxGRPCMethodPatternLength = 256
+	MaxHeaderNameLength        = 128
 	// MaxUpstreams bounds the upstreams of one RetryPolicy.
 	MaxUpstreams = 16
 	// MaxNameLength bounds an upstream name (a DNS-1123 label).
@@ -154,12 +158,36 @@ func DNSNameProblem(s string) string {
 	return ""
 }
 
-// MethodProblem checks one replayableMethods entry. forbidden reports that m is
-// a well-formed method that may never be replayed by method (POST, PATCH).
+// GRPCMethodPattern is the grammar of a gRPC method pattern in
+// replayableMethods: "/" + the full service name (protobuf identifiers joined
+// by ".", the package optional) + "/" + a method name or "*" (every method of
+// the service). It has no backslash, so the CRD's CEL rule holds it as written.
+const GRPCMethodPattern = `^/([A-Za-z_][A-Za-z0-9_]*[.])*[A-Za-z_][A-Za-z0-9_]*/([A-Za-z_][A-Za-z0-9_]*|[*])$`
+
+var grpcMethodText = regexp.MustCompile(GRPCMethodPattern)
+
+// GRPCMethodProblem is what MethodProblem says of a malformed gRPC method pattern.
+const GRPCMethodProblem = "must be a gRPC method pattern, /package.Service/Method or /package.Service/* (protobuf identifiers: letters, digits and '_')"
+
+// IsGRPCMethodPattern reports whether a replayableMethods entry is meant as a
+// gRPC method pattern: it starts with '/', which no HTTP method token does.
+func IsGRPCMethodPattern(m string) bool { return strings.HasPrefix(m, "/") }
+
+// MethodProblem checks one replayableMethods entry: an HTTP method token, or a
+// gRPC method pattern (GRPCMethodPattern). forbidden reports that m is a
+// well-formed method that may never be replayed by method (POST, PATCH).
 func MethodProblem(m string) (problem string, forbidden bool) {
 	switch {
+	case IsGRPCMethodPattern(m):
+		if len(m) > MaxGRPCMethodPatternLength {
+			return fmt.Sprintf("%s, at most %d bytes", GRPCMethodProblem, MaxGRPCMethodPatternLength), false
+		}
+		if !grpcMethodText.MatchString(m) {
+			return GRPCMethodProblem, false
+		}
+		return "", false
 	case len(m) > MaxMethodTokenLength || !IsToken(m):
-		return "must be an HTTP method token such as GET, HEAD, OPTIONS, PUT or DELETE", false
+		return "must be an HTTP method token such as GET, HEAD, OPTIONS, PUT or DELETE, or a gRPC method pattern such as /package.Service/Method", false
 	case m != strings.ToUpper(m):
 		return fmt.Sprintf("must be upper-case (%s); methods are case-sensitive", strings.ToUpper(m)), false
 	case m == "POST" || m == "PATCH":

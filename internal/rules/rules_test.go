@@ -37,12 +37,25 @@ func TestMethodProblem(t *testing.T) {
 		wantProblem   string
 		wantForbidden bool
 	}{
-		"GET passes":                   {"GET", "", false},
-		"a lower-case method":          {"get", "must be upper-case (GET); methods are case-sensitive", false},
-		"a method with a space":        {"GET /", "must be an HTTP method token such as GET, HEAD, OPTIONS, PUT or DELETE", false},
-		"a 33-byte method is too long": {"ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG", "must be an HTTP method token such as GET, HEAD, OPTIONS, PUT or DELETE", false},
-		"POST is forbidden by method":  {"POST", "POST and PATCH are not replayable by method; set idempotencyKey.header so requests that carry the key are replayed", true},
-		"PATCH is forbidden by method": {"PATCH", "POST and PATCH are not replayable by method; set idempotencyKey.header so requests that carry the key are replayed", true},
+		"GET passes":                                       {"GET", "", false},
+		"a lower-case method":                              {"get", "must be upper-case (GET); methods are case-sensitive", false},
+		"a method with a space":                            {"GET /", "must be an HTTP method token such as GET, HEAD, OPTIONS, PUT or DELETE, or a gRPC method pattern such as /package.Service/Method", false},
+		"a 33-byte method is too long":                     {"ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG", "must be an HTTP method token such as GET, HEAD, OPTIONS, PUT or DELETE, or a gRPC method pattern such as /package.Service/Method", false},
+		"POST is forbidden by method":                      {"POST", "POST and PATCH are not replayable by method; set idempotencyKey.header so requests that carry the key are replayed", true},
+		"PATCH is forbidden by method":                     {"PATCH", "POST and PATCH are not replayable by method; set idempotencyKey.header so requests that carry the key are replayed", true},
+		"a gRPC method passes":                             {"/shop.v1.Payments/GetPayment", "", false},
+		"every method of a gRPC service passes":            {"/shop.v1.Payments/*", "", false},
+		"a gRPC service without a package passes":          {"/Greeter/SayHello", "", false},
+		"a 256-byte gRPC method passes":                    {"/" + strings.Repeat("a", 251) + ".S/M", "", false},
+		"a 257-byte gRPC method is too long":               {"/" + strings.Repeat("a", 252) + ".S/M", GRPCMethodProblem + ", at most 256 bytes", false},
+		"a gRPC method without its service is refused":     {"/GetPayment", GRPCMethodProblem, false},
+		"a wildcard service is refused":                    {"/shop.v1.*/GetPayment", GRPCMethodProblem, false},
+		"a partial wildcard method is refused":             {"/shop.v1.Payments/Get*", GRPCMethodProblem, false},
+		"a trailing slash is refused":                      {"/shop.v1.Payments/", GRPCMethodProblem, false},
+		"an empty package segment is refused":              {"/shop..Payments/Get", GRPCMethodProblem, false},
+		"an identifier starting with a digit is refused":   {"/shop.1v.Payments/Get", GRPCMethodProblem, false},
+		"a gRPC method with a query is refused":            {"/shop.v1.Payments/Get?x=1", GRPCMethodProblem, false},
+		"a gRPC method with a trailing newline is refused": {"/shop.v1.Payments/Get\n", GRPCMethodProblem, false},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/retrydev/retry-operator/internal/admission"
-	"github.com/retrydev/retry-operator/internal/tracing"
+	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
@@ -24,7 +24,7 @@ import (
 //	retry_sidecar_request_duration_seconds{upstream,outcome}    start of a logical request to its response head
 //	retry_sidecar_in_flight_attempts{upstream}                  attempts sent and not finished, now
 //	retry_sidecar_queued_requests{upstream}                     requests waiting for admission, now
-//	retry_sidecar_attempts_total{upstream,status}               transmissions by status, or error class
+//	retry_sidecar_attempts_total{upstream,status}               transmissions by status (100–999, else other), or error class
 //	retry_sidecar_retry_delay_seconds{upstream}                 planned wait before each retry
 //	retry_sidecar_budget_exhausted_total{upstream}              requests stopped by the outage budget (R6)
 //	retry_sidecar_shed_total{upstream}                          requests shed by admission (R7)
@@ -45,6 +45,7 @@ import (
 //	retry_sidecar_connect_tunnels_total / _active               CONNECT tunnels opened / open now
 //	retry_sidecar_timeouts_total{upstream,phase}                timeouts by phase: queue, connect, tls, headers
 //	retry_sidecar_truncated_responses_total                     upstream bodies cut off before their end (response aborted)
+//	retry_sidecar_malformed_request_bodies_total{attempt}       app request bodies that could not be read, answered 400: attempt aborted upstream / unsent
 //	retry_sidecar_replay_memory_bytes                           bytes reserved by replay buffers now (cap: --max-replay-memory)
 //	retry_sidecar_stats_connections                             connections open on the stats port now (cap: --stats-max-connections)
 //	retry_sidecar_stats_connections_refused_total               stats connections reset because the cap was reached
@@ -79,6 +80,7 @@ type Metrics struct {
 	tunnels                       prometheus.Counter
 	tunnelsActive                 prometheus.Gauge
 	truncated                     prometheus.Counter
+	malformedBodies               *prometheus.CounterVec
 	timeouts                      *prometheus.CounterVec
 	spansExported                 prometheus.Counter
 	spansDropped                  *prometheus.CounterVec
@@ -182,6 +184,13 @@ func NewMetrics() *Metrics {
 	}
 	m.truncated = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "truncated_responses_total",
 		Help: "Upstream response bodies cut off before their announced end; the response to the app was aborted."})
+	m.malformedBodies = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "malformed_request_bodies_total",
+		Help: "App request bodies that could not be read (broken chunked framing), answered 400: attempt=aborted when an attempt had gone upstream and was cut before its end, unsent when none had."},
+		[]string{"attempt"})
+	for _, a := range []string{attemptAborted, attemptUnsent} {
+		m.malformedBodies.WithLabelValues(a)
+	}
+	m.Registry.MustRegister(m.malformedBodies)
 	m.Registry.MustRegister(m.requests, m.duration, m.attempts, m.delay, m.budgetExhausted, m.shed, m.retryAfterFailures,
 		m.skew, m.held, m.holdEnd, m.rateLimitFailures, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.configRevision, m.configStale, m.apiUp, m.apiFallbacks, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts, m.spansExported, m.spansDropped,
 		newOccupancy(m), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -190,6 +199,12 @@ func NewMetrics() *Metrics {
 	m.Registry.MustRegister(quotaCollector{m})
 	return m
 }
+
+// The attempt label of retry_sidecar_malformed_request_bodies_total.
+const (
+	attemptAborted = "aborted" // an attempt had gone upstream: cut before its end
+	attemptUnsent  = "unsent"  // the body failed before anything was sent
+)
 
 // passthroughTimeout counts a timeout of a request to a host without a policy.
 func (m *Metrics) passthroughTimeout(phase retryhttp.Phase) {
@@ -264,11 +279,7 @@ func (m *Metrics) Observe(e retryhttp.Event) {
 		if e.Status == 0 && e.ErrorClass == retrypolicy.NoError {
 			return // refused by admission before anything was sent
 		}
-		key := e.Status
-		if key == 0 {
-			key = -int(e.ErrorClass)
-		}
-		m.status(u, e.Upstream, key).Inc()
+		m.status(u, e.Upstream, statusKey(e)).Inc()
 		if e.Action == retrypolicy.Retry {
 			u.delay.Observe(e.Delay.Seconds())
 		}
@@ -325,6 +336,23 @@ func (m *Metrics) upstream(name string) *upstreamMetrics {
 	return v.(*upstreamMetrics)
 }
 
+// statusOther is the status key of every status outside 100–999: the status
+// label takes its values from the network, so it is bounded to those 900 and
+// "other" (an HTTP/2 upstream may send any integer).
+const statusOther = 1000
+
+// statusKey is the key of attempts_total's status label for e: the status,
+// statusOther, or minus the error class when there was no response.
+func statusKey(e retryhttp.Event) int {
+	switch {
+	case e.Status == 0:
+		return -int(e.ErrorClass)
+	case e.Status < 100 || e.Status > 999:
+		return statusOther
+	}
+	return e.Status
+}
+
 func (m *Metrics) status(u *upstreamMetrics, name string, key int) prometheus.Counter {
 	u.mu.RLock()
 	c := u.statuses[key]
@@ -333,7 +361,10 @@ func (m *Metrics) status(u *upstreamMetrics, name string, key int) prometheus.Co
 		return c
 	}
 	label := strconv.Itoa(key)
-	if key <= 0 {
+	switch {
+	case key == statusOther:
+		label = "other"
+	case key <= 0:
 		label = retrypolicy.ErrorClass(-key).String()
 	}
 	c = m.attempts.WithLabelValues(name, label)
@@ -368,14 +399,14 @@ func (o *occupancy) Collect(ch chan<- prometheus.Metric) {
 	if each == nil {
 		return
 	}
-	(*each)(func(name string, l *admission.Limits) {
+	(*each)(func(name string, l *limits.State) {
 		ch <- prometheus.MustNewConstMetric(o.inFlight, prometheus.GaugeValue, float64(l.InFlight()), name)
 		ch <- prometheus.MustNewConstMetric(o.queued, prometheus.GaugeValue, float64(l.Queued()), name)
 	})
 }
 
 // EachLimits visits the admission state of every upstream in force.
-type EachLimits func(yield func(upstream string, l *admission.Limits))
+type EachLimits func(yield func(upstream string, l *limits.State))
 
 // WatchLimits makes the in-flight and queued gauges read from each at every
 // scrape (the Reloader's upstreams in force); until then they are empty.

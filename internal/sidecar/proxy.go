@@ -14,10 +14,9 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/retrydev/retry-operator/internal/innerclient"
-	"github.com/retrydev/retry-operator/internal/notbefore"
-	"github.com/retrydev/retry-operator/internal/tracing"
-	"github.com/retrydev/retry-operator/pkg/retryotel"
+	"github.com/retrydev/retry-operator/internal/httpdate"
+	"github.com/retrydev/retry-operator/internal/libhooks"
+	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
@@ -26,7 +25,10 @@ import (
 //
 //	absolute-form  GET http://api.example/v1 HTTP/1.1   (what HTTP_PROXY clients send)
 //	origin-form    GET /v1 HTTP/1.1 + Host: api.example (routed by Host)
-//	CONNECT        CONNECT api.example:443 HTTP/1.1     (tunnelled unchanged, never retried)
+//	CONNECT        CONNECT api.example:443 HTTP/1.1     (tunnelled unchanged, never retried,
+//	               unless the app speaks HTTP/2 to a policy's plaintext upstream in it)
+//	HTTP/2         :authority api.example, :path /v1    (routed like origin-form; a gRPC
+//	               call is forwarded as a stream, grpc.go)
 //
 // removes hop-by-hop headers in both directions (RFC 9110 §7.6.1), adds none of
 // its own upstream (no Via, no X-Forwarded-*; the Transport adds X-Retry-Attempt
@@ -56,6 +58,13 @@ type Proxy struct {
 	// PolicyName names the RetryPolicy of a policy, for the spans.
 	PolicyName func(*retrypolicy.Policy) string
 
+	// grpc forwards the gRPC calls (grpc.go); nil: they are forwarded as
+	// any HTTP request.
+	grpc *grpcForwarder
+	// h2 serves the HTTP/2 of the CONNECT tunnels it terminates (tunnel.go);
+	// nil: every tunnel is opaque.
+	h2 *appHTTP2
+
 	tunnels tunnels
 }
 
@@ -84,10 +93,34 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.Self.targets(out.URL.Host, defaultPort(out.URL.Scheme)) {
-		loopError(w)
+		p.loop(w, r)
+		return
+	}
+	p.dispatch(w, r, out)
+}
+
+// dispatch forwards out, the upstream form of r: a gRPC call as one
+// (grpc.go), anything else as an HTTP request.
+func (p *Proxy) dispatch(w http.ResponseWriter, r, out *http.Request) {
+	if p.grpc != nil && isGRPC(r) {
+		var pol *retrypolicy.Policy
+		if p.Route != nil {
+			pol = p.Route(out)
+		}
+		p.grpc.forward(w, r, out, pol)
 		return
 	}
 	p.forward(w, r, out)
+}
+
+// loop answers a request addressed to the sidecar itself: 508, or
+// UNAVAILABLE to a gRPC call.
+func (p *Proxy) loop(w http.ResponseWriter, r *http.Request) {
+	if p.grpc != nil && isGRPC(r) {
+		grpcAnswer(w, grpcUnavailable, errLoop.Error(), retrypolicy.OutcomeUpstreamError, 0)
+		return
+	}
+	loopError(w)
 }
 
 // forward sends out, the upstream form of the client's request r, and copies
@@ -104,17 +137,29 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 	var err error
 	var passthrough bool
 	status := 0 // answered to the app, for the span
+	var body *appBody
+	if out.Body != nil && out.Body != http.NoBody {
+		body = &appBody{ReadCloser: out.Body}
+		out.Body = body
+	}
 	if rt, ok := p.Transport.(*retryhttp.Transport); ok {
 		// One lookup: the policy applied is the one counted.
-		pol := rt.Policy(out)
+		var pol *retrypolicy.Policy
+		if rt.Route != nil {
+			pol = rt.Route(out)
+		}
 		if span := p.startSpan(r, out, pol); span != nil {
 			defer func() { span.End(status) }()
 		}
-		resp, err = rt.RoundTripPolicy(out, pol)
+		resp, err = libhooks.RoundTripPolicy(rt, out, pol)
 		passthrough = p.Route != nil && pol == nil
 	} else {
 		resp, err = p.Transport.RoundTrip(out)
 		passthrough = p.Route != nil && p.Route(out) == nil
+	}
+	if body.malformed(r) {
+		status = p.badRequestBody(w, r, resp, err)
+		return
 	}
 	if err != nil {
 		if passthrough {
@@ -132,7 +177,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 		// answered like any malformed response, never a panic or a dropped
 		// connection. Upgrades are not proxied.
 		status = p.writeError(w, r, &retryhttp.Error{Outcome: retrypolicy.OutcomeUpstreamError, Attempts: 1,
-			Err: innerclient.ErrMalformedResponse})
+			Err: retryhttp.ErrMalformedResponse})
 		return
 	}
 
@@ -160,11 +205,60 @@ func (p *Proxy) forward(w http.ResponseWriter, r, out *http.Request) {
 	}
 }
 
+// appBody is the app's request body as the upstream client reads it: it
+// keeps the first error other than its end, which is the app's, not the
+// upstream's.
+type appBody struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *appBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	// A read after Close is the upstream client's own doing: it closes the
+	// body when the upstream answers before reading it all.
+	if err != nil && err != io.EOF && !errors.Is(err, http.ErrBodyReadAfterClose) && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// malformed reports whether the app's request body could not be read while
+// the app is still there: its framing is broken (a chunk size past 64 bits,
+// a bad chunk line), which net/http.Server's body reports as a read error.
+// The app gone mid-body is no bad request: its context has ended.
+func (b *appBody) malformed(r *http.Request) bool {
+	return b != nil && b.err != nil && r.Context().Err() == nil
+}
+
+// badRequestBody answers 400 to a request whose body the app sent malformed
+// (docs/retry-semantics.md#malformed-request-bodies), whatever the upstream client made
+// of the failure, never a 502. An attempt that had gone upstream was aborted:
+// the upstream client closed its connection (or reset its stream) on the
+// body's error, before the request's end, so the upstream never got a whole
+// request. Both are counted in retry_sidecar_malformed_request_bodies_total.
+func (p *Proxy) badRequestBody(w http.ResponseWriter, r *http.Request, resp *http.Response, err error) int {
+	if resp != nil {
+		resp.Body.Close() // an early answer; the request it answers was cut short
+	}
+	attempt := attemptAborted
+	var re *retryhttp.Error
+	if errors.As(err, &re) && re.Attempts == 0 {
+		attempt = attemptUnsent // read into a replay buffer, never sent
+	}
+	p.Metrics.malformedBodies.WithLabelValues(attempt).Inc()
+	p.Log.Info("malformed request body from the app; answered 400", "method", r.Method, "path", r.URL.Path,
+		"request_id", r.Header.Get(retryhttp.HeaderRequestID), "attempt", attempt)
+	w.Header()["Connection"] = []string{"close"} // the rest of its body cannot be framed
+	plainError(w, http.StatusBadRequest, "retry-sidecar: malformed request body\n")
+	return http.StatusBadRequest
+}
+
 // startSpan starts the SERVER span of the app's request r, forwarded as out
 // under policy pol, when tracing records it: out then carries the span in
 // its context, set in place (out is the proxy's own copy of r, and a sampled
 // request is spared another).
-func (p *Proxy) startSpan(r, out *http.Request, pol *retrypolicy.Policy) *retryotel.Request {
+func (p *Proxy) startSpan(r, out *http.Request, pol *retrypolicy.Policy) libhooks.Span {
 	if p.Tracing == nil {
 		return nil
 	}
@@ -239,10 +333,10 @@ func (p *Proxy) abort(w http.ResponseWriter, r *http.Request, err error) {
 // passthroughPhase is the phase of a timeout of a request without a policy:
 // only its dial (and TLS handshake) is bounded, by --dial-timeout.
 func passthroughPhase(err error) retryhttp.Phase {
-	var pe *innerclient.PhaseError
+	var pe *retryhttp.PhaseError
 	var ne net.Error
 	if errors.As(err, &pe) && errors.As(err, &ne) && ne.Timeout() {
-		return retryhttp.Phase(pe.Phase)
+		return pe.Phase
 	}
 	return ""
 }
@@ -281,7 +375,7 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) in
 		h[retryhttp.HeaderOutcome] = []string{string(re.Outcome)}
 		h[retryhttp.HeaderAttempts] = []string{itoa(re.Attempts)}
 		if !re.NotBefore.IsZero() {
-			h[retryhttp.HeaderNotBefore] = []string{notbefore.Format(re.NotBefore)}
+			h[retryhttp.HeaderNotBefore] = []string{httpdate.Format(re.NotBefore)}
 		}
 		msg = "retry-sidecar: " + string(re.Outcome) + "\n"
 		phase = re.Phase
@@ -307,10 +401,10 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, err error) in
 		status = http.StatusGatewayTimeout
 		msg = "retry-sidecar: timeout (" + string(phase) + ")\n"
 	}
-	if errors.Is(err, innerclient.ErrMalformedResponse) {
+	if errors.Is(err, retryhttp.ErrMalformedResponse) {
 		msg = "retry-sidecar: upstream-error: the upstream's response could not be relayed\n"
 	}
-	if errors.Is(err, innerclient.ErrUntrustedCertificate) {
+	if errors.Is(err, retryhttp.ErrUntrustedCertificate) {
 		msg = "retry-sidecar: upstream-error: the upstream's TLS certificate did not verify: " + untrustedReason(err) + "\n"
 	}
 	plainError(w, status, msg)

@@ -18,8 +18,8 @@ import (
 //	retry_sidecar_quota_tokens{quota}                      tokens on hand now
 //	retry_sidecar_quota_store_operations_total{quota}      lease operations (≤ 10/s)
 //	retry_sidecar_quota_store_operation_seconds{quota}     their latency
-//	retry_sidecar_quota_store_errors_total{quota,state}    failed ones: unreachable or refused
-//	retry_sidecar_quota_store_state{quota,state}           1 for the store's state now: connecting, reachable, unreachable, refused
+//	retry_sidecar_quota_store_errors_total{quota,state}    failed ones: unreachable, refused or revoked
+//	retry_sidecar_quota_store_state{quota,state}           1 for the store's state now: connecting, reachable, unreachable, refused, revoked
 type quotaSeries struct {
 	latency *prometheus.HistogramVec
 	errors  *prometheus.CounterVec
@@ -35,14 +35,14 @@ func newQuotaSeries(ns string) *quotaSeries {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "quota_store_operation_seconds",
 			Help: "Time of each lease operation on a shared quota's store.", Buckets: quotaLeaseBuckets}, []string{"quota"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "quota_store_errors_total",
-			Help: "Failed lease operations on a shared quota's store, by the state they put it in (unreachable, refused)."}, []string{"quota", "state"}),
+			Help: "Failed lease operations on a shared quota's store, by the state they put it in (unreachable, refused, revoked)."}, []string{"quota", "state"}),
 		admissions: d("admissions_total", "Attempts that took a token of a shared quota (locally)."),
 		waits:      d("admission_wait_seconds", "Time an attempt waited in the sidecar for a token of a shared quota before it took one (0: one was on hand)."),
 		denials:    d("denials_total", "Attempts of a shared quota that found no token on hand (reason quota: they waited for the next lease or were shed) or were refused while the store is lost (reason store-loss, onStoreLoss Deny).", "reason"),
 		leased:     d("tokens_leased_total", "Tokens of a shared quota the store granted this pod."),
 		tokens:     d("tokens", "Tokens of a shared quota on hand now."),
 		ops:        d("store_operations_total", "Lease operations on a shared quota's store (at most 10 per second)."),
-		state:      d("store_state", "1 for the state of a shared quota's store as this pod sees it: connecting, reachable, unreachable or refused.", "state"),
+		state:      d("store_state", "1 for the state of a shared quota's store as this pod sees it: connecting, reachable, unreachable, refused or revoked.", "state"),
 	}
 }
 
@@ -91,9 +91,12 @@ func (c quotaCollector) Collect(ch chan<- prometheus.Metric) { c.m.collectQuotas
 func (m *Metrics) QuotaObserver() quota.Observer {
 	return quota.Observer{Lease: func(name string, took time.Duration, _ int64, err error) {
 		m.quota.latency.WithLabelValues(name).Observe(took.Seconds())
-		if err != nil {
+		if err != nil && !errors.Is(err, quota.ErrLate) { // a lease put off is no failure
 			state := quota.StateUnreachable
-			if errors.Is(err, quota.ErrRefused) {
+			switch {
+			case errors.Is(err, quota.ErrRevoked):
+				state = quota.StateRevoked
+			case errors.Is(err, quota.ErrRefused):
 				state = quota.StateRefused
 			}
 			m.quota.errors.WithLabelValues(name, state.String()).Inc()

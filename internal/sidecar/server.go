@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/h1client"
-	"github.com/retrydev/retry-operator/internal/h1server"
 	"github.com/retrydev/retry-operator/internal/sidecar/config"
-	"github.com/retrydev/retry-operator/internal/tracing"
+	"github.com/retrydev/retry-operator/internal/sidecar/h1client"
+	"github.com/retrydev/retry-operator/internal/sidecar/h1server"
+	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
 )
 
 // Options are the sidecar's settings, one per command-line flag.
@@ -52,6 +52,10 @@ type Options struct {
 	// (--max-replay-memory); 0 means DefaultMaxReplayMemory().
 	MaxReplayMemory int64
 
+	// TracingQueueBytes caps the bytes of the spans waiting for export
+	// (--tracing-queue-bytes); 0 means tracing.DefaultQueueBytes.
+	TracingQueueBytes int
+
 	// ReloadDebounce collapses a burst of file events into one reload;
 	// ResyncInterval re-reads the sources even without events.
 	ReloadDebounce time.Duration
@@ -62,7 +66,7 @@ type Options struct {
 	ReadyFile   string
 	EnablePprof bool
 	// FastPath serves the app's plain HTTP/1.1 requests on --listen with
-	// internal/h1server, handing everything else to net/http.Server
+	// internal/sidecar/h1server, handing everything else to net/http.Server
 	// (--http1-fast-path; docs/performance.md#the-app-side-server).
 	FastPath bool
 
@@ -169,7 +173,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	metrics := NewMetrics()
-	tr, err := startTracing(ctx, metrics)
+	tr, err := startTracing(ctx, metrics, o.TracingQueueBytes)
 	if err != nil {
 		return err
 	}
@@ -206,11 +210,15 @@ func Run(ctx context.Context, o Options) error {
 const tracingShutdownTimeout = 500 * time.Millisecond
 
 // startTracing starts the OTLP export the OTEL_* environment asks for
-// (docs/observability.md#tracing), or returns nil when it asks for none.
-func startTracing(ctx context.Context, metrics *Metrics) (*tracing.Tracing, error) {
+// (docs/observability.md#tracing), its queue holding at most queueBytes (0:
+// the default), or returns nil when it asks for none.
+func startTracing(ctx context.Context, metrics *Metrics, queueBytes int) (*tracing.Tracing, error) {
 	c, err := tracing.FromEnv(os.Getenv)
 	if err != nil {
 		return nil, err
+	}
+	if queueBytes > 0 {
+		c.Queue.Bytes = queueBytes
 	}
 	return tracing.New(ctx, c, metrics.traceCounters())
 }
@@ -291,6 +299,7 @@ type servers struct {
 	admin, stats       *http.Server
 
 	forward  *Proxy
+	h2       *appHTTP2 // the app side's HTTP/2, on both listeners and in tunnels
 	adminAPI *Admin
 	upstream *upstreamStack
 }
@@ -302,12 +311,14 @@ func newServers(o Options, log *slog.Logger, ls *listeners, reloader *config.Rel
 	proxy := stack.proxy(byURL)
 	admin := &Admin{Reloader: reloader, Metrics: metrics, Pprof: o.EnablePprof}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-	s := &servers{forward: proxy, adminAPI: admin, upstream: stack,
-		proxy: appServer(o.FastPath, proxy, nil, errLog, log),
+	h2 := newAppHTTP2(errLog)
+	proxy.h2 = h2
+	s := &servers{forward: proxy, h2: h2, adminAPI: admin, upstream: stack,
+		proxy: appServer(o.FastPath, proxy, nil, h2, errLog, log),
 		admin: localServer(admin.Handler(), adminWriteTimeout, errLog)}
 	if ls.transparent != nil {
 		handler := &Transparent{Proxy: stack.proxy(byHost), Self: listenAddrPorts(ls.proxy, ls.admin, ls.transparent)}
-		s.transparent = appServer(false, handler, ConnContext, errLog, log)
+		s.transparent = appServer(false, handler, ConnContext, h2, errLog, log)
 	}
 	if ls.stats != nil {
 		// The pod-IP port: its connections capped, refusals counted.
@@ -341,6 +352,7 @@ func (s *servers) drain(timeout time.Duration, log *slog.Logger) {
 	log.Info("draining", "timeout", timeout.String())
 	dctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	s.h2.goAway()
 	clean := s.proxy.Shutdown(dctx) == nil
 	if s.transparent != nil {
 		clean = s.transparent.Shutdown(dctx) == nil && clean
@@ -376,12 +388,15 @@ const (
 // connections, so each is watched for a hang-up from the start and closed
 // at once by a drain when no request is in flight on it
 // (docs/performance.md#the-app-side-server).
-// connContext, if set, is net/http.Server's ConnContext.
-func appServer(fastPath bool, h http.Handler, connContext func(context.Context, net.Conn) context.Context, errLog *stdlog.Logger, log *slog.Logger) server {
+// connContext, if set, is net/http.Server's ConnContext. A connection that
+// begins with the HTTP/2 preface is served by h2 (docs/sidecar.md#grpc-and-http2).
+func appServer(fastPath bool, h http.Handler, connContext func(context.Context, net.Conn) context.Context,
+	h2 *appHTTP2, errLog *stdlog.Logger, log *slog.Logger) server {
 	std := &http.Server{Handler: h, ConnContext: connContext, ReadHeaderTimeout: appReadHeaderTimeout,
 		IdleTimeout: appIdleTimeout, ErrorLog: errLog}
 	return &h1server.Server{Handler: h, Fallback: std, HandOffAll: !fastPath,
-		ReadHeaderTimeout: appReadHeaderTimeout, IdleTimeout: appIdleTimeout, Log: log}
+		ReadHeaderTimeout: appReadHeaderTimeout, IdleTimeout: appIdleTimeout, Log: log,
+		HTTP2: h2.srv, HTTP2MaxHeaderBytes: grpcMaxHeaderBytes}
 }
 
 // server is what Run needs of an app-side server.

@@ -129,6 +129,24 @@ func TestMetricsObserve(t *testing.T) {
 	}
 }
 
+// The status label takes its value from the network (an HTTP/2 upstream may
+// answer any integer): a status outside 100–999 is "other", never a series of
+// its own nor an error class.
+func TestMetricsStatusLabelIsBounded(t *testing.T) {
+	m := NewMetrics()
+	for _, status := range []int{200, 999, 1000, 12345678, 99, -1, -3} {
+		m.Observe(retryhttp.Event{Kind: retryhttp.EventAttempt, Upstream: "api", Attempt: 1, Status: status})
+	}
+	for label, want := range map[string]float64{"200": 1, "999": 1, "other": 5} {
+		if got := value(m.attempts.WithLabelValues("api", label)); got != want {
+			t.Errorf("attempts_total{status=%q} = %v, want %v", label, got, want)
+		}
+	}
+	if n := count(m.attempts); n != 3 {
+		t.Errorf("%d attempts_total series, want 3 (200, 999, other)", n)
+	}
+}
+
 func TestLogObserverLevels(t *testing.T) {
 	tests := map[string]struct {
 		event   retryhttp.Event

@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/h1client"
+	"golang.org/x/net/http2"
+
 	"github.com/retrydev/retry-operator/internal/sidecar/config"
-	"github.com/retrydev/retry-operator/internal/tracing"
+	"github.com/retrydev/retry-operator/internal/sidecar/h1client"
+	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
@@ -39,6 +41,9 @@ type upstreamStack struct {
 	self         *selfAddrs
 	tracing      *tracing.Tracing
 	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
+	// h2c is the upstream client of gRPC calls to cleartext upstreams
+	// (grpc.go); those with tls go through client.
+	h2c *http2.Transport
 }
 
 // newUpstreamStack builds the stack over o's pool and dial settings; own are
@@ -61,12 +66,13 @@ func newUpstreamStack(o Options, log *slog.Logger, own []net.Addr, reloader *con
 		self:         self,
 		tracing:      tr,
 	}
-	if t := tr.Tracer(); t != nil {
+	if t := tr.Observer(); t != nil {
 		s.observer = retryhttp.Observers{metrics, NewLogObserver(log), t}
 	}
 	metrics.WatchReplayMemory(s.replayMemory)
 	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
 	s.dial = self.dialContext(dialer.DialContext)
+	s.h2c = newH2CTransport(o, s.dial)
 	return s
 }
 
@@ -75,10 +81,7 @@ func newUpstreamStack(o Options, log *slog.Logger, own []net.Addr, reloader *con
 // and the pass-through accounting of a request all follow rt.
 func (s *upstreamStack) proxy(rt routing) *Proxy {
 	route := rt.route(s.reloader)
-	var inner http.RoundTripper = originator{h1: s.client, reloader: s.reloader, routing: rt}
-	if t := s.tracing.Tracer(); t != nil {
-		inner = t.WrapInner(inner)
-	}
+	inner := s.tracing.WrapInner(originator{h1: s.client, reloader: s.reloader, routing: rt})
 	return &Proxy{
 		Transport: &retryhttp.Transport{
 			Inner:        inner,
@@ -94,11 +97,16 @@ func (s *upstreamStack) proxy(rt routing) *Proxy {
 
 		Tracing:    s.tracing,
 		PolicyName: s.reloader.PolicyName,
+
+		grpc: &grpcForwarder{routing: rt, reloader: s.reloader, h2c: s.h2c, tls: s.client, log: s.log, metrics: s.metrics},
 	}
 }
 
 // closeIdleConnections closes the pooled upstream connections (at shutdown).
-func (s *upstreamStack) closeIdleConnections() { s.client.CloseIdleConnections() }
+func (s *upstreamStack) closeIdleConnections() {
+	s.client.CloseIdleConnections()
+	s.h2c.CloseIdleConnections()
+}
 
 // routing is how a listener names a request's upstream.
 //

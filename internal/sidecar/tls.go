@@ -5,9 +5,9 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/retrydev/retry-operator/internal/h1client"
-	"github.com/retrydev/retry-operator/internal/innerclient"
 	"github.com/retrydev/retry-operator/internal/sidecar/config"
+	"github.com/retrydev/retry-operator/internal/sidecar/h1client"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // originator is the Inner of every listener's retryhttp.Transport (built by
@@ -56,5 +56,5 @@ func untrustedReason(err error) string {
 	if errors.As(err, &cv) && cv.Err != nil {
 		return cv.Err.Error()
 	}
-	return innerclient.ErrUntrustedCertificate.Error()
+	return retryhttp.ErrUntrustedCertificate.Error()
 }

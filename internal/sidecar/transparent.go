@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 // Transparent serves --transparent-listen: the connections that the redirect
-// rules (internal/redirect, `retry-sidecar redirect`) divert to the sidecar
+// rules (internal/interception, `retry-sidecar redirect`) divert to the sidecar
 // from apps that know nothing of a proxy. Their requests are origin-form
 // (GET /v1 + Host: api.example), as the app wrote them for the upstream.
 //
@@ -58,12 +60,12 @@ func (t *Transparent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			err = errors.New("no original destination")
 		}
 		t.Proxy.Log.Warn("transparent connection without an original destination", "error", err.Error())
-		plainError(w, http.StatusBadGateway, "retry-sidecar: the connection's original destination is unknown (it did not come through the redirect rules)\n")
+		t.refuse(w, r, http.StatusBadGateway, "retry-sidecar: the connection's original destination is unknown (it did not come through the redirect rules)")
 		return
 	}
 	dst := netip.AddrPortFrom(od.addr.Addr().Unmap(), od.addr.Port())
 	if slices.Contains(t.Self, dst) {
-		plainError(w, http.StatusLoopDetected, "retry-sidecar: request addressed to the proxy itself\n")
+		t.refuse(w, r, http.StatusLoopDetected, "retry-sidecar: request addressed to the proxy itself")
 		return
 	}
 	if r.Method == http.MethodConnect || r.URL.Host != "" {
@@ -74,7 +76,17 @@ func (t *Transparent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u := *r.URL
 	u.Scheme, u.Host = "http", dst.String()
 	out.URL = &u // out.Host stays r.Host: sent upstream, and what the policy matched
-	t.Proxy.forward(w, r, out)
+	t.Proxy.dispatch(w, r, out)
+}
+
+// refuse answers a request the listener cannot forward: status and msg, or
+// UNAVAILABLE with msg to a gRPC call (docs/sidecar.md#grpc-and-http2).
+func (t *Transparent) refuse(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if t.Proxy.grpc != nil && isGRPC(r) {
+		grpcAnswer(w, grpcUnavailable, msg, retrypolicy.OutcomeUpstreamError, 0)
+		return
+	}
+	plainError(w, status, msg+"\n")
 }
 
 // listenAddrPorts are the addresses the sidecar listens on, as AddrPorts.

@@ -10,14 +10,15 @@
 //	└─ GET         CLIENT  http.request.resend_count=2 http.response.status_code=200
 //
 // The retry-sidecar and in-process users of retryhttp.Transport (Transport in
-// this package) build their spans with the same Tracer. It reads nothing from
+// this package) build their spans with the same code. It reads nothing from
 // requests and responses but the method, the URL's host and port, the status
-// and the allow-listed Server and Via response headers; the upstream receives
-// each attempt's span context as its W3C traceparent.
+// and the allow-listed Server and Via response headers, each made valid UTF-8
+// and cut to DefaultValueLimit bytes (Clean); the upstream receives each
+// attempt's span context as its W3C traceparent.
 //
-// pkg/retrypolicy and retryhttp know nothing of OpenTelemetry: the Tracer
-// hooks in as the Transport's Observer and around its Inner RoundTripper, and
-// finds the state of a request in the request's context.
+// pkg/retrypolicy and retryhttp know nothing of OpenTelemetry: NewTransport
+// hooks the span builder in as the Transport's Observer and around its Inner
+// RoundTripper, and it finds the state of a request in the request's context.
 package retryotel
 
 import (

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -13,7 +14,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/retrydev/retry-operator/internal/notbefore"
+	"github.com/retrydev/retry-operator/internal/httpdate"
+	"github.com/retrydev/retry-operator/internal/libhooks"
+	"github.com/retrydev/retry-operator/internal/sidecar/tracing/attrvalue"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
@@ -21,29 +24,71 @@ import (
 // instrumentationName names the tracer of this package (the instrumentation scope).
 const instrumentationName = "github.com/retrydev/retry-operator/pkg/retryotel"
 
-// Tracer builds the spans of retried requests. Hook it into a
-// retryhttp.Transport as its Observer and around its Inner (WrapInner), and
-// call Start for each logical request before handing it to the Transport.
-// Safe for concurrent use.
-type Tracer struct {
+// tracer builds the spans of retried requests: it is the Observer of a
+// retryhttp.Transport, wraps its Inner (WrapInner), and starts each logical
+// request's span before the request is handed to the Transport (start). The
+// in-process Transport of this package drives one, the sidecar another
+// (libhooks.NewTracer). Safe for concurrent use.
+type tracer struct {
 	tracer trace.Tracer
+	limit  int // bytes of a value taken from the network (Clean)
 }
 
-// NewTracer builds spans with tp; its sampler decides which requests are
-// recorded (an unrecorded request costs Start one non-recording span).
-func NewTracer(tp trace.TracerProvider) *Tracer {
-	return &Tracer{tracer: tp.Tracer(instrumentationName)}
+// Option configures the spans of NewTransport.
+type Option func(*options)
+
+type options struct {
+	valueLimit int
 }
 
-// Request is the span of one logical request and of its attempt in flight.
+// WithValueLimit cuts every attribute value taken from the network to n bytes
+// (n > 0), in place of the environment's limit.
+func WithValueLimit(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.valueLimit = n
+		}
+	}
+}
+
+// newTracer builds spans with tp; its sampler decides which requests are
+// recorded (an unrecorded request costs start one non-recording span).
+// Values taken from the network are cut to limit bytes.
+func newTracer(tp trace.TracerProvider, limit int) *tracer {
+	return &tracer{tracer: tp.Tracer(instrumentationName), limit: limit}
+}
+
+// valueLimit is the limit opts set, else the one the environment sets
+// (OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, else
+// OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT), else DefaultValueLimit (also when the
+// environment's is not a positive integer).
+func valueLimit(opts []Option) int {
+	limit, err := attrvalue.LimitFromEnv(os.Getenv, DefaultValueLimit)
+	if err != nil {
+		limit = DefaultValueLimit
+	}
+	o := options{valueLimit: limit}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.valueLimit
+}
+
+func init() {
+	libhooks.NewTracer = func(tp any, valueLimit int) libhooks.Tracer {
+		return newTracer(tp.(trace.TracerProvider), valueLimit)
+	}
+}
+
+// request is the span of one logical request and of its attempt in flight.
 // The Transport calls its hooks on the request's goroutine, one at a time.
 //
 // A span's attributes are kept here and set in one call as it ends: each
 // SetAttributes and each start option costs the SDK allocations, and a
 // sampled request is to cost little (docs/observability.md#cost). Samplers
 // therefore see a span's name and kind, not its attributes.
-type Request struct {
-	t        *Tracer
+type request struct {
+	t        *tracer
 	span     trace.Span
 	ctx      context.Context // carries span: the parent of the attempts
 	attempt  trace.Span      // the attempt in flight, nil between attempts
@@ -78,11 +123,11 @@ type attemptAttrs struct {
 }
 
 // requestContext is the context a traced request is sent with: the SDK's
-// context carrying the request span, and the Request (one allocation for
+// context carrying the request span, and the request (one allocation for
 // both).
 type requestContext struct {
 	context.Context
-	req Request
+	req request
 }
 
 type requestKey struct{}
@@ -115,30 +160,41 @@ func startOptions(kind trace.SpanKind) []trace.SpanStartOption {
 	return []trace.SpanStartOption{trace.WithSpanKind(kind)}
 }
 
-// Start starts the span of a logical request as a child of the span (or
+// start starts the span of a logical request as a child of the span (or
 // remote span context) in ctx: kind SERVER in the sidecar, INTERNAL in
 // process. policy and upstream name what retries it ("" for none: a request
 // passed straight through, whose attempt span ends with its response head).
-// It returns the request's context, to send it with, and its Request; or ctx
+// It returns the request's context, to send it with, and its request; or ctx
 // and nil when the sampler did not record it.
-func (t *Tracer) Start(ctx context.Context, kind trace.SpanKind, method, policy, upstream string) (context.Context, *Request) {
+func (t *tracer) start(ctx context.Context, kind trace.SpanKind, method, policy, upstream string) (context.Context, *request) {
+	method = methodOf(method, t.limit)
 	sctx, span := t.tracer.Start(ctx, method, startOptions(kind)...)
 	if !span.IsRecording() {
 		span.End()
 		return ctx, nil
 	}
 	rc := &requestContext{Context: sctx}
-	rc.req = Request{t: t, span: span, ctx: sctx, policy: upstream != "",
-		method: method, policyName: policy, upstream: upstream}
+	rc.req = request{t: t, span: span, ctx: sctx, policy: upstream != "",
+		method: method, policyName: attrvalue.Clean(policy, t.limit), upstream: attrvalue.Clean(upstream, t.limit)}
 	return rc, &rc.req
 }
 
-// requestOf is the Request of t in ctx, or nil.
-func (t *Tracer) requestOf(ctx context.Context) *Request {
+// StartServer is start of a SERVER span, for the sidecar
+// (libhooks.Tracer).
+func (t *tracer) StartServer(ctx context.Context, method, policy, upstream string) (context.Context, libhooks.Span) {
+	ctx, r := t.start(ctx, trace.SpanKindServer, method, policy, upstream)
+	if r == nil {
+		return ctx, nil // not a nil *request in a non-nil Span
+	}
+	return ctx, r
+}
+
+// requestOf is the request of t in ctx, or nil.
+func (t *tracer) requestOf(ctx context.Context) *request {
 	if ctx == nil {
 		return nil
 	}
-	r, _ := ctx.Value(requestKey{}).(*Request)
+	r, _ := ctx.Value(requestKey{}).(*request)
 	if r == nil || r.t != t {
 		return nil
 	}
@@ -147,7 +203,7 @@ func (t *Tracer) requestOf(ctx context.Context) *Request {
 
 // End ends the request span, status being what the caller was answered (0:
 // nothing, the request failed without a response).
-func (r *Request) End(status int) {
+func (r *request) End(status int) {
 	r.endAttempt("")
 	buf := attrScratch.Get().(*[8]attribute.KeyValue)
 	defer putScratch(buf)
@@ -163,7 +219,7 @@ func (r *Request) End(status int) {
 		a = append(a, AttrOutcome.String(string(r.outcome)), AttrAttempts.Int(r.attempts))
 	}
 	if !r.notBefore.IsZero() {
-		a = append(a, AttrNotBefore.String(notbefore.Format(r.notBefore)))
+		a = append(a, AttrNotBefore.String(httpdate.Format(r.notBefore)))
 	}
 	if status != 0 {
 		a = append(a, AttrStatus.Int(status))
@@ -178,7 +234,7 @@ func (r *Request) End(status int) {
 // WrapInner returns inner (nil: http.DefaultTransport) wrapped so that each
 // attempt of a traced request is a CLIENT span whose context the upstream
 // receives as its traceparent (replacing the caller's).
-func (t *Tracer) WrapInner(inner http.RoundTripper) http.RoundTripper {
+func (t *tracer) WrapInner(inner http.RoundTripper) http.RoundTripper {
 	if inner == nil {
 		inner = http.DefaultTransport
 	}
@@ -186,7 +242,7 @@ func (t *Tracer) WrapInner(inner http.RoundTripper) http.RoundTripper {
 }
 
 type attemptTransport struct {
-	t     *Tracer
+	t     *tracer
 	inner http.RoundTripper
 }
 
@@ -207,12 +263,14 @@ func (a attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // header map of its own (retryhttp.Transport.Inner), which takes it as it is;
 // a request passed straight through is the caller's, whose map is copied (its
 // values are never modified).
-func (r *Request) startAttempt(req *http.Request) *http.Request {
+func (r *request) startAttempt(req *http.Request) *http.Request {
 	r.endAttempt("") // never left open; the Observer normally ended it
-	_, span := r.t.tracer.Start(r.ctx, req.Method, startClient...)
+	method := methodOf(req.Method, r.t.limit)
+	_, span := r.t.tracer.Start(r.ctx, method, startClient...)
 	r.attempt = span
-	r.at = attemptAttrs{method: req.Method}
+	r.at = attemptAttrs{method: method}
 	r.at.host, r.at.port = hostPort(req)
+	r.at.host = detach(r.at.host, r.t.limit)
 	out := req
 	if !r.policy || req.Header == nil {
 		out = new(http.Request)
@@ -228,13 +286,14 @@ func (r *Request) startAttempt(req *http.Request) *http.Request {
 
 // received notes the attempt's response head (or its error). An attempt
 // without a policy has no decision to wait for: its span ends here.
-func (r *Request) received(resp *http.Response, err error) {
+func (r *request) received(resp *http.Response, err error) {
 	if r.attempt == nil {
 		return
 	}
 	if resp != nil {
 		r.at.status = resp.StatusCode
-		r.at.server, r.at.via = resp.Header["Server"], resp.Header["Via"]
+		r.at.server = attrvalue.Values(resp.Header["Server"], r.t.limit)
+		r.at.via = attrvalue.Values(resp.Header["Via"], r.t.limit)
 	}
 	if r.policy {
 		return
@@ -251,7 +310,7 @@ func (r *Request) received(resp *http.Response, err error) {
 
 // endAttempt ends the attempt in flight, if any, failed with errorType
 // unless that is "".
-func (r *Request) endAttempt(errorType string) {
+func (r *request) endAttempt(errorType string) {
 	if r.attempt == nil {
 		return
 	}
@@ -290,7 +349,7 @@ func (r *Request) endAttempt(errorType string) {
 
 // Observe implements retryhttp.Observer: it ends attempt spans with their
 // decision, records waits and local answers, and the request's outcome.
-func (t *Tracer) Observe(e retryhttp.Event) {
+func (t *tracer) Observe(e retryhttp.Event) {
 	r := t.requestOf(e.Context)
 	if r == nil {
 		return
@@ -324,7 +383,7 @@ func (t *Tracer) Observe(e retryhttp.Event) {
 
 // admitted records the waits of an admission that ended at end, one event
 // per gate that made it wait, in the order admission passed them.
-func (r *Request) admitted(end time.Time, e retryhttp.Event) {
+func (r *request) admitted(end time.Time, e retryhttp.Event) {
 	start := end.Add(-e.Delay - e.QuotaDelay - e.QueueDelay)
 	for _, w := range [...]struct {
 		d      time.Duration
@@ -338,14 +397,14 @@ func (r *Request) admitted(end time.Time, e retryhttp.Event) {
 }
 
 // wait records a wait of d that started at start.
-func (r *Request) wait(start time.Time, d time.Duration, reason Reason) {
+func (r *request) wait(start time.Time, d time.Duration, reason Reason) {
 	r.span.AddEvent(EventWait, trace.WithTimestamp(start), trace.WithAttributes(
 		AttrDelay.Float64(d.Seconds()), AttrReason.String(string(reason))))
 }
 
 // localAnswer records, once, that the request was answered without reaching
 // the upstream.
-func (r *Request) localAnswer(o retrypolicy.Outcome) {
+func (r *request) localAnswer(o retrypolicy.Outcome) {
 	if r.answered {
 		return
 	}

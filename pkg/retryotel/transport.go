@@ -7,24 +7,31 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrydev/retry-operator/internal/libhooks"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // Transport traces the requests of an in-process retryhttp.Transport: one
 // INTERNAL span per logical request (from RoundTrip until its response body
 // is read to its end or closed)
-// and under it one CLIENT span per attempt, built by the same Tracer as the
+// and under it one CLIENT span per attempt, built by the same code as the
 // sidecar's spans (docs/observability.md#tracing).
 type Transport struct {
 	rt     *retryhttp.Transport
-	tracer *Tracer
+	tracer *tracer
 }
 
-// NewTransport hooks a Tracer over tp into rt, keeping rt's Inner and
-// Observer, and returns the RoundTripper to send requests with. Call it
-// before rt's first use; rt is then used through the returned Transport only.
-func NewTransport(rt *retryhttp.Transport, tp trace.TracerProvider) *Transport {
-	t := NewTracer(tp)
+// NewTransport hooks spans over tp into rt, keeping rt's Inner and
+// Observer, and returns the RoundTripper to send requests with. tp's sampler
+// decides which requests are recorded. Values taken from the network are cut
+// to the limit the environment sets (OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT,
+// else OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT; DefaultValueLimit when it sets none
+// or one that is not a positive integer) unless an option says otherwise.
+// Call it before rt's first use; rt is then used through the returned
+// Transport only.
+func NewTransport(rt *retryhttp.Transport, tp trace.TracerProvider, opts ...Option) *Transport {
+	t := newTracer(tp, valueLimit(opts))
 	rt.Inner = t.WrapInner(rt.Inner)
 	if rt.Observer != nil {
 		rt.Observer = retryhttp.Observers{rt.Observer, t}
@@ -36,16 +43,19 @@ func NewTransport(rt *retryhttp.Transport, tp trace.TracerProvider) *Transport {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	p := t.rt.Policy(req)
+	var p *retrypolicy.Policy
+	if t.rt.Route != nil {
+		p = t.rt.Route(req)
+	}
 	upstream := ""
 	if p != nil {
 		upstream = p.Name()
 	}
-	ctx, r := t.tracer.Start(req.Context(), trace.SpanKindInternal, req.Method, "", upstream)
+	ctx, r := t.tracer.start(req.Context(), trace.SpanKindInternal, req.Method, "", upstream)
 	if r == nil {
-		return t.rt.RoundTripPolicy(req, p)
+		return libhooks.RoundTripPolicy(t.rt, req, p)
 	}
-	resp, err := t.rt.RoundTripPolicy(req.WithContext(ctx), p)
+	resp, err := libhooks.RoundTripPolicy(t.rt, req.WithContext(ctx), p)
 	switch {
 	case resp == nil:
 		r.End(0)
@@ -62,7 +72,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // comes first, so the span covers the time the body took.
 type spanBody struct {
 	io.ReadCloser
-	r      *Request
+	r      *request
 	status int
 	ended  atomic.Bool // Close may race a Read
 }

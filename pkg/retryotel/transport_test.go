@@ -6,9 +6,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -130,4 +132,50 @@ func closedPort(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// Every value a span takes from the network is valid UTF-8 of at most the
+// limit's bytes (docs/observability.md#what-a-span-holds), in-process as in
+// the sidecar: the method, and the Server and Via the upstream answered.
+func TestValuesFromTheNetworkAreBounded(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Server", "evil\xff")
+		w.Header()["Via"] = []string{strings.Repeat("v", 20), strings.Repeat("w", 20)}
+	}))
+	defer up.Close()
+	recorder := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	rt := retryotel.NewTransport(&retryhttp.Transport{Route: retryhttp.Static(onePolicy(t))}, tp, retryotel.WithValueLimit(32))
+	method := "PURGE" + strings.Repeat("X", 100)
+	req, _ := http.NewRequest(method, up.URL+"/report", nil)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	want := map[trace.SpanKind]map[attribute.Key]attribute.Value{
+		trace.SpanKindInternal: {retryotel.AttrMethod: attribute.StringValue(method[:32])},
+		trace.SpanKindClient: {retryotel.AttrMethod: attribute.StringValue(method[:32]),
+			retryotel.AttrHeaderServer: attribute.StringSliceValue([]string{"evil\uFFFD"}),
+			retryotel.AttrHeaderVia:    attribute.StringSliceValue([]string{strings.Repeat("v", 20), strings.Repeat("w", 12)})},
+	}
+	spans := recorder.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	for _, s := range spans {
+		if s.Name() != method[:32] {
+			t.Errorf("%s span named %q, want the method's first 32 bytes", s.SpanKind(), s.Name())
+		}
+		got := map[attribute.Key]attribute.Value{}
+		for _, kv := range s.Attributes() {
+			got[kv.Key] = kv.Value
+		}
+		for k, v := range want[s.SpanKind()] {
+			if got[k].String() != v.String() {
+				t.Errorf("%s span: %s = %q, want %q", s.SpanKind(), k, got[k].String(), v.String())
+			}
+		}
+	}
 }

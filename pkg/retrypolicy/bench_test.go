@@ -56,3 +56,36 @@ func BenchmarkSetMatch(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkDecideGRPC(b *testing.B) {
+	p := compile(b, grpcConfig)
+	a := Attempt{Number: 2, GRPC: true, GRPCStatus: 14, Replayable: true, Hint: Hint{Delay: 800 * time.Millisecond}, HasHint: true,
+		Deadline: now.Add(20 * time.Second), Random: 0.42}
+	b.ReportAllocs()
+	var d Decision
+	for b.Loop() {
+		a.Replayable = p.GRPCMethodReplayable("/shop.v1.Catalogue/List")
+		d = p.DecideAt(now, a)
+	}
+	if d.Action != Retry {
+		b.Fatal(d)
+	}
+}
+
+func BenchmarkParseGRPCTimeout(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseGRPCTimeout("99999999m"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseGRPCPushback(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseGRPCPushback("800"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

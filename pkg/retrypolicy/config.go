@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/internal/rules"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // Jitter selects how the local backoff is randomised (R2). With
@@ -60,11 +60,18 @@ type Config struct {
 	Backoff        Backoff
 	// RetryOnStatus is a subset of 408, 425, 429, 500, 502, 503, 504.
 	RetryOnStatus []int
+	// RetryOnGRPCStatus are the grpc-status codes retried, 1..MaxGRPCStatus
+	// (UNAVAILABLE is 14; OK, 0, never), for gRPC calls whose method
+	// ReplayableMethods lists (docs/grpc.md). grpc-go's codes.Code values
+	// convert: uint32(codes.Unavailable).
+	RetryOnGRPCStatus []uint32
 	// RetryOn is the set of failures without a response that are retried, e.g.
 	// RetryConnectFailure (the API's retryOn booleans, one bit each).
 	RetryOn Condition
 	// ReplayableMethods are upper-case method tokens; POST and PATCH are refused
-	// (they are replayable only through IdempotencyKeyHeader).
+	// (they are replayable only through IdempotencyKeyHeader). Entries that
+	// start with '/' are gRPC method patterns, "/package.Service/Method" or
+	// "/package.Service/*" (GRPCMethodReplayable).
 	ReplayableMethods []string
 	// IdempotencyKeyHeader makes a request that carries it replayable whatever its
 	// method; "" = none.
@@ -77,35 +84,20 @@ type Config struct {
 	RetryAfterMaxWait time.Duration
 	// RetryAfterSpread bounds the non-negative jitter added after a server hint.
 	RetryAfterSpread time.Duration
-	Budget           *BudgetConfig      // nil = no outage budget
-	RateLimit        *RateLimitConfig   // nil = unlimited
-	Concurrency      *ConcurrencyConfig // nil = unlimited
+	// The limits of the upstream (R6, R7), each nil for none: the outage
+	// budget, the start rate per pod and the attempts in flight with their
+	// queue. Their runtime state is the Policy's limits.State.
+	Budget      *limits.BudgetConfig
+	RateLimit   *limits.RateLimitConfig
+	Concurrency *limits.ConcurrencyConfig
 	// Pacing holds the upstream when it says it has no capacity (docs/pacing.md);
 	// the zero value is off.
-	Pacing PacingConfig
+	Pacing limits.PacingConfig
 	// Quota is the fleet-wide quota every attempt draws on (docs/quota.md),
 	// nil for none. It is a runtime object the caller builds (the sidecar's
 	// store client), shared by every upstream that names the same quota.
-	Quota Quota
+	Quota limits.Quota
 }
-
-// The limits of an upstream (R6, R7, docs/pacing.md). Their runtime state is
-// internal: a retrying executor reaches it through Policy.Limits.
-type (
-	// BudgetConfig is the outage budget (R6): over a sliding 10 s window,
-	// retries may be at most RetryPercent % of first attempts plus
-	// MinRetriesPerSecond·10.
-	BudgetConfig = admission.BudgetConfig
-	// RateLimitConfig bounds attempt starts, retries included, per pod.
-	RateLimitConfig = admission.RateLimitConfig
-	// ConcurrencyConfig bounds attempts in flight, with a bounded FIFO queue.
-	ConcurrencyConfig = admission.ConcurrencyConfig
-	// PacingConfig is quota-aware pacing; the zero value is off.
-	PacingConfig = admission.PacingConfig
-	// Quota is a fleet-wide quota an upstream draws on (docs/quota.md); the
-	// sidecar's store client implements it.
-	Quota = admission.Quota
-)
 
 // FieldError is one validation failure: the field path (API JSON names) and what
 // is allowed, e.g. "backoff.max: must be >= backoff.base (2s)".
@@ -132,11 +124,14 @@ const minReserve = 100 * time.Millisecond
 type Policy struct {
 	cfg        Config
 	statusMask uint8
+	grpcMask   uint32   // bit n: grpc-status n is retried
 	methods    []string // upper-case, from ReplayableMethods
-	idemKey    string   // canonical header key, "" = none
-	reserve    time.Duration
-	connect    time.Duration // effective connect timeout
-	limits     atomic.Pointer[admission.Limits]
+	// grpcMethods are ReplayableMethods' gRPC patterns, "/s.S/M" or "/s.S/*".
+	grpcMethods []string
+	idemKey     string // canonical header key, "" = none
+	reserve     time.Duration
+	connect     time.Duration // effective connect timeout
+	limits      atomic.Pointer[limits.State]
 }
 
 // Compile validates c and returns the compiled policy, or an error that joins one
@@ -147,13 +142,22 @@ func Compile(c Config) (*Policy, error) {
 	v.identity(c)
 	v.timing(c)
 	mask, methods, idem := v.replay(c)
+	grpcMask := v.grpcStatus(c)
 	v.limits(c)
 	if len(v.errs) > 0 {
 		return nil, errors.Join(v.errs...)
 	}
-	p := &Policy{cfg: c, statusMask: mask, methods: methods, idemKey: idem, reserve: minReserve}
+	p := &Policy{cfg: c, statusMask: mask, grpcMask: grpcMask, idemKey: idem, reserve: minReserve}
+	for _, m := range methods {
+		if rules.IsGRPCMethodPattern(m) {
+			p.grpcMethods = append(p.grpcMethods, m)
+		} else {
+			p.methods = append(p.methods, m)
+		}
+	}
 	p.cfg.Hosts = append([]string(nil), c.Hosts...)
 	p.cfg.RetryOnStatus = append([]int(nil), c.RetryOnStatus...)
+	p.cfg.RetryOnGRPCStatus = append([]uint32(nil), c.RetryOnGRPCStatus...)
 	p.cfg.ReplayableMethods = append([]string(nil), c.ReplayableMethods...)
 	if c.Budget != nil {
 		b := *c.Budget
@@ -174,7 +178,7 @@ func Compile(c Config) (*Policy, error) {
 	if p.connect == 0 {
 		p.connect = min(defaultConnectTimeout, c.Deadline)
 	}
-	p.limits.Store(admission.New(p.cfg.limitSettings()))
+	p.limits.Store(limits.New(p.cfg.limitSettings()))
 	return p, nil
 }
 
@@ -279,6 +283,22 @@ func (v *configErrors) replay(c Config) (mask uint8, methods []string, idem stri
 	return mask, methods, idem
 }
 
+// grpcStatus: the gRPC statuses retried, as a mask with bit n for code n.
+func (v *configErrors) grpcStatus(c Config) (mask uint32) {
+	for i, code := range c.RetryOnGRPCStatus {
+		field := fmt.Sprintf("retryOn.grpcStatusCodes[%d]", i)
+		switch {
+		case code < 1 || code > MaxGRPCStatus:
+			v.bad(field, "must be a gRPC status code from 1 (CANCELLED) to %d (UNAUTHENTICATED); 0, OK, is never retried (got %d)", MaxGRPCStatus, code)
+		case mask&(1<<code) != 0:
+			v.bad(field, "duplicate of retryOn.grpcStatusCodes[%d] (%d)", indexOf(c.RetryOnGRPCStatus, code), code)
+		default:
+			mask |= 1 << code
+		}
+	}
+	return mask
+}
+
 // limits: Retry-After, budget, rate limit and concurrency.
 func (v *configErrors) limits(c Config) {
 	if c.RetryAfterMaxWait < 0 {
@@ -342,17 +362,18 @@ func (p *Policy) Config() Config {
 	c := p.cfg
 	c.Hosts = append([]string(nil), p.cfg.Hosts...)
 	c.RetryOnStatus = append([]int(nil), p.cfg.RetryOnStatus...)
+	c.RetryOnGRPCStatus = append([]uint32(nil), p.cfg.RetryOnGRPCStatus...)
 	c.ReplayableMethods = append([]string(nil), p.cfg.ReplayableMethods...)
 	return c
 }
 
 // Limits is the runtime state the policy currently uses (its own, or the one a
 // Registry bound to it), for a retrying executor.
-func (p *Policy) Limits() *admission.Limits { return p.limits.Load() }
+func (p *Policy) Limits() *limits.State { return p.limits.Load() }
 
 // limitSettings are the parts of c that the runtime state applies.
-func (c *Config) limitSettings() admission.Settings {
-	return admission.Settings{Budget: c.Budget, RateLimit: c.RateLimit, Concurrency: c.Concurrency, Pacing: c.Pacing,
+func (c *Config) limitSettings() limits.Config {
+	return limits.Config{Budget: c.Budget, RateLimit: c.RateLimit, Concurrency: c.Concurrency, Pacing: c.Pacing,
 		Quota: c.Quota}
 }
 
@@ -409,4 +430,4 @@ func (p *Policy) Retries(c Condition) bool { return c != 0 && p.cfg.RetryOn&c ==
 func (p *Policy) MaxReplayBodyBytes() int64 { return p.cfg.MaxReplayBodyBytes }
 
 // Pacing is Config.Pacing.
-func (p *Policy) Pacing() PacingConfig { return p.cfg.Pacing }
+func (p *Policy) Pacing() limits.PacingConfig { return p.cfg.Pacing }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 func TestCompileRejects(t *testing.T) {
@@ -33,19 +35,19 @@ func TestCompileRejects(t *testing.T) {
 		"a negative body limit":        {func(c *Config) { c.MaxReplayBodyBytes = -1 }, "maxReplayBodyBytes: must be between 0 and 16777216 (got -1)"},
 		"a negative max wait":          {func(c *Config) { c.RetryAfterMaxWait = -1 }, "retryAfter.maxWait: must be >= 0 (got -1ns)"},
 		"a negative spread":            {func(c *Config) { c.RetryAfterSpread = -1 }, "retryAfter.spread: must be >= 0 (got -1ns)"},
-		"a retry percent above 100":    {func(c *Config) { c.Budget = &BudgetConfig{RetryPercent: 101} }, "budget.retryPercent: must be between 0 and 100 (got 101)"},
-		"a negative retry floor":       {func(c *Config) { c.Budget = &BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: -1} }, "budget.minRetriesPerSecond: must be between 0 and 10000 (got -1)"},
-		"a zero rate":                  {func(c *Config) { c.RateLimit = &RateLimitConfig{Burst: 1} }, "rateLimit.requestsPerSecond: must be > 0 and <= 100000 (rateLimit.requestsPerMinute 1..6000000) (got 0)"},
-		"a zero burst":                 {func(c *Config) { c.RateLimit = &RateLimitConfig{RequestsPerSecond: 1.5} }, "rateLimit.burst: must be between 1 and 10000 (got 0)"},
-		"zero in flight":               {func(c *Config) { c.Concurrency = &ConcurrencyConfig{} }, "concurrency.maxInFlight: must be between 1 and 10000 (got 0)"},
-		"a negative queue":             {func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: -1} }, "concurrency.maxQueued: must be between 0 and 100000 (got -1)"},
+		"a retry percent above 100":    {func(c *Config) { c.Budget = &limits.BudgetConfig{RetryPercent: 101} }, "budget.retryPercent: must be between 0 and 100 (got 101)"},
+		"a negative retry floor":       {func(c *Config) { c.Budget = &limits.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: -1} }, "budget.minRetriesPerSecond: must be between 0 and 10000 (got -1)"},
+		"a zero rate":                  {func(c *Config) { c.RateLimit = &limits.RateLimitConfig{Burst: 1} }, "rateLimit.requestsPerSecond: must be > 0 and <= 100000 (rateLimit.requestsPerMinute 1..6000000) (got 0)"},
+		"a zero burst":                 {func(c *Config) { c.RateLimit = &limits.RateLimitConfig{RequestsPerSecond: 1.5} }, "rateLimit.burst: must be between 1 and 10000 (got 0)"},
+		"zero in flight":               {func(c *Config) { c.Concurrency = &limits.ConcurrencyConfig{} }, "concurrency.maxInFlight: must be between 1 and 10000 (got 0)"},
+		"a negative queue":             {func(c *Config) { c.Concurrency = &limits.ConcurrencyConfig{MaxInFlight: 1, MaxQueued: -1} }, "concurrency.maxQueued: must be between 0 and 100000 (got -1)"},
 		"a body limit above 16 MiB":    {func(c *Config) { c.MaxReplayBodyBytes = 16<<20 + 1 }, "maxReplayBodyBytes: must be between 0 and 16777216 (got 16777217)"},
-		"a retry floor above 10000":    {func(c *Config) { c.Budget = &BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10001} }, "budget.minRetriesPerSecond: must be between 0 and 10000 (got 10001)"},
-		"a rate above the largest quota": {func(c *Config) { c.RateLimit = &RateLimitConfig{RequestsPerSecond: 100000.5, Burst: 1} },
+		"a retry floor above 10000":    {func(c *Config) { c.Budget = &limits.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10001} }, "budget.minRetriesPerSecond: must be between 0 and 10000 (got 10001)"},
+		"a rate above the largest quota": {func(c *Config) { c.RateLimit = &limits.RateLimitConfig{RequestsPerSecond: 100000.5, Burst: 1} },
 			"rateLimit.requestsPerSecond: must be > 0 and <= 100000 (rateLimit.requestsPerMinute 1..6000000) (got 100000.5)"},
-		"a burst above 10000":   {func(c *Config) { c.RateLimit = &RateLimitConfig{RequestsPerSecond: 1, Burst: 10001} }, "rateLimit.burst: must be between 1 and 10000 (got 10001)"},
-		"in flight above 10000": {func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 10001} }, "concurrency.maxInFlight: must be between 1 and 10000 (got 10001)"},
-		"a queue above 100000":  {func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 100001} }, "concurrency.maxQueued: must be between 0 and 100000 (got 100001)"},
+		"a burst above 10000":   {func(c *Config) { c.RateLimit = &limits.RateLimitConfig{RequestsPerSecond: 1, Burst: 10001} }, "rateLimit.burst: must be between 1 and 10000 (got 10001)"},
+		"in flight above 10000": {func(c *Config) { c.Concurrency = &limits.ConcurrencyConfig{MaxInFlight: 10001} }, "concurrency.maxInFlight: must be between 1 and 10000 (got 10001)"},
+		"a queue above 100000":  {func(c *Config) { c.Concurrency = &limits.ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 100001} }, "concurrency.maxQueued: must be between 0 and 100000 (got 100001)"},
 		"a status listed twice": {func(c *Config) { c.RetryOnStatus = []int{503, 429, 503} }, "retryOn.statusCodes[2]: duplicate of retryOn.statusCodes[0] (503)"},
 		"a method listed twice": {func(c *Config) { c.ReplayableMethods = []string{"GET", "GET"} }, `replayableMethods[1]: duplicate of replayableMethods[0] ("GET")`},
 		"a host listed twice":   {func(c *Config) { c.Hosts = []string{"a.example", "a.example"} }, `hosts[1]: duplicate of hosts[0] ("a.example")`},
@@ -69,7 +71,7 @@ func TestCompileRejects(t *testing.T) {
 			`hosts[0]: invalid IPv6 literal (zones are not allowed): must be "host", "host:port" or "*.suffix" in lower case ("[fe80::1%eth0]:80")`},
 		"a port with a plus sign": {func(c *Config) { c.Hosts = []string{"a.example:+80"} },
 			`hosts[0]: port must be a number between 1 and 65535: must be "host", "host:port" or "*.suffix" in lower case ("a.example:+80")`},
-		"a negative queue timeout": {func(c *Config) { c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, QueueTimeout: -1} }, "concurrency.queueTimeout: must be >= 0 (got -1ns)"},
+		"a negative queue timeout": {func(c *Config) { c.Concurrency = &limits.ConcurrencyConfig{MaxInFlight: 1, QueueTimeout: -1} }, "concurrency.queueTimeout: must be >= 0 (got -1ns)"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -141,7 +143,7 @@ func TestPolicyAccessors(t *testing.T) {
 		Backoff               Backoff
 		RetriesConnectFailure bool
 		MaxReplayBodyBytes    int64
-		Pacing                PacingConfig
+		Pacing                limits.PacingConfig
 	}
 	base := baseConfig()
 	tests := map[string]struct {
@@ -162,10 +164,10 @@ func TestPolicyAccessors(t *testing.T) {
 			c.MaxAttempts, c.PerTryTimeout, c.ConnectTimeout = 2, 3*time.Second, 700*time.Millisecond
 			c.RetryOn &^= RetryConnectFailure
 			c.MaxReplayBodyBytes = 0
-			c.Pacing = PacingConfig{HoldOnDeferral: true}
+			c.Pacing = limits.PacingConfig{HoldOnDeferral: true}
 		}, view{
 			MaxAttempts: 2, Deadline: 30 * time.Second, PerTryTimeout: 3 * time.Second, ConnectTimeout: 700 * time.Millisecond,
-			Reserve: 3 * time.Second, Backoff: base.Backoff, Pacing: PacingConfig{HoldOnDeferral: true},
+			Reserve: 3 * time.Second, Backoff: base.Backoff, Pacing: limits.PacingConfig{HoldOnDeferral: true},
 		}},
 	}
 	for name, tc := range tests {

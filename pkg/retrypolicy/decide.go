@@ -19,15 +19,22 @@ const (
 	Canceled
 	// Malformed: the upstream answered with something that is not a relayable
 	// HTTP response (a bad head, a status outside 100–999; the upstream client
-	// says so with innerclient.ErrMalformedResponse). Never retried: the app
+	// says so with retryhttp.ErrMalformedResponse). Never retried: the app
 	// gets 502 with outcome upstream-error
 	// (docs/retry-semantics.md#unrelayable-responses).
 	Malformed
 	// Untrusted: the upstream's TLS certificate did not verify (unknown
-	// authority, wrong name, expired): innerclient.ErrUntrustedCertificate.
+	// authority, wrong name, expired): retryhttp.ErrUntrustedCertificate.
 	// Nothing was sent, but another attempt would meet the same certificate,
 	// so it is never retried: outcome upstream-error (docs/tls.md).
 	Untrusted
+	// Refused: the upstream refused the request's stream unprocessed (HTTP/2
+	// REFUSED_STREAM, or a GOAWAY whose last stream ID is below it; a gRPC
+	// status of UNAVAILABLE that grpc-go marks as never sent). Like a
+	// ConnectFailure nothing reached the application, so it is retried for
+	// every method if the body can be produced again, and whatever retryOn
+	// says (docs/grpc.md).
+	Refused
 )
 
 func (c ErrorClass) String() string {
@@ -42,6 +49,8 @@ func (c ErrorClass) String() string {
 		return "malformed-response"
 	case Untrusted:
 		return "untrusted-certificate"
+	case Refused:
+		return "refused-stream"
 	}
 	return "none"
 }
@@ -69,9 +78,19 @@ type Attempt struct {
 	Number int
 	// Status of the response; ignored unless Err is NoError.
 	Status int
-	Err    ErrorClass
+	// GRPC: the attempt was a gRPC call that ended with a status (Err
+	// NoError): GRPCStatus is its grpc-status (0 is OK) and Status is
+	// ignored; Hint is its grpc-retry-pushback-ms (ParseGRPCPushback).
+	GRPC       bool
+	GRPCStatus uint32
+	// NoRetry: the server asked for no retry at all (a grpc-retry-pushback-ms
+	// that is negative or malformed): a retryable status is given back as
+	// not-retryable.
+	NoRetry bool
+	Err     ErrorClass
 	// Replayable: the method is replayable or the request carries the idempotency
-	// key, AND the body can be sent again.
+	// key, AND the body can be sent again. For a gRPC call: its method matches
+	// a gRPC pattern of replayableMethods (Policy.GRPCMethodReplayable).
 	Replayable bool
 	// Reset: an Ambiguous failure was the connection reset or closed before the
 	// response headers, not a timeout.
@@ -85,7 +104,9 @@ type Attempt struct {
 	// Hint is the parsed Retry-After of the response, if HasHint.
 	Hint    Hint
 	HasHint bool
-	// Deadline of the logical request; the zero time means none.
+	// Deadline of the logical request; the zero time means none. For a gRPC
+	// call, the earlier of the policy's and the one its grpc-timeout gives
+	// (ParseGRPCTimeout).
 	Deadline time.Time
 	// Random is a number in [0, 1] for the backoff jitter and the spread added
 	// after a hint.
@@ -133,9 +154,12 @@ type Decision struct {
 //	Err Untrusted (certificate did not verify)     Stop upstream-error
 //	status not in retryOn, < 400                   Stop success
 //	status not in retryOn, >= 400                  Stop not-retryable
+//	gRPC status 0 (OK)                             Stop success
+//	gRPC status not in retryOn.grpcStatusCodes     Stop not-retryable
+//	retryable status, NoRetry (pushback < 0)       Stop not-retryable
 //	retryable status, not Replayable               Stop not-replayable   (429/503/hints never make it replayable)
 //	ConnectFailure, retryOn.connectFailure off     Stop upstream-error
-//	ConnectFailure, not Rewindable                 Stop not-replayable
+//	ConnectFailure or Refused, not Rewindable      Stop not-replayable
 //	Ambiguous Reset, retryOn.resetBeforeHeaders off Stop upstream-error
 //	Ambiguous, not Replayable                      Stop not-replayable
 //	Nested, or Number >= maxAttempts               Stop exhausted
@@ -145,9 +169,10 @@ type Decision struct {
 //	otherwise                                      Retry after delay
 //
 // with local = Backoff.Delay(Number−1, Random), delay = max(local, h + Random·spread)
-// when there is a hint h and delay = local otherwise: a server wait is never
-// shortened, jitter is only added after it (R2, R3). reserve is perTryTimeout, or
-// 100 ms (minReserve) when there is none.
+// when there is a hint h (Retry-After, or grpc-retry-pushback-ms) and delay =
+// local otherwise: a server wait is never shortened, jitter is only added
+// after it (R2, R3). reserve is perTryTimeout, or 100 ms (minReserve) when
+// there is none.
 //
 // Worked examples (docs/retry-semantics.md#r3): base 1s, max 8s, Equal jitter, 4 attempts:
 //
@@ -157,37 +182,12 @@ type Decision struct {
 //	hint 60s, maxWait 30s                                   → Defer deferred, NotBefore now+60s
 //	attempt 4 of 4 (retry index 3 of 3)                     → Stop exhausted
 //	503 of a POST without idempotency key                   → Stop not-replayable
+//	gRPC UNAVAILABLE, pushback 800ms, Random 0, spread 0    → Retry 0.8s (docs/grpc.md)
+//	gRPC UNAVAILABLE, pushback "-1"                         → Stop not-retryable
 func (p *Policy) DecideAt(now time.Time, a Attempt) Decision {
 	c := &p.cfg
-	switch a.Err {
-	case Canceled:
-		return Decision{Action: Stop, Outcome: OutcomeCanceled}
-	case Malformed, Untrusted:
-		return Decision{Action: Stop, Outcome: OutcomeUpstreamError}
-	case NoError:
-		if !p.RetriesStatus(a.Status) {
-			if a.Status < 400 {
-				return Decision{Action: Stop, Outcome: OutcomeSuccess}
-			}
-			return Decision{Action: Stop, Outcome: OutcomeNotRetryable}
-		}
-		if !a.Replayable {
-			return Decision{Action: Stop, Outcome: OutcomeNotReplayable}
-		}
-	case ConnectFailure:
-		if !p.Retries(RetryConnectFailure) {
-			return Decision{Action: Stop, Outcome: OutcomeUpstreamError}
-		}
-		if !a.Rewindable && !a.Replayable {
-			return Decision{Action: Stop, Outcome: OutcomeNotReplayable}
-		}
-	default: // Ambiguous, and any unknown class is treated as ambiguous
-		if a.Reset && !p.Retries(RetryResetBeforeHeaders) {
-			return Decision{Action: Stop, Outcome: OutcomeUpstreamError}
-		}
-		if !a.Replayable {
-			return Decision{Action: Stop, Outcome: OutcomeNotReplayable}
-		}
+	if outcome, stop := p.verdict(a); stop {
+		return Decision{Action: Stop, Outcome: outcome}
 	}
 	if a.Nested || a.Number >= c.MaxAttempts {
 		return Decision{Action: Stop, Outcome: OutcomeExhausted}
@@ -212,4 +212,39 @@ func (p *Policy) DecideAt(now time.Time, a Attempt) Decision {
 		}
 	}
 	return Decision{Action: Retry, Delay: delay}
+}
+
+// verdict applies the rows of DecideAt's table that judge the result alone:
+// stop reports that the request ends here with outcome.
+func (p *Policy) verdict(a Attempt) (outcome Outcome, stop bool) {
+	switch a.Err {
+	case Canceled:
+		return OutcomeCanceled, true
+	case Malformed, Untrusted:
+		return OutcomeUpstreamError, true
+	case NoError:
+		switch {
+		case a.GRPC && a.GRPCStatus == 0, !a.GRPC && !p.RetriesStatus(a.Status) && a.Status < 400:
+			return OutcomeSuccess, true
+		case a.GRPC && !p.RetriesGRPCStatus(a.GRPCStatus), !a.GRPC && !p.RetriesStatus(a.Status), a.NoRetry:
+			return OutcomeNotRetryable, true
+		case !a.Replayable:
+			return OutcomeNotReplayable, true
+		}
+	case ConnectFailure, Refused:
+		if a.Err == ConnectFailure && !p.Retries(RetryConnectFailure) {
+			return OutcomeUpstreamError, true
+		}
+		if !a.Rewindable && !a.Replayable {
+			return OutcomeNotReplayable, true
+		}
+	default: // Ambiguous, and any unknown class is treated as ambiguous
+		if a.Reset && !p.Retries(RetryResetBeforeHeaders) {
+			return OutcomeUpstreamError, true
+		}
+		if !a.Replayable {
+			return OutcomeNotReplayable, true
+		}
+	}
+	return "", false
 }

@@ -11,30 +11,49 @@ import (
 // TestImportsNoKubernetes keeps the promise of docs/library.md: a program
 // that imports pkg/retrypolicy or any package under it (tests aside) pulls in
 // the standard library, golang.org/x/time/rate and nothing else, in particular
-// nothing from k8s.io or sigs.k8s.io.
+// nothing from k8s.io or sigs.k8s.io. The one exception is retrygrpc, the
+// gRPC interceptor, which adds grpc-go and what grpc-go imports, and still
+// nothing of Kubernetes.
 func TestImportsNoKubernetes(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("the go tool is not on PATH: %v", err)
-	}
-	cmd := exec.Command(goTool, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./...")
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr []byte
-		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("go list -deps ./...: %v\n%s", err, stderr)
-	}
 	const own = "github.com/retrydev/retry-operator/pkg/retrypolicy"
-	// The field rules Compile shares with the API, the runtime state of an
-	// upstream, the Not-Before notation, the header parsers and the contract
-	// with an upstream client: held to the same imports as the library itself.
+	const grpcPackage = own + "/retrygrpc"
+	var core []string
+	for _, p := range goList(t, "./...") {
+		if p != grpcPackage {
+			core = append(core, p)
+		}
+	}
+	if kubernetes, thirdParty := foreignDeps(t, core...); len(kubernetes) > 0 || !slices.Equal(thirdParty, []string{"golang.org/x/time/rate"}) {
+		t.Errorf("pkg/retrypolicy/... but retrygrpc depends on Kubernetes packages %v and on %v outside the standard library, want exactly [golang.org/x/time/rate] (update docs/library.md if this is deliberate)",
+			kubernetes, thirdParty)
+	}
+	grpcModules := []string{"golang.org/x/time/", "google.golang.org/grpc", "google.golang.org/protobuf/", "google.golang.org/genproto/",
+		"golang.org/x/net/", "golang.org/x/sys/", "golang.org/x/text/"}
+	kubernetes, thirdParty := foreignDeps(t, grpcPackage)
+	if len(kubernetes) > 0 {
+		t.Errorf("retrygrpc depends on Kubernetes packages: %v", kubernetes)
+	}
+	for _, p := range thirdParty {
+		if !slices.ContainsFunc(grpcModules, func(m string) bool { return strings.HasPrefix(p, m) }) {
+			t.Errorf("retrygrpc depends on %s, outside grpc-go's own dependencies %v", p, grpcModules)
+		}
+	}
+}
+
+// foreignDeps are the dependencies of pkgs outside the standard library and
+// this module's own (pkg/retrypolicy and the internal packages it shares):
+// those of Kubernetes, and all of them.
+func foreignDeps(t *testing.T, pkgs ...string) (kubernetes, thirdParty []string) {
+	t.Helper()
+	const own = "github.com/retrydev/retry-operator/pkg/retrypolicy"
+	// The field rules Compile shares with the API, the HTTP-date and
+	// RateLimit header parsers and the sidecar's hooks: held to the same
+	// imports as the library itself.
 	const internal = "github.com/retrydev/retry-operator/internal/"
-	ownInternal := []string{internal + "rules", internal + "admission", internal + "notbefore",
-		internal + "httpdate", internal + "ratelimitheader", internal + "innerclient"}
-	var kubernetes, thirdParty []string
-	for _, p := range strings.Fields(string(out)) {
+	ownInternal := []string{internal + "rules",
+		internal + "httpdate", internal + "ratelimitheader", internal + "libhooks"}
+	args := append([]string{"-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, pkgs...)
+	for _, p := range goList(t, args...) {
 		switch {
 		case strings.HasPrefix(p, "k8s.io/") || strings.HasPrefix(p, "sigs.k8s.io/"):
 			kubernetes = append(kubernetes, p)
@@ -44,11 +63,23 @@ func TestImportsNoKubernetes(t *testing.T) {
 			thirdParty = append(thirdParty, p)
 		}
 	}
-	if len(kubernetes) > 0 {
-		t.Errorf("pkg/retrypolicy/... depends on Kubernetes packages: %v", kubernetes)
-	}
 	slices.Sort(thirdParty)
-	if want := []string{"golang.org/x/time/rate"}; !slices.Equal(thirdParty, want) {
-		t.Errorf("pkg/retrypolicy/... depends on %v outside the standard library, want exactly %v (update docs/library.md if this is deliberate)", thirdParty, want)
+	return kubernetes, thirdParty
+}
+
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("the go tool is not on PATH: %v", err)
 	}
+	out, err := exec.Command(goTool, append([]string{"list"}, args...)...).Output()
+	if err != nil {
+		var stderr []byte
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("go list %v: %v\n%s", args, err, stderr)
+	}
+	return strings.Fields(string(out))
 }

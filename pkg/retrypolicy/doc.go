@@ -1,6 +1,6 @@
 // Package retrypolicy decides whether, when and how an HTTP request is retried.
-// It is the pure core: policies, decisions, and the per-upstream state that
-// admission and pacing keep. Package retryhttp executes those decisions as an
+// It is the pure core: policies and decisions; package limits holds the
+// per-upstream state that admission and pacing keep. Package retryhttp executes those decisions as an
 // http.RoundTripper; the retry-sidecar uses it behind its proxy, and any Go
 // program can use it in-process with the same results (docs/library.md).
 //
@@ -17,8 +17,9 @@
 //     receipt (R1). The Transport reads the rate-limit headers the same way
 //     (docs/pacing.md).
 //   - Backoff.Delay and Policy.DecideAt: a pure, allocation-free decision (R2–R5).
-//   - Budget, Gate, Limits.Admit, Pacer: outage budget, admission and holds (R6,
-//     R7, docs/pacing.md), kept per upstream in a Registry so that config
+//   - Policy.Limits, a limits.State (its Budget, Gate, Pacer, Quota and
+//     State.Admit): outage budget, admission and holds (R6, R7,
+//     docs/pacing.md), kept per upstream in a Registry so that config
 //     reloads do not reset them.
 //
 // The executor lives in package retryhttp (Transport, Observer, Error): R4–R10

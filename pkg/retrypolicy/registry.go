@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/admission"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // Registry keeps the Limits of each upstream, keyed by Config.Name, for the life
@@ -14,7 +14,7 @@ import (
 // be copied after first use.
 type Registry struct {
 	mu sync.Mutex
-	m  map[string]*admission.Limits
+	m  map[string]*limits.State
 }
 
 // Adopt is AdoptAt(time.Now(), s).
@@ -28,7 +28,7 @@ func (r *Registry) Adopt(s *Set) { r.AdoptAt(time.Now(), s) }
 func (r *Registry) AdoptAt(now time.Time, s *Set) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	next := make(map[string]*admission.Limits, len(s.policies))
+	next := make(map[string]*limits.State, len(s.policies))
 	for _, p := range s.policies {
 		l := r.m[p.cfg.Name]
 		if l == nil {
@@ -43,7 +43,7 @@ func (r *Registry) AdoptAt(now time.Time, s *Set) {
 }
 
 // Get returns the Limits of an upstream name, or nil.
-func (r *Registry) Get(name string) *admission.Limits {
+func (r *Registry) Get(name string) *limits.State {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.m[name]

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // TestRegistryKeepsStateAcrossReload: a reload compiles new policies; adopting
@@ -15,8 +15,8 @@ import (
 func TestRegistryKeepsStateAcrossReload(t *testing.T) {
 	reg := &Registry{}
 	cfg := func(c *Config) {
-		c.Budget = &BudgetConfig{RetryPercent: 20}
-		c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1}
+		c.Budget = &limits.BudgetConfig{RetryPercent: 20}
+		c.Concurrency = &limits.ConcurrencyConfig{MaxInFlight: 1}
 	}
 	old := compile(t, cfg)
 	s1, _ := NewSet(old)
@@ -60,8 +60,8 @@ func TestRegistryKeepsStateAcrossReload(t *testing.T) {
 func TestAdmitGivesTheStartTokenBackWhenTheGateSheds(t *testing.T) {
 	clk := clocktest.NewClock(now)
 	p := compile(t, func(c *Config) {
-		c.RateLimit = &RateLimitConfig{RequestsPerSecond: 1, Burst: 2}
-		c.Concurrency = &ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 0, QueueTimeout: time.Second}
+		c.RateLimit = &limits.RateLimitConfig{RequestsPerSecond: 1, Burst: 2}
+		c.Concurrency = &limits.ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 0, QueueTimeout: time.Second}
 	})
 	l := p.limits.Load()
 	sleep := func(context.Context, time.Duration) error { t.Fatal("no wait expected"); return nil }
@@ -69,8 +69,8 @@ func TestAdmitGivesTheStartTokenBackWhenTheGateSheds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first Admit: %v", err)
 	}
-	if _, _, err := l.Admit(context.Background(), clk, sleep, time.Minute); !errors.Is(err, admission.ErrShed) {
-		t.Fatalf("second Admit with the gate full = %v, want admission.ErrShed", err)
+	if _, _, err := l.Admit(context.Background(), clk, sleep, time.Minute); !errors.Is(err, limits.ErrShed) {
+		t.Fatalf("second Admit with the gate full = %v, want limits.ErrShed", err)
 	}
 	if got := l.Limiter().TokensAt(clk.Now()); got != 1 {
 		t.Fatalf("tokens left after the shed = %v, want 1 (the shed attempt's token given back)", got)
@@ -79,24 +79,24 @@ func TestAdmitGivesTheStartTokenBackWhenTheGateSheds(t *testing.T) {
 }
 
 // TestRegistryKeepsTheHoldAcrossReload: the pacer is part of the upstream's
-// admission.Limits, so a reloaded policy is still held.
+// limits.State, so a reloaded policy is still held.
 func TestRegistryKeepsTheHoldAcrossReload(t *testing.T) {
 	clk := clocktest.NewClock(now)
 	reg := &Registry{}
-	paced := func(c *Config) { c.Pacing = PacingConfig{RateLimitHeaders: true} }
+	paced := func(c *Config) { c.Pacing = limits.PacingConfig{RateLimitHeaders: true} }
 	old := compile(t, paced)
 	s1, _ := NewSet(old)
 	reg.AdoptAt(now, s1)
-	old.Limits().Pacer().HoldAt(now, clk, now.Add(time.Minute), admission.HoldRateLimit, nil)
+	old.Limits().Pacer().HoldAt(now, clk, now.Add(time.Minute), limits.HoldRateLimit, nil)
 
 	fresh := compile(t, func(c *Config) { paced(c); c.MaxAttempts = 2 })
 	s2, _ := NewSet(fresh)
 	reg.AdoptAt(now, s2)
-	if u, r := fresh.Limits().Pacer().Hold(); !u.Equal(now.Add(time.Minute)) || r != admission.HoldRateLimit {
+	if u, r := fresh.Limits().Pacer().Hold(); !u.Equal(now.Add(time.Minute)) || r != limits.HoldRateLimit {
 		t.Fatalf("hold after reload = %v, %v; want now+1m, rate-limit", u, r)
 	}
-	if _, _, err := fresh.Limits().Pacer().Wait(context.Background(), clk, time.Second); !errors.Is(err, admission.ErrHeld) {
-		t.Fatalf("Wait on the reloaded policy = %v, want admission.ErrHeld", err)
+	if _, _, err := fresh.Limits().Pacer().Wait(context.Background(), clk, time.Second); !errors.Is(err, limits.ErrHeld) {
+		t.Fatalf("Wait on the reloaded policy = %v, want limits.ErrHeld", err)
 	}
 	off := compile(t, nil)
 	s3, _ := NewSet(off)

@@ -52,22 +52,24 @@ type Hint struct {
 	HasSkew bool
 }
 
-// ParseError is a rejected Retry-After (or HTTP-date). Reason is a short stable
-// token fit for a log field or metric label; the value itself is never included.
-type ParseError struct{ Reason string }
+// ParseError is a rejected header value: Retry-After (or an HTTP-date),
+// grpc-timeout or grpc-retry-pushback-ms. Header is the header's name in lower
+// case; Reason is a short stable token fit for a log field or metric label.
+// The value itself is never included.
+type ParseError struct{ Header, Reason string }
 
-func (e *ParseError) Error() string { return "retry-after: " + e.Reason }
+func (e *ParseError) Error() string { return e.Header + ": " + e.Reason }
 
 // The parse failures. They are shared values, so a rejection does not allocate.
 var (
-	errEmpty        = &ParseError{Reason: "empty"}
-	errSignedNumber = &ParseError{Reason: "signed-number"}  // "+5", "-1"
-	errNotInteger   = &ParseError{Reason: "not-an-integer"} // "1.5", "1e3", "1 2", "0x10"
-	errDateFormat   = &ParseError{Reason: httpdate.ReasonDateFormat}
-	errNotGMT       = &ParseError{Reason: httpdate.ReasonNotGMT}
-	errWeekday      = &ParseError{Reason: httpdate.ReasonWeekday}
-	errDateRange    = &ParseError{Reason: httpdate.ReasonDateRange}
-	errUnrecognized = &ParseError{Reason: httpdate.ReasonUnrecognized}
+	errEmpty        = &ParseError{Header: "retry-after", Reason: "empty"}
+	errSignedNumber = &ParseError{Header: "retry-after", Reason: "signed-number"}  // "+5", "-1"
+	errNotInteger   = &ParseError{Header: "retry-after", Reason: "not-an-integer"} // "1.5", "1e3", "1 2", "0x10"
+	errDateFormat   = &ParseError{Header: "retry-after", Reason: httpdate.ReasonDateFormat}
+	errNotGMT       = &ParseError{Header: "retry-after", Reason: httpdate.ReasonNotGMT}
+	errWeekday      = &ParseError{Header: "retry-after", Reason: httpdate.ReasonWeekday}
+	errDateRange    = &ParseError{Header: "retry-after", Reason: httpdate.ReasonDateRange}
+	errUnrecognized = &ParseError{Header: "retry-after", Reason: httpdate.ReasonUnrecognized}
 )
 
 // ParseRetryAfter parses a Retry-After field value received at `received` (the

@@ -1,7 +1,7 @@
 package retrypolicy
 
 // Which test fails when a rule of docs/retry-semantics.md is broken
-// (admission.X is a test of internal/admission). Each was checked by breaking
+// (limits.X is a test of pkg/retrypolicy/limits). Each was checked by breaking
 // the rule in the code and watching the test fail (see the closing note of
 // issue 3 for the mutations used).
 //
@@ -20,9 +20,9 @@ package retrypolicy
 //	R5 attempt budget           TestDecideWorkedExamples ("retry index 3 of 3 stops"),
 //	                            retryhttp.TestTransportOutcomes ("a 503 four times ...", "... already carries
 //	                            X-Retry-Attempt ..."), retryhttp.TestTransport503Then429Then200
-//	R6 outage budget            admission.TestBudgetSteps, admission.TestBudgetConcurrentUse,
+//	R6 outage budget            limits.TestBudgetSteps, limits.TestBudgetConcurrentUse,
 //	                            retryhttp.TestTransportOutcomes ("an exhausted budget ...")
-//	R7 admission                admission.TestGateQueue, admission.TestAdmitRateLimit, retryhttp.TestTransportShed,
+//	R7 admission                limits.TestGateQueue, limits.TestAdmitRateLimit, retryhttp.TestTransportShed,
 //	                            retryhttp.TestTransportRateLimitShedsWithTheTimeCapacityReturns,
 //	                            TestRegistryKeepsStateAcrossReload
 //	R8 cancellation             retryhttp.TestTransportCancellation (before / during / right after the wait,
@@ -33,13 +33,19 @@ package retrypolicy
 //
 // Pacing (docs/pacing.md)     TestParseRateLimit, TestParseRateLimitRepeatedFieldLines, TestRateLimitHintHold,
 //	                            FuzzRateLimitAgreesWithHTTPSFV, FuzzParseRateLimit,
-//	                            admission.TestPacerHoldStartsAndEndsOnTheClock, admission.TestPacerWaitsOrAnswersByDeadline,
-//	                            admission.TestPacerReleasesInArrivalOrder, admission.TestPacerExtensionRefusesWaitersItMakesLate,
+//	                            limits.TestPacerHoldStartsAndEndsOnTheClock, limits.TestPacerWaitsOrAnswersByDeadline,
+//	                            limits.TestPacerReleasesInArrivalOrder, limits.TestPacerExtensionRefusesWaitersItMakesLate,
 //	                            TestRegistryKeepsTheHoldAcrossReload, retryhttp.TestTransportRateLimitHeadersHoldTheUpstream,
 //	                            retryhttp.TestTransportHeldRequestWaitsWhenItsDeadlineAllows, retryhttp.TestTransportNotBeforeIsRoundedUp,
 //	                            retryhttp.TestTransportHoldOnDeferral, retryhttp.TestTransportPacingAddsNoAllocations
 //
-// Names with retryhttp. are tests of package retryhttp (the executor).
+// gRPC (docs/grpc.md)         TestDecideGRPC, TestParseGRPCTimeout, TestParseGRPCPushback, TestGRPCMethodReplayable,
+//	                            TestRetriesGRPCStatus, TestCompileRejectsGRPCStatus, TestGRPCDecisionPathDoesNotAllocate,
+//	                            FuzzDecideGRPC, FuzzParseGRPCTimeout, FuzzParseGRPCPushback,
+//	                            retrygrpc.TestUnaryClientInterceptor, retrygrpc.TestEachAttemptCarriesTheTimeLeft
+//
+// Names with retryhttp. are tests of package retryhttp (the executor), with
+// retrygrpc. of package retrygrpc (the gRPC interceptor).
 //
 // Also: TestCompileRejects (every error names the field and the allowed values),
 // TestSetMatch, TestNewSetRejectsConflicts, TestDecideDoesNotAllocate,

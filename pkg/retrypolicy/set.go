@@ -20,21 +20,28 @@ import (
 //	*.example        -  ("*.suffix" needs a subdomain)
 //	*.a.example      "x.a.example" prefers *.a.example over *.example (longest suffix)
 type Set struct {
-	exact    map[string]*Policy // "host:port" and "host"
-	suffixes []suffixRule       // longest suffix first
+	exact    map[string]hostRule // by pattern: "host:port" and "host"
+	suffixes []suffixRule        // longest suffix first
 	policies []*Policy
 }
 
+// hostRule is a "host:port" or "host" pattern and its policy.
+type hostRule struct {
+	pattern string
+	policy  *Policy
+}
+
 type suffixRule struct {
-	suffix string // ".example.com", leading dot included
-	policy *Policy
+	suffix  string // ".example.com", leading dot included
+	pattern string // "*.example.com"
+	policy  *Policy
 }
 
 // NewSet indexes the policies' hosts. Two policies claiming the same host pattern,
 // or sharing a Name (the key of their runtime state), is an error: the manager
 // resolves conflicts before rendering, so a duplicate here is a broken config.
 func NewSet(policies ...*Policy) (*Set, error) {
-	s := &Set{exact: make(map[string]*Policy), policies: append([]*Policy(nil), policies...)}
+	s := &Set{exact: make(map[string]hostRule), policies: append([]*Policy(nil), policies...)}
 	names := make(map[string]bool, len(policies))
 	seenSuffix := make(map[string]*Policy)
 	for _, p := range policies {
@@ -52,13 +59,13 @@ func NewSet(policies ...*Policy) (*Set, error) {
 					return nil, hostConflict(h, q, p)
 				}
 				seenSuffix[suf] = p
-				s.suffixes = append(s.suffixes, suffixRule{suffix: suf, policy: p})
+				s.suffixes = append(s.suffixes, suffixRule{suffix: suf, pattern: h, policy: p})
 				continue
 			}
-			if q := s.exact[h]; q != nil {
+			if q := s.exact[h].policy; q != nil {
 				return nil, hostConflict(h, q, p)
 			}
-			s.exact[h] = p
+			s.exact[h] = hostRule{pattern: h, policy: p}
 		}
 	}
 	sort.SliceStable(s.suffixes, func(i, j int) bool { return len(s.suffixes[i].suffix) > len(s.suffixes[j].suffix) })
@@ -79,11 +86,19 @@ func (s *Set) Policies() []*Policy { return append([]*Policy(nil), s.policies...
 // It does not allocate unless the authority has upper-case letters.
 func (s *Set) Match(authority string) *Policy { return s.MatchScheme("http", authority) }
 
-// MatchScheme is Match with the default port taken from the scheme (https: 443,
-// anything else: 80) when the authority has none.
+// MatchScheme is Match with the default port taken from the scheme (https:
+// 443, anything else: 80) when the authority has none.
 func (s *Set) MatchScheme(scheme, authority string) *Policy {
+	p, _ := s.MatchPattern(scheme, authority)
+	return p
+}
+
+// MatchPattern is MatchScheme that also says which of the policy's host
+// patterns matched ("" with a nil policy), by the same rule: what a tool
+// explaining the match reports.
+func (s *Set) MatchPattern(scheme, authority string) (p *Policy, pattern string) {
 	if s == nil || authority == "" {
-		return nil
+		return nil, ""
 	}
 	if hasUpper(authority) {
 		authority = strings.ToLower(authority)
@@ -98,31 +113,31 @@ func (s *Set) MatchScheme(scheme, authority string) *Policy {
 		}
 	}
 	if hasPort {
-		if p := s.exact[authority]; p != nil {
-			return p
+		if r := s.exact[authority]; r.policy != nil {
+			return r.policy, r.pattern
 		}
 	} else if len(s.exact) > 0 {
 		def := ":80"
 		if scheme == "https" {
 			def = ":443"
 		}
-		if p := s.lookupHostPort(host, def); p != nil {
-			return p
+		if r := s.lookupHostPort(host, def); r.policy != nil {
+			return r.policy, r.pattern
 		}
 	}
-	if p := s.exact[host]; p != nil {
-		return p
+	if r := s.exact[host]; r.policy != nil {
+		return r.policy, r.pattern
 	}
 	for _, r := range s.suffixes {
 		if len(host) > len(r.suffix) && strings.HasSuffix(host, r.suffix) {
-			return r.policy
+			return r.policy, r.pattern
 		}
 	}
-	return nil
+	return nil, ""
 }
 
 // lookupHostPort looks up host+port without allocating for ordinary host lengths.
-func (s *Set) lookupHostPort(host, port string) *Policy {
+func (s *Set) lookupHostPort(host, port string) hostRule {
 	var buf [300]byte
 	if len(host)+len(port) > len(buf) {
 		return s.exact[host+port]

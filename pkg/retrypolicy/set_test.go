@@ -23,26 +23,30 @@ func TestSetMatch(t *testing.T) {
 	tests := map[string]struct {
 		scheme, authority string
 		want              *Policy
+		pattern           string // the one that matched
 	}{
-		"exact host:port beats exact host":                 {"http", "api.example:8443", exactPort},
-		"exact host matches any other port":                {"http", "api.example:9000", exact},
-		"no port means port 80 for http":                   {"http", "api.example", defPort},
-		"no port means port 443 for https":                 {"https", "api.example", tlsPort},
-		"matching ignores case":                            {"http", "API.Example:8443", exactPort},
-		"a trailing dot is the same host":                  {"http", "api.example.:8443", exactPort},
-		"longest suffix wins":                              {"http", "x.a.example", narrow},
-		"a shorter suffix matches other subdomains":        {"http", "b.example:1234", wide},
-		"a suffix pattern does not match the suffix alone": {"http", "example", nil},
-		"a suffix must match at a label boundary":          {"http", "xexample", nil},
-		"an IPv4 address matches exactly":                  {"http", "10.0.0.1:8080", exact},
-		"an IPv6 literal matches exactly":                  {"http", "[::1]:8080", exact},
-		"an unknown host has no policy":                    {"http", "other.test", nil},
-		"an empty authority has no policy":                 {"http", "", nil},
+		"exact host:port beats exact host":                 {"http", "api.example:8443", exactPort, "api.example:8443"},
+		"exact host matches any other port":                {"http", "api.example:9000", exact, "api.example"},
+		"no port means port 80 for http":                   {"http", "api.example", defPort, "api.example:80"},
+		"no port means port 443 for https":                 {"https", "api.example", tlsPort, "api.example:443"},
+		"matching ignores case":                            {"http", "API.Example:8443", exactPort, "api.example:8443"},
+		"a trailing dot is the same host":                  {"http", "api.example.:8443", exactPort, "api.example:8443"},
+		"longest suffix wins":                              {"http", "x.a.example", narrow, "*.a.example"},
+		"a shorter suffix matches other subdomains":        {"http", "b.example:1234", wide, "*.example"},
+		"a suffix pattern does not match the suffix alone": {"http", "example", nil, ""},
+		"a suffix must match at a label boundary":          {"http", "xexample", nil, ""},
+		"an IPv4 address matches exactly":                  {"http", "10.0.0.1:8080", exact, "10.0.0.1"},
+		"an IPv6 literal matches exactly":                  {"http", "[::1]:8080", exact, "[::1]"},
+		"an unknown host has no policy":                    {"http", "other.test", nil, ""},
+		"an empty authority has no policy":                 {"http", "", nil, ""},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			if got := s.MatchScheme(tc.scheme, tc.authority); got != tc.want {
 				t.Fatalf("MatchScheme(%q, %q) = %v, want %v", tc.scheme, tc.authority, name0(got), name0(tc.want))
+			}
+			if got, pattern := s.MatchPattern(tc.scheme, tc.authority); got != tc.want || pattern != tc.pattern {
+				t.Fatalf("MatchPattern(%q, %q) = %v, %q; want %v, %q", tc.scheme, tc.authority, name0(got), pattern, name0(tc.want), tc.pattern)
 			}
 		})
 	}

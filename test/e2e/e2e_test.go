@@ -64,7 +64,7 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/manager"
 	"github.com/retrydev/retry-operator/internal/policyset"
-	"github.com/retrydev/retry-operator/internal/polltest"
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
 
 	"github.com/retrydev/retry-operator/test/e2e/wire"
 )
@@ -131,6 +131,14 @@ func TestEndToEnd(t *testing.T) {
 	if readmeInstall() {
 		s.run(t, "helm upgrade with changed values (1 replica, debug logs) keeps the policy applied, injects a new pod and an edit reaches both within 5 s", s.helmUpgradeKeepsPolicies)
 		s.run(t, "helm uninstall removes the manager and its RoleBindings and keeps the CRD and the policies", s.helmUninstallKeepsTheCRD)
+		if n := freshInstalls(); n > 0 {
+			s.run(t, fmt.Sprintf("%d fresh helm install --wait, each followed at once by kubectl apply of a policy: every apply admitted", n),
+				func(t *testing.T) { s.freshInstallsAdmitAtOnce(t, n, true) })
+		}
+		if n, _ := strconv.Atoi(os.Getenv("E2E_FRESH_INSTALLS_WITHOUT_HOOK")); n > 0 {
+			s.run(t, fmt.Sprintf("%d fresh installs without the startupapicheck hook (the failure it prevents, reported)", n),
+				func(t *testing.T) { s.freshInstallsAdmitAtOnce(t, n, false) })
+		}
 	}
 
 	t.Logf("e2e: %d cases, %d passed, %d failed, in %s", s.cases, s.cases-len(s.failed), len(s.failed), time.Since(start).Round(time.Second))

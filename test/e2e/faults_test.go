@@ -25,7 +25,7 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
-	"github.com/retrydev/retry-operator/internal/polltest"
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
 	"github.com/retrydev/retry-operator/test/e2e/wire"
 )
 

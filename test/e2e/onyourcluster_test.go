@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -303,4 +305,63 @@ func (s *suite) sidecarBindings(t *testing.T) []string {
 		ns = append(ns, rb.Namespace)
 	}
 	return ns
+}
+
+// freshInstalls is E2E_FRESH_INSTALLS, 20 unless set (0 skips the case).
+func freshInstalls() int {
+	n, err := strconv.Atoi(os.Getenv("E2E_FRESH_INSTALLS"))
+	if err != nil {
+		return 20
+	}
+	return n
+}
+
+// freshInstallsAdmitAtOnce installs the chart n times from nothing (the
+// images the README pushed), and right after each `helm install --wait`
+// returns, creates a policy with `kubectl apply`, as a platform team's first
+// minute does; then uninstalls. Before the startupapicheck hook, 5 of 15
+// such applies were refused ("failed calling webhook … connect: connection
+// refused": pods Ready, the Service not routing yet). With hook false the
+// same loop runs without it and reports, without failing, how many applies
+// were refused (docs/operations.md#when-is-it-ready).
+func (s *suite) freshInstallsAdmitAtOnce(t *testing.T, n int, hook bool) {
+	img, sidecar := os.Getenv("E2E_IMG"), os.Getenv("E2E_SIDECAR_IMG")
+	if img == "" || sidecar == "" {
+		t.Skip("needs the images the README pushed (E2E_INSTALL=readme)")
+	}
+	repo, tag := img[:strings.LastIndex(img, ":")], img[strings.LastIndex(img, ":")+1:]
+	srepo, stag := sidecar[:strings.LastIndex(sidecar, ":")], sidecar[strings.LastIndex(sidecar, ":")+1:]
+	if strings.Contains(s.helm(t, "list", "--namespace", operatorNamespace, "--short"), helmRelease) {
+		s.helm(t, "uninstall", helmRelease, "--namespace", operatorNamespace, "--wait")
+	}
+	var refused []string
+	var installs []time.Duration
+	for i := range n {
+		start := time.Now()
+		s.helm(t, "install", helmRelease, filepath.Join(s.root, "dist", "chart"), "--namespace", operatorNamespace,
+			"--create-namespace", "--wait", "--timeout", "5m",
+			"--set", "image.manager.repository="+repo, "--set", "image.manager.tag="+tag,
+			"--set", "image.sidecar.repository="+srepo, "--set", "image.sidecar.tag="+stag,
+			"--set", "certificates.mode=self-signed", "--set", fmt.Sprintf("startupapicheck.enabled=%t", hook))
+		installs = append(installs, time.Since(start))
+		name := fmt.Sprintf("fresh-install-%d", i)
+		policy := fmt.Sprintf(`{"apiVersion":"%s","kind":"RetryPolicy","metadata":{"name":%q,"namespace":%q},
+			"spec":{"upstreams":[{"name":"api","hosts":["fresh-install.example"]}]}}`, v1alpha1.GroupVersion, name, readmeNamespace)
+		if out, err := s.kubectlRun([]byte(policy), "apply", "-f", "-"); err != nil {
+			refused = append(refused, fmt.Sprintf("install %d: %s", i+1, strings.TrimSpace(string(out))))
+		} else {
+			s.kubectlOut(t, nil, "delete", "retrypolicy", name, "-n", readmeNamespace, "--wait")
+		}
+		s.helm(t, "uninstall", helmRelease, "--namespace", operatorNamespace, "--wait")
+	}
+	slices.Sort(installs)
+	t.Logf("%d fresh installs (hook %v): %d applies admitted at once, %d refused; helm install --wait took %s to %s (median %s)",
+		n, hook, n-len(refused), len(refused), installs[0].Round(100*time.Millisecond),
+		installs[len(installs)-1].Round(100*time.Millisecond), installs[len(installs)/2].Round(100*time.Millisecond))
+	for _, r := range refused {
+		t.Log(r)
+	}
+	if hook && len(refused) > 0 {
+		t.Errorf("%d of %d applies right after helm install --wait were refused; want none", len(refused), n)
+	}
 }

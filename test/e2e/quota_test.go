@@ -29,24 +29,28 @@ import (
 
 // The SharedQuota case (docs/quota.md): its rate and burst, and the load each
 // consuming namespace drives, together twice the rate and uneven (3:1). The
-// burst is half a second of the rate: a smaller one leaves part of the quota
-// unused (docs/quota.md#choosing-burst).
+// burst is half a second of the rate: a send time stays good for (burst − 1)
+// ÷ rate, long enough for attempts that come between two leases
+// (docs/quota.md#choosing-burst).
 const (
 	quotaRate    = 20 // requestsPerSecond
 	quotaBurst   = 10
 	loadSeconds  = 20
-	quotaSettle  = 2 * time.Second // left out of the measured window: the bucket starts full
+	quotaSettle  = 2 * time.Second // left out of the measured window: the fleet's first send times may be in the past
 	quotaTargetP = 0.02            // the fleet's admitted rate within ±2 % of the quota
 )
 
 // quotaLoads is the demand of the two consuming namespaces, in requests a second.
 var quotaLoads = [2]int{30, 10}
 
-// sharedQuota runs Debian's redis-server in the test namespace (image
-// retry.dev/redis:dev), a SharedQuota on it whose consumers are two more
-// namespaces, one RetryPolicy with quotaRef and one injected demo app in each,
-// drives both above the quota at once and counts the arrivals at the flaky
-// upstream.
+// sharedQuota runs Debian's redis-server in the manager's namespace (image
+// retry.dev/redis:dev, labelled as a quota store: only the manager may reach
+// it), a SharedQuota on it whose consumers are two more namespaces, one
+// RetryPolicy with quotaRef and one injected demo app in each, drives both
+// above the quota at once and counts the arrivals at the flaky upstream. The
+// sidecars lease from the manager's lease endpoint with their pods' tokens.
+// Then the second namespace is relabelled out of the consumers while its app
+// keeps calling: it stops drawing at once (docs/quota.md#trust).
 func (s *suite) sharedQuota(t *testing.T) {
 	ctx := context.Background()
 	start := time.Now()
@@ -65,22 +69,22 @@ func (s *suite) sharedQuota(t *testing.T) {
 		}
 	})
 
-	// The policies first: the manager creates the namespaces' Redis users and
-	// their Secret retry-quota-credentials, which the pods then mount at start
-	// (a Secret created later reaches a running pod only with the kubelet's sync).
 	for _, ns := range consumers {
 		s.applyTemplateIn(t, ns, "quota-policy.yaml", map[string]string{"QUOTA": quota})
 	}
 	for _, ns := range consumers {
-		s.eventually(t, time.Minute, "policy "+ns+"/partner Accepted and Secret retry-quota-credentials", func() (bool, string) {
+		s.eventually(t, time.Minute, "policy "+ns+"/partner Accepted", func() (bool, string) {
 			var rp v1alpha1.RetryPolicy
 			if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "partner"}, &rp); err != nil {
 				return false, err.Error()
 			}
 			acc := meta.FindStatusCondition(rp.Status.Conditions, "Accepted")
-			err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "retry-quota-credentials"}, &corev1.Secret{})
-			return acc != nil && acc.Status == metav1.ConditionTrue && err == nil, fmt.Sprintf("Accepted %+v, Secret: %v", acc, err)
+			return acc != nil && acc.Status == metav1.ConditionTrue, fmt.Sprintf("Accepted %+v", acc)
 		})
+		// The sidecars hold no store credential: no Secret is made for them.
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "retry-quota-credentials"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			t.Errorf("Secret %s/retry-quota-credentials: %v, want none", ns, err)
+		}
 	}
 	var upstream corev1.Service
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "flaky-upstream"}, &upstream); err != nil {
@@ -122,18 +126,82 @@ func (s *suite) sharedQuota(t *testing.T) {
 		}
 	}
 	checkQuotaArrivals(t, reports, arrivals)
+	s.revokeConsumer(t, quota, consumers[1], pods[1])
 	t.Logf("the SharedQuota case took %s", time.Since(start).Round(100*time.Millisecond))
+}
+
+// revokeSettle is how long after the relabel a revoked namespace's
+// attempts may still arrive: the manager's cache learns the new labels
+// through its watch (tens of milliseconds), then the namespace's next lease,
+// within one lease interval (100 ms), is refused and its sidecar denies at
+// once. 500 ms leaves the rest to the network and a loaded node.
+const revokeSettle = 500 * time.Millisecond
+
+// revokeConsumer relabels ns out of the quota's consumers while its app
+// calls the upstream at quotaLoads[1] a second: its sidecar reports the state
+// revoked, answers locally, and no attempt of it arrives later than
+// revokeSettle after the relabel, although onStoreLoss is LastShare.
+func (s *suite) revokeConsumer(t *testing.T, quota, ns, pod string) {
+	t.Helper()
+	ctx := context.Background()
+	path := "/ok/" + ns + "/revoked"
+	const seconds = 4
+	done := make(chan wire.LoadReport, 1)
+	go func() { done <- s.driveLoad(t, ns, path, quotaLoads[1], seconds) }()
+	time.Sleep(1500 * time.Millisecond) // the load runs, drawing on the quota
+	var obj corev1.Namespace
+	if err := s.c.Get(ctx, client.ObjectKey{Name: ns}, &obj); err != nil {
+		t.Fatalf("reading namespace %s: %v", ns, err)
+	}
+	obj.Labels["e2e-quota"] = "none"
+	if err := s.c.Update(ctx, &obj); err != nil {
+		t.Fatalf("relabelling namespace %s: %v", ns, err)
+	}
+	relabelled := time.Now()
+	report := <-done
+	series := fmt.Sprintf(`retry_sidecar_quota_store_state{quota=%q,state="revoked"}`, quota)
+	if v := s.sidecarMetricIn(t, ns, pod, series); v != 1 {
+		t.Errorf("%s = %v after the relabel, want 1", series, v)
+	}
+	var before, late int
+	var last time.Time
+	for _, a := range s.arrivalsOn(t, path) {
+		switch {
+		case a.At.Before(relabelled):
+			before++
+		case a.At.Before(relabelled.Add(revokeSettle)):
+			last = a.At
+		default:
+			late++
+		}
+	}
+	t.Logf("%s: %d/s for %d s, relabelled out after 1.5 s: answers %v; %d arrivals before the relabel, the last one %s after it, %d later than %s",
+		ns, quotaLoads[1], seconds, report.Outcomes, before, max(last.Sub(relabelled), 0).Round(time.Millisecond), late, revokeSettle)
+	if before == 0 {
+		t.Errorf("%s: no arrival before the relabel: the load did not draw on the quota", ns)
+	}
+	if late > 0 {
+		t.Errorf("%s: %d attempts arrived more than %s after the namespace left the consumers, want 0", ns, late, revokeSettle)
+	}
+	s.eventually(t, time.Minute, "SharedQuota "+quota+" to list one consumer", func() (bool, string) {
+		var q v1alpha1.SharedQuota
+		if err := s.c.Get(ctx, client.ObjectKey{Name: quota}, &q); err != nil {
+			return false, err.Error()
+		}
+		return q.Status.ConsumerCount == 1, fmt.Sprintf("consumers %v", q.Status.Consumers)
+	})
 }
 
 // deployRedis writes the Redis configuration and the admin Secret (Secret
 // <quota> in the manager's namespace, key password, as credentialsSecretRef
-// wants it), deploys testdata/redis.yaml and returns the store's address:
-// the Service's clusterIP and port.
+// wants it), deploys testdata/redis.yaml in the manager's namespace, where
+// the NetworkPolicy of the install lets the manager alone reach it, and
+// returns the store's address: the Service's clusterIP and port.
 func (s *suite) deployRedis(t *testing.T, quota string) string {
 	t.Helper()
 	ctx := context.Background()
 	password := randomSuffix() + randomSuffix() + randomSuffix()
-	conf := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "redis-config"}, StringData: map[string]string{
+	conf := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: quota + "-redis-config"}, StringData: map[string]string{
 		"redis.conf": "port 6379\nprotected-mode no\nsave \"\"\nappendonly no\nrequirepass " + password + "\n",
 	}}
 	admin := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: quota},
@@ -143,15 +211,20 @@ func (s *suite) deployRedis(t *testing.T, quota string) string {
 			t.Fatalf("creating Secret %s/%s: %v", sec.Namespace, sec.Name, err)
 		}
 	}
+	vars := map[string]string{"NAME": quota + "-redis"}
+	s.applyTemplateIn(t, operatorNamespace, "redis.yaml", vars)
 	t.Cleanup(func() {
-		if err := s.c.Delete(ctx, admin); err != nil && !apierrors.IsNotFound(err) {
-			t.Logf("deleting Secret %s/%s: %v", admin.Namespace, admin.Name, err)
+		for _, o := range []client.Object{conf, admin,
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: vars["NAME"]}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: vars["NAME"]}}} {
+			if err := s.c.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+				t.Logf("deleting %s/%s: %v", o.GetNamespace(), o.GetName(), err)
+			}
 		}
 	})
-	s.applyTemplate(t, "redis.yaml", nil)
-	s.waitDeploymentIn(t, s.ns, "redis")
+	s.waitDeploymentIn(t, operatorNamespace, vars["NAME"])
 	var svc corev1.Service
-	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "redis"}, &svc); err != nil {
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: vars["NAME"]}, &svc); err != nil {
 		t.Fatalf("reading the redis Service: %v", err)
 	}
 	return svc.Spec.ClusterIP + ":6379"
@@ -233,33 +306,35 @@ func (s *suite) driveLoads(t *testing.T, consumers [2]string) [2]wire.LoadReport
 	var (
 		wg      sync.WaitGroup
 		reports [2]wire.LoadReport
-		errs    [2]error
 	)
 	for i, ns := range consumers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*loadSeconds*time.Second)
-			defer cancel()
-			params := map[string]string{"url": "http://flaky-upstream." + ns + ".svc/ok/" + ns,
-				"rate": strconv.Itoa(quotaLoads[i]), "seconds": strconv.Itoa(loadSeconds)}
-			body, err := s.cs.CoreV1().Services(ns).ProxyGet("http", "demo-app", "8080", "load", params).DoRaw(ctx)
-			if err != nil {
-				errs[i] = fmt.Errorf("%s: /load: %w (%s)", ns, err, body)
-				return
-			}
-			if err := json.Unmarshal(body, &reports[i]); err != nil {
-				errs[i] = fmt.Errorf("%s: /load answered %q: %w", ns, body, err)
-			}
-		}()
+		wg.Go(func() { reports[i] = s.driveLoad(t, ns, "/ok/"+ns, quotaLoads[i], loadSeconds) })
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+	if t.Failed() {
+		t.FailNow()
 	}
 	return reports
+}
+
+// driveLoad makes the demo app of ns call path of the flaky upstream at rate
+// a second for seconds, and returns its report (a zero one, the test marked
+// failed, when the load could not run). Safe to call from another goroutine.
+func (s *suite) driveLoad(t *testing.T, ns, path string, rate, seconds int) wire.LoadReport {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(2*seconds)*time.Second)
+	defer cancel()
+	params := map[string]string{"url": "http://flaky-upstream." + ns + ".svc" + path,
+		"rate": strconv.Itoa(rate), "seconds": strconv.Itoa(seconds)}
+	var report wire.LoadReport
+	body, err := s.cs.CoreV1().Services(ns).ProxyGet("http", "demo-app", "8080", "load", params).DoRaw(ctx)
+	if err != nil {
+		t.Errorf("%s: /load: %v (%s)", ns, err, body)
+		return report
+	}
+	if err := json.Unmarshal(body, &report); err != nil {
+		t.Errorf("%s: /load answered %q: %v", ns, body, err)
+	}
+	return report
 }
 
 // arrivalsOn reads the flaky upstream's arrivals on path.

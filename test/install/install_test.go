@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 )
 
 func TestDistManifestsAreAcceptedByTheAPIServer(t *testing.T) {

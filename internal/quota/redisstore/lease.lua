@@ -1,115 +1,142 @@
--- One pod's lease operation on one SharedQuota, atomic, on the server's clock
--- (the steps of quota.Model; docs/quota.md).
--- KEYS[1] bucket hash {tokens, ts}   KEYS[2] pods hash pod -> "held demand slots seen"
--- KEYS[3] hold (end of the fleet's pacing hold, Unix ms)
--- KEYS[4] credits hash pod -> credit (quota.Entitlement's; apart from KEYS[2],
--- whose format an older script running beside this one during a rollout reads)
--- ARGV: pod, rate/s, burst, concurrency, want, held, demand/s, slots, in use, hold ms, ttl ms, returned,
--- idle ms (quota.IdleInterval: the most time a pod's credit grows for)
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local pod = ARGV[1]
-local rate, burst, conc = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local want, held, demand = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local swant, inuse, hold, ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
-local returned = tonumber(ARGV[12])
-local idle = tonumber(ARGV[13]) or 1000
-
--- 1. forget pods not seen for ttl; sum what the others hold and want
-local othersHeld, othersSlots, fleet, pods = 0, 0, demand, 1
-local elapsed, credit = -1, 0 -- a new pod
-local all = redis.call('HGETALL', KEYS[2])
-local credits = {}
-local cs = redis.call('HGETALL', KEYS[4])
-for i = 1, #cs, 2 do
-  credits[cs[i]] = tonumber(cs[i + 1])
+-- One pod's lease operation on one SharedQuota, atomic, on the server's clock:
+-- the steps of quota.Model, in the same order (docs/quota.md). Times are
+-- microseconds; numbers kept are written with 17 digits, so they read back
+-- exactly as the Model keeps them.
+-- KEYS[1] tat: the fleet's next free send time
+-- KEYS[2] members hash: pod -> "demand slotwant slotsheld seen v namespace"
+-- KEYS[3] hold: the end of the fleet's pacing hold, Unix ms
+-- ARGV: pod, namespace, rate/s, burst, concurrency, want, due, demand/s,
+-- slots, in use, hold ms; the timings of quota/plan.go: ttl, drawing, lead,
+-- catch-up, max ahead, past life, min lateness; max demand; and, from the
+-- tests only, now ("": the server's TIME)
+local function num(s)
+  local n = tonumber(s)
+  if n == nil or n ~= n then return 0 end
+  return n
 end
-for i = 1, #all, 2 do
-  local h, d, s, seen = string.match(all[i + 1], '^(%S+) (%S+) (%S+) (%S+)$')
-  if all[i] == pod then
-    if h ~= nil and now - tonumber(seen) < ttl then
-      elapsed, credit = now - tonumber(seen), credits[pod] or 0
-    end
-  else
-    if h == nil or now - tonumber(seen) >= ttl then
-      redis.call('HDEL', KEYS[2], all[i])
-      redis.call('HDEL', KEYS[4], all[i])
-    else
-      othersHeld = othersHeld + tonumber(h)
-      othersSlots = othersSlots + tonumber(s)
-      fleet = fleet + tonumber(d)
-      pods = pods + 1
-    end
-  end
-end
-
--- 2. fill the bucket and take back the returned tokens, at most burst minus
--- every pod's tokens on hand
-local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens, ts = tonumber(b[1]), tonumber(b[2])
-if tokens == nil or ts == nil then
-  tokens, ts = burst, now
-end
-if now > ts then
-  tokens = tokens + rate * (now - ts) / 1000
-  ts = now
-end
-tokens = tokens + returned
-tokens = math.min(tokens, math.max(burst - othersHeld - held, 0))
-
--- 3. grant tokens and slots: while the fleet is short, at most the pod's
--- credit, which grows at its share of the rate (quota.Entitlement)
-local capped = fleet > rate and elapsed >= 0
-if capped then
-  local share = rate * demand / fleet
-  credit = math.min(credit + share * math.min(elapsed, idle) / 1000, math.max(share * idle / 1000, 1))
+local pod, ns = ARGV[1], ARGV[2]
+local rate, burst, conc = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local want, due, demand = num(ARGV[6]), num(ARGV[7]), num(ARGV[8])
+local swant, inuse, hold = num(ARGV[9]), num(ARGV[10]), num(ARGV[11])
+local ttl, drawing, lead, catchup = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+local ahead, life, minlate, maxdemand = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19])
+local now
+if ARGV[20] ~= nil and ARGV[20] ~= '' then
+  now = tonumber(ARGV[20])
 else
-  credit = 0
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local granted = math.max(math.min(want, math.floor(tokens)), 0)
-if capped then
-  -- no more than its credit plus one token it may owe, or the tokens the
-  -- other pods' credits leave, whichever is more
-  local owed = 0
-  for i = 1, #all, 2 do
-    local _, d, _, seen = string.match(all[i + 1], '^(%S+) (%S+) (%S+) (%S+)$')
-    if all[i] ~= pod and d ~= nil and now - tonumber(seen) < ttl then
-      local sh = rate * tonumber(d) / fleet
-      owed = owed + math.min((credits[all[i]] or 0) + sh * math.min(now - tonumber(seen), idle) / 1000, math.max(sh * idle / 1000, 1))
+local function fmt(x) return string.format('%.17g', x) end
+
+-- 1. bound what the pod chose; forget pods not seen for ttl
+if not (demand >= 0) then demand = 0 end
+demand = math.min(demand, maxdemand)
+want = math.max(math.min(math.floor(want), math.floor(ahead * rate / 1000000) + 1), 0)
+due = math.max(math.min(math.floor(due), want), 0)
+swant = math.max(math.min(math.floor(swant), conc), 0)
+inuse = math.max(math.min(math.floor(inuse), conc), 0)
+local drawn = {{pod = pod, ns = ns, amount = demand}}
+local live = {{pod = pod, ns = ns, amount = swant}}
+local othersHeld, selfv = 0, nil
+local all = redis.call('HGETALL', KEYS[2])
+for i = 1, #all, 2 do
+  local d, sw, sh, seen, v, mns = string.match(all[i + 1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
+  seen = tonumber(seen)
+  if d == nil or seen == nil or now - seen >= ttl then
+    redis.call('HDEL', KEYS[2], all[i])
+  elseif all[i] == pod then
+    selfv = tonumber(v)
+  else
+    table.insert(live, {pod = all[i], ns = mns, amount = tonumber(sw)})
+    othersHeld = othersHeld + tonumber(sh)
+    if now - seen < drawing then
+      table.insert(drawn, {pod = all[i], ns = mns, amount = tonumber(d)})
     end
   end
-  granted = math.min(granted, math.max(math.floor(credit) + 1, math.floor(tokens - owed)))
-  credit = math.max(credit - granted, -1)
 end
-tokens = tokens - granted
--- more than half the burst left: tokens the others did not ask for, which
--- would overflow; this pod may take as much again
-local over = math.floor(tokens - burst / 2)
-if over > 0 and want > 0 then
-  local extra = math.min(over, want)
-  granted = granted + extra
-  tokens = tokens - extra
+local function bypod(a, b) return a.pod < b.pod end
+table.sort(drawn, bypod)
+table.sort(live, bypod)
+
+-- 2. max-min across namespaces, then across the pods of this one: in
+-- proportion to their demand for the rate, max-min for the slots
+local function divide(capacity, ds)
+  table.sort(ds)
+  local left = capacity
+  for i = 1, #ds do
+    local fair = left / (#ds - i + 1)
+    if ds[i] > fair then return fair, 0 end
+    left = left - ds[i]
+  end
+  return math.huge, left / #ds
 end
+local function share(capacity, claims, mine, maxmin)
+  local totals, order = {}, {}
+  for _, c in ipairs(claims) do
+    if totals[c.ns] == nil then
+      totals[c.ns] = 0
+      table.insert(order, c.ns)
+    end
+    totals[c.ns] = totals[c.ns] + c.amount
+  end
+  local ds = {}
+  for _, n in ipairs(order) do table.insert(ds, totals[n]) end
+  local level, extra = divide(capacity, ds)
+  local ours, total = math.min(totals[ns], level) + extra, totals[ns]
+  local own = {}
+  for _, c in ipairs(claims) do
+    if c.ns == ns then table.insert(own, c.amount) end
+  end
+  if maxmin or total <= ours then
+    level, extra = divide(ours, own)
+    return math.min(mine, level) + extra
+  end
+  return ours * mine / total
+end
+local fleet = 0
+for _, c in ipairs(drawn) do fleet = fleet + c.amount end
+local r = share(rate, drawn, demand, false)
+
+-- 3. send times: k of them 1/rate apart, from max(TAT, now - the due ones)
+local spacing = 1000000 / rate
+local late = math.max((burst - 1) * spacing, minlate)
+local tol = math.max(late - life, 0)
+local v = now
+if selfv ~= nil then
+  local back = catchup
+  if r > 0 then back = math.max(catchup, 1000000 / r) end
+  v = math.max(selfv, now - back)
+end
+local credit = 0
+if r > 0 then credit = math.floor((now + lead - v) * r / 1000000) end
+local first = now - math.min(tol, math.max(due - 1, 0) * spacing)
+local tat = tonumber(redis.call('GET', KEYS[1]))
+if tat ~= nil and tat > first then first = tat end
+local room = 0
+if first <= now + ahead then room = math.floor((now + ahead - first) / spacing) + 1 end
+local k = math.max(math.min(want, credit, room), 0)
+if k > 0 then
+  redis.call('SET', KEYS[1], fmt(first + k * spacing), 'PX', math.ceil((ahead + late + tol + ttl) / 1000))
+  v = v + k * 1000000 / r
+end
+
+-- 4. concurrency slots, divided max-min by what the pods ask for
 local slots = 0
 if conc > 0 then
-  slots = math.max(math.min(swant, conc - othersSlots), 0)
+  local fair = share(conc, live, swant, true)
+  slots = math.max(math.min(swant, math.ceil(fair - 1e-9), conc - othersHeld), 0)
 end
-redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts', string.format('%d', ts))
-redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + ttl)
 
--- 4. record this pod
-redis.call('HSET', KEYS[2], pod, string.format('%d %.3f %d %d', held + granted, demand, math.max(slots, inuse), now))
-redis.call('PEXPIRE', KEYS[2], 2 * ttl)
-redis.call('HSET', KEYS[4], pod, string.format('%.4f', credit))
-redis.call('PEXPIRE', KEYS[4], 2 * ttl)
-
--- 5. the fleet's hold: the latest one wins
+-- 5. record this pod; the fleet's hold: the latest one wins
+redis.call('HSET', KEYS[2], pod, string.format('%s %d %d %d %s %s', fmt(demand), swant, math.max(slots, inuse), now, fmt(v), ns))
+redis.call('PEXPIRE', KEYS[2], math.ceil(2 * ttl / 1000))
 local h = tonumber(redis.call('GET', KEYS[3]) or '0')
-if hold > h and hold > now then
-  redis.call('SET', KEYS[3], string.format('%d', hold), 'PXAT', string.format('%d', hold))
+if hold > h and hold * 1000 > now then
+  redis.call('SET', KEYS[3], string.format('%d', hold), 'PX', math.ceil((hold * 1000 - now) / 1000))
   h = hold
 end
-if h <= now then
-  h = 0
-end
-return {granted, slots, string.format('%.3f', fleet), pods, h, now}
+if h * 1000 <= now then h = 0 end
+local firstOut = 0
+if k > 0 then firstOut = first - now end
+return {k, fmt(firstOut), fmt(spacing), fmt(late), fmt(r), slots, fmt(fleet), #live, h}

@@ -18,10 +18,10 @@ import (
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset/policysettest"
-	"github.com/retrydev/retry-operator/internal/polltest"
 	"github.com/retrydev/retry-operator/internal/sidecar"
 	"github.com/retrydev/retry-operator/internal/sidecar/config"
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/polltest"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 )
 
 // TestAPIWatchResumesWithoutListingAgain runs the watch against a real API

@@ -104,6 +104,9 @@ func (r *raw) readQuotaCreds(files []string) {
 func credentialsFiles(qs []policyset.Quota) []string {
 	var files []string
 	for _, q := range qs {
+		if q.Store == nil {
+			continue // leases from the manager's endpoint: its token is read by the lease client
+		}
 		if f := q.Store.Redis.CredentialsFile; f != "" && !slices.Contains(files, f) {
 			files = append(files, f)
 		}
@@ -235,7 +238,7 @@ func (r *raw) compile(s Sources, q *quotaClients) (*Config, error) {
 		used = append(used, pq)
 	}
 	r.readQuotaCreds(credentialsFiles(used))
-	quotaOf, err := q.resolve(used, s.QuotaCredentials)
+	quotaOf, err := q.resolve(used, quotaNamespaces(selected), s.QuotaCredentials)
 	if err != nil {
 		return nil, err
 	}
@@ -264,23 +267,14 @@ func (r *raw) compile(s Sources, q *quotaClients) (*Config, error) {
 	return c, nil
 }
 
-// policyNames maps each upstream name, qualified as policyset.CompileUpstreams
-// qualifies a name two policies share, to its RetryPolicy's namespace/name.
+// policyNames maps each upstream's name (policyset.Names) to its
+// RetryPolicy's namespace/name.
 func policyNames(selected []policyset.Policy) map[string]string {
-	count := map[string]int{}
-	for _, p := range selected {
-		for _, u := range p.Upstreams {
-			count[u.Name]++
-		}
-	}
+	qualified := policyset.NamesOf(selected)
 	names := map[string]string{}
 	for _, p := range selected {
 		for _, u := range p.Upstreams {
-			name := u.Name
-			if count[name] > 1 {
-				name = p.Name + "/" + name
-			}
-			names[name] = p.Namespace + "/" + p.Name
+			names[qualified.Of(p.Name, u.Name)] = p.Namespace + "/" + p.Name
 		}
 	}
 	return names

@@ -11,8 +11,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // Reloader keeps the configuration in force and replaces it when its sources
@@ -74,7 +74,7 @@ func (r *Reloader) PolicyName(p *retrypolicy.Policy) string {
 }
 
 // EachLimits calls yield with the admission state of every upstream in force.
-func (r *Reloader) EachLimits(yield func(upstream string, l *admission.Limits)) {
+func (r *Reloader) EachLimits(yield func(upstream string, l *limits.State)) {
 	c := r.current.Load()
 	if c == nil {
 		return

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/retrydev/retry-operator/internal/h1client"
 	"github.com/retrydev/retry-operator/internal/policyset"
+	"github.com/retrydev/retry-operator/internal/sidecar/h1client"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 

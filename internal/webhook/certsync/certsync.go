@@ -6,9 +6,12 @@
 // replica waiting for the kubelet to project a change, up to a minute or
 // more, and cert-controller checks for the files with a doubling backoff, so
 // a fresh install could take minutes to serve. The replica copies the files
-// itself instead: within a second of the Secret being filled, and within
-// Interval of each renewal; controller-runtime's certificate watcher reloads
-// them without a restart.
+// itself instead: it watches the one Secret (by name, in the manager's own
+// namespace) and copies each change as it comes, with a read every Interval
+// as a backstop; controller-runtime's certificate watcher reloads them without
+// a restart. A renewal written by the leader therefore reaches every replica
+// within a second, while the CA bundles the API server trusts still hold the
+// CA that signed both (docs/operations.md#certificates).
 package certsync
 
 import (
@@ -17,10 +20,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -28,14 +35,24 @@ import (
 // Writer is a manager Runnable that runs on every replica (not only the
 // leader). Its zero Interval means one minute.
 type Writer struct {
-	// Reader reads the Secret; the manager's API reader (uncached), so no
-	// Secret informer is started for one object.
+	// Reader reads the Secret; the manager's API reader (uncached).
 	Reader client.Reader
+	// Watch, if set, watches the Secret alone (a field selector on its name)
+	// so that a change is copied at once; without it the Secret is read
+	// every Interval only.
+	Watch  kubernetes.Interface
 	Secret types.NamespacedName
-	// Dir receives CertName and KeyName, the Secret's keys of the same names.
-	Dir, CertName, KeyName string
+	// Dir receives CertName and KeyName, the Secret's keys of the same names,
+	// and CAName when set (the CA the quota lease endpoint's clients trust,
+	// docs/quota.md#trust).
+	Dir, CertName, KeyName, CAName string
 	// Interval between reads once the files are written; before that, 1 s.
 	Interval time.Duration
+	// Written, if set, is closed once the files hold a certificate: the
+	// webhook server can start.
+	Written chan struct{}
+
+	once sync.Once
 }
 
 // NeedLeaderElection is false: every replica serves webhooks.
@@ -48,6 +65,7 @@ func (w *Writer) Start(ctx context.Context) error {
 	if interval <= 0 {
 		interval = time.Minute
 	}
+	changes := w.watch(ctx)
 	written := false
 	for {
 		changed, err := w.Sync(ctx)
@@ -56,7 +74,14 @@ func (w *Writer) Start(ctx context.Context) error {
 			log.Info("cannot copy the webhook certificate yet", "error", err.Error())
 		case changed:
 			log.Info("webhook certificate written")
+			fallthrough
+		default:
 			written = true
+			w.once.Do(func() {
+				if w.Written != nil {
+					close(w.Written)
+				}
+			})
 		}
 		wait := time.Second
 		if written {
@@ -65,9 +90,35 @@ func (w *Writer) Start(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-changes:
 		case <-time.After(wait):
 		}
 	}
+}
+
+// watch returns a channel that receives when the Secret changes, nil (never)
+// without Watch.
+func (w *Writer) watch(ctx context.Context) <-chan struct{} {
+	if w.Watch == nil {
+		return nil
+	}
+	changes := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case changes <- struct{}{}:
+		default:
+		}
+	}
+	lw := toolscache.NewListWatchFromClient(w.Watch.CoreV1().RESTClient(), "secrets", w.Secret.Namespace,
+		fields.OneTermEqualSelector("metadata.name", w.Secret.Name))
+	inf := toolscache.NewSharedIndexInformer(lw, &corev1.Secret{}, 0, toolscache.Indexers{})
+	_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify() },
+		UpdateFunc: func(any, any) { notify() },
+		DeleteFunc: func(any) { notify() },
+	})
+	go inf.RunWithContext(ctx)
+	return changes
 }
 
 // Sync writes the Secret's certificate and key into Dir when they differ from
@@ -83,10 +134,20 @@ func (w *Writer) Sync(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("secret has no %s and %s yet", w.CertName, w.KeyName)
 	}
 	certPath, keyPath := filepath.Join(w.Dir, w.CertName), filepath.Join(w.Dir, w.KeyName)
-	if same(certPath, cert) && same(keyPath, key) {
+	caPath, ca := "", []byte(nil)
+	if w.CAName != "" && len(s.Data[w.CAName]) > 0 {
+		caPath, ca = filepath.Join(w.Dir, w.CAName), s.Data[w.CAName]
+	}
+	if same(certPath, cert) && same(keyPath, key) && (caPath == "" || same(caPath, ca)) {
 		return false, nil
 	}
-	// The key first: a watcher that sees the new certificate finds its key.
+	// The CA first, then the key: whoever sees the new certificate finds
+	// its key, and its CA already rendered for the clients.
+	if caPath != "" {
+		if err := writeAtomic(caPath, ca); err != nil {
+			return false, err
+		}
+	}
 	if err := writeAtomic(keyPath, key); err != nil {
 		return false, err
 	}

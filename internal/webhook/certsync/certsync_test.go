@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/retrydev/retry-operator/internal/testenv"
+	"github.com/retrydev/retry-operator/internal/testing/testenv"
 )
 
 // TestSyncCopiesTheSecretAndEachRenewal steps one Writer through the life of
@@ -30,14 +30,15 @@ func TestSyncCopiesTheSecretAndEachRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	w := &Writer{Reader: c, Secret: types.NamespacedName{Namespace: "default", Name: s.Name}, Dir: dir, CertName: "tls.crt", KeyName: "tls.key"}
+	w := &Writer{Reader: c, Secret: types.NamespacedName{Namespace: "default", Name: s.Name}, Dir: dir, CertName: "tls.crt", KeyName: "tls.key", CAName: "ca.crt"}
 	files := func() string {
 		crt, _ := os.ReadFile(filepath.Join(dir, "tls.crt"))
 		key, _ := os.ReadFile(filepath.Join(dir, "tls.key"))
-		return string(crt) + "|" + string(key)
+		ca, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+		return string(crt) + "|" + string(key) + "|" + string(ca)
 	}
-	fill := func(crt, key string) {
-		s.Data = map[string][]byte{"tls.crt": []byte(crt), "tls.key": []byte(key), "ca.crt": []byte("ca")}
+	fill := func(crt, key, ca string) {
+		s.Data = map[string][]byte{"tls.crt": []byte(crt), "tls.key": []byte(key), "ca.crt": []byte(ca)}
 		if err := c.Update(ctx, s); err != nil {
 			t.Fatal(err)
 		}
@@ -50,10 +51,11 @@ func TestSyncCopiesTheSecretAndEachRenewal(t *testing.T) {
 		wantErr     bool
 		wantFiles   string
 	}{
-		{name: "an empty Secret (not filled yet) is an error and writes nothing", wantErr: true, wantFiles: "|"},
-		{name: "the filled Secret is copied", before: func() { fill("cert-1", "key-1") }, wantChanged: true, wantFiles: "cert-1|key-1"},
-		{name: "an unchanged Secret writes nothing", wantFiles: "cert-1|key-1"},
-		{name: "a renewal is copied", before: func() { fill("cert-2", "key-2") }, wantChanged: true, wantFiles: "cert-2|key-2"},
+		{name: "an empty Secret (not filled yet) is an error and writes nothing", wantErr: true, wantFiles: "||"},
+		{name: "the filled Secret is copied, its CA too", before: func() { fill("cert-1", "key-1", "ca-1") }, wantChanged: true, wantFiles: "cert-1|key-1|ca-1"},
+		{name: "an unchanged Secret writes nothing", wantFiles: "cert-1|key-1|ca-1"},
+		{name: "a renewal is copied", before: func() { fill("cert-2", "key-2", "ca-1") }, wantChanged: true, wantFiles: "cert-2|key-2|ca-1"},
+		{name: "a new CA alone is copied", before: func() { fill("cert-2", "key-2", "ca-2") }, wantChanged: true, wantFiles: "cert-2|key-2|ca-2"},
 	}
 	for _, st := range steps {
 		if st.before != nil {

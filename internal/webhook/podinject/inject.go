@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/redirect"
+	"github.com/retrydev/retry-operator/internal/interception"
 )
 
 // The injected container and how it is wired.
@@ -45,18 +45,19 @@ const (
 	APIVolume       = "retry-sidecar-api"
 	APIDir          = "/var/run/secrets/retry.dev/serviceaccount"
 	apiTokenSeconds = 3600
-	// QuotaCredentialsVolume is the Secret v1alpha1.QuotaCredentialsSecretName
-	// (the namespace's Redis ACL user for SharedQuotas, docs/quota.md), mounted
-	// at v1alpha1.QuotaCredentialsDir into the retry-sidecar container only.
-	// Optional: most namespaces use no quota, and the kubelet fills the volume
-	// in once the manager creates the Secret.
-	QuotaCredentialsVolume = "retry-sidecar-quota"
-	rootCAConfigMap        = "kube-root-ca.crt"
-	sidecarUID             = redirect.DefaultExcludeUID
-	DefaultNoProxy         = "localhost,127.0.0.1,::1,kubernetes.default.svc"
-	DefaultImage           = "retry.dev/retry-sidecar:dev"
-	memoryLimitEnv         = "GOMEMLIMIT"
-	maxProcsEnv            = "GOMAXPROCS"
+	// QuotaTokenVolume is the sidecar's credential for the manager's quota
+	// lease endpoint (docs/quota.md#trust): a projected service-account token
+	// of the pod, audience v1alpha1.QuotaTokenAudience (good for nothing
+	// else), expiring after v1alpha1.QuotaTokenSeconds and rotated by the
+	// kubelet, mounted at v1alpha1.QuotaTokenDir into the retry-sidecar
+	// container only.
+	QuotaTokenVolume = "retry-sidecar-quota"
+	rootCAConfigMap  = "kube-root-ca.crt"
+	sidecarUID       = interception.DefaultExcludeUID
+	DefaultNoProxy   = "localhost,127.0.0.1,::1,kubernetes.default.svc"
+	DefaultImage     = "retry.dev/retry-sidecar:dev"
+	memoryLimitEnv   = "GOMEMLIMIT"
+	maxProcsEnv      = "GOMAXPROCS"
 	// defaultMaxProcs bounds the sidecar's Go scheduler when its container has
 	// no CPU limit (with one, the runtime follows the limit): on a large node
 	// the runtime would otherwise run one scheduler thread per node CPU for a
@@ -88,6 +89,29 @@ const (
 	// (webhook reinvocation, or a pod created from an injected pod's spec).
 	ReasonAlreadyInjected Reason = "AlreadyInjected"
 )
+
+// Sentence says r to a person, for a pod of namespace ns (kubectl retry
+// explain prints it).
+func (r Reason) Sentence(ns string) string {
+	switch r {
+	case ReasonNamespaceOptIn:
+		return fmt.Sprintf("namespace %s has %s=enabled", ns, v1alpha1.LabelNamespaceInjection)
+	case ReasonPodOptIn:
+		return fmt.Sprintf("the pod has %s=true", v1alpha1.LabelPodInject)
+	case ReasonNotOptedIn:
+		return fmt.Sprintf("neither namespace %s (%s=enabled) nor the pod (%s=true) opted in",
+			ns, v1alpha1.LabelNamespaceInjection, v1alpha1.LabelPodInject)
+	case ReasonPodOptOut:
+		return fmt.Sprintf("the pod has %s=false", v1alpha1.LabelPodInject)
+	case ReasonExcludedNamespace:
+		return fmt.Sprintf("namespace %s is never injected (the control plane or the operator's own)", ns)
+	case ReasonHostNetwork:
+		return "the pod uses hostNetwork: a sidecar would collide on the node's loopback ports"
+	case ReasonAlreadyInjected:
+		return "the pod already has a retry-sidecar container"
+	}
+	return string(r)
+}
 
 // Config is what the injector needs to know; the manager's flags fill it.
 type Config struct {
@@ -208,8 +232,8 @@ func (c Config) Inject(pod *corev1.Pod) *corev1.Pod {
 //     exists) and the pod's labels (downward API) mounted read-only;
 //   - the sidecar's own API credentials (APIVolume), in the sidecar only, so
 //     it watches retry-policies through the API server (docs/fleet.md);
-//   - the namespace's quota store credentials (QuotaCredentialsVolume,
-//     optional), in the sidecar only (docs/quota.md);
+//   - the pod's token for the quota lease endpoint (QuotaTokenVolume), in
+//     the sidecar only (docs/quota.md#trust);
 //   - ImagePullSecrets, for the sidecar's image;
 //   - ModeEnvironment: the proxy environment of every runtime (setProxyEnv)
 //     on every app container that has not chosen its own proxy;
@@ -296,7 +320,7 @@ func (c Config) sidecarContainer(res corev1.ResourceRequirements) corev1.Contain
 			{Name: PoliciesVolume, MountPath: PoliciesDir, ReadOnly: true},
 			{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
 			{Name: APIVolume, MountPath: APIDir, ReadOnly: true},
-			{Name: QuotaCredentialsVolume, MountPath: v1alpha1.QuotaCredentialsDir, ReadOnly: true},
+			{Name: QuotaTokenVolume, MountPath: v1alpha1.QuotaTokenDir, ReadOnly: true},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
@@ -327,8 +351,8 @@ func (c Config) addImagePullSecrets(spec *corev1.PodSpec) {
 
 // addSidecarVolumes adds the sidecar's volumes: the retry-policies ConfigMap
 // (optional: the pod starts before any policy exists), the pod's labels
-// (downward API), the sidecar's own API credentials (APIVolume) and the
-// namespace's quota store credentials (QuotaCredentialsVolume).
+// (downward API), the sidecar's own API credentials (APIVolume) and its token
+// for the quota lease endpoint (QuotaTokenVolume).
 func (c Config) addSidecarVolumes(spec *corev1.PodSpec) {
 	addVolume(spec, corev1.Volume{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -352,12 +376,11 @@ func (c Config) addSidecarVolumes(spec *corev1.PodSpec) {
 					Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
 			},
 		}}})
-	addVolume(spec, corev1.Volume{Name: QuotaCredentialsVolume, VolumeSource: corev1.VolumeSource{
-		Secret: &corev1.SecretVolumeSource{
-			SecretName:  v1alpha1.QuotaCredentialsSecretName,
-			Items:       []corev1.KeyToPath{{Key: v1alpha1.QuotaCredentialsSecretKey, Path: v1alpha1.QuotaCredentialsSecretKey}},
+	addVolume(spec, corev1.Volume{Name: QuotaTokenVolume, VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{
 			DefaultMode: ptr.To[int32](0o444),
-			Optional:    ptr.To(true),
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				Path: v1alpha1.QuotaTokenFile, Audience: v1alpha1.QuotaTokenAudience, ExpirationSeconds: ptr.To[int64](v1alpha1.QuotaTokenSeconds)}}},
 		}}})
 }
 

@@ -98,8 +98,9 @@ func TestInjectionIsIdempotent(t *testing.T) {
 }
 
 // TestCredentialsReachOnlyTheSidecar: in every injected golden pod, the
-// sidecar's own API credentials and the namespace's quota store credentials
-// are mounted into the retry-sidecar container and into no other container.
+// sidecar's own API credentials and its token for the quota lease endpoint
+// are mounted into the retry-sidecar container and into no other container,
+// and no Secret of the namespace is mounted for the sidecar.
 func TestCredentialsReachOnlyTheSidecar(t *testing.T) {
 	inputs, _ := filepath.Glob(filepath.Join("testdata", "inject", "*.yaml"))
 	for _, in := range inputs {
@@ -108,7 +109,12 @@ func TestCredentialsReachOnlyTheSidecar(t *testing.T) {
 			continue
 		}
 		out := admit(testConfig(), ns, pod)
-		for _, vol := range []string{APIVolume, QuotaCredentialsVolume} {
+		for _, v := range out.Spec.Volumes {
+			if v.Secret != nil && v.Name != "" && strings.HasPrefix(v.Name, "retry-") {
+				t.Errorf("%s: the injection mounts Secret %s (volume %s)", in, v.Secret.SecretName, v.Name)
+			}
+		}
+		for _, vol := range []string{APIVolume, QuotaTokenVolume} {
 			var mountedIn []string
 			for _, c := range append(append([]corev1.Container(nil), out.Spec.InitContainers...), out.Spec.Containers...) {
 				for _, m := range c.VolumeMounts {
@@ -280,5 +286,19 @@ func TestDecideInterception(t *testing.T) {
 				t.Fatalf("DecideInterception =\n%+v\nwant\n%+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestEveryReasonHasASentence: kubectl retry explain says each reason to a
+// person; a new Reason without its sentence would print its bare name.
+func TestEveryReasonHasASentence(t *testing.T) {
+	for _, r := range []Reason{ReasonNamespaceOptIn, ReasonPodOptIn, ReasonNotOptedIn, ReasonPodOptOut,
+		ReasonExcludedNamespace, ReasonHostNetwork, ReasonAlreadyInjected} {
+		if got := r.Sentence("shop"); got == string(r) || got == "" {
+			t.Errorf("%s.Sentence = %q: no sentence of its own", r, got)
+		}
+	}
+	if got, want := ReasonNamespaceOptIn.Sentence("shop"), "namespace shop has retry.dev/injection=enabled"; got != want {
+		t.Errorf("Sentence = %q, want %q", got, want)
 	}
 }

@@ -11,14 +11,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
-	"github.com/retrydev/retry-operator/internal/redirect"
+	"github.com/retrydev/retry-operator/internal/interception"
 )
 
 // How app traffic reaches the sidecar (docs/clients.md).
 const (
 	// v1alpha1.LabelInterception and v1alpha1.AnnotationInterceptPorts choose
-	// the mode and the ports; the default ports are redirect.DefaultPorts, and
-	// 443 is never intercepted (redirect.TLSPort).
+	// the mode and the ports; the default ports are interception.DefaultPorts, and
+	// 443 is never intercepted (interception.TLSPort).
 	// RedirectContainerName is the init container that installs the
 	// interception rules, before the sidecar starts.
 	RedirectContainerName = "retry-redirect"
@@ -75,13 +75,13 @@ func DecideInterception(ns *corev1.Namespace, pod *corev1.Pod) Interception {
 			where, v1alpha1.LabelInterception, value, v1alpha1.InterceptionTransparent)
 		return env
 	}
-	portsWhere, ports := "", redirect.DefaultPorts
+	portsWhere, ports := "", interception.DefaultPorts
 	if v, ok := pod.Annotations[v1alpha1.AnnotationInterceptPorts]; ok {
 		portsWhere, ports = "pod metadata.annotations", v
 	} else if v, ok := ns.Annotations[v1alpha1.AnnotationInterceptPorts]; ok {
 		portsWhere, ports = "namespace metadata.annotations", v
 	}
-	parsed, err := redirect.ParsePorts(ports)
+	parsed, err := interception.ParsePorts(ports)
 	if i := slices.IndexFunc(parsed, isSidecarPort); err == nil && i >= 0 {
 		err = fmt.Errorf("port %d is the sidecar's own (%d, %d and %d are)", parsed[i], v1alpha1.ProxyPort, v1alpha1.AdminPort, v1alpha1.TransparentPort)
 	}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/rules"
 )
 
 // Path is where the webhook server serves RetryPolicy validation.
@@ -84,6 +85,7 @@ func check(p *v1alpha1.RetryPolicy) (admission.Warnings, error) {
 //	PUT or DELETE replayable, no idempotencyKey     a retried write may be applied twice
 //	429 retried, maxWait < 60s, deadline > maxWait  a typical 429 hint is deferred although the deadline could wait
 //	a host on port 443, no tls                      the app's https:// calls are tunnels without retries
+//	grpcStatusCodes, no gRPC method pattern         no gRPC call is ever retried on them
 func Warnings(p *v1alpha1.RetryPolicy) admission.Warnings {
 	var w admission.Warnings
 	for i := range p.Spec.Upstreams {
@@ -108,6 +110,9 @@ func Warnings(p *v1alpha1.RetryPolicy) admission.Warnings {
 				w = append(w, fmt.Sprintf("%s.retryAfter.maxWait: %s is shorter than a typical 429 Retry-After of %s although deadline (%s) could wait longer; such responses are returned to the caller as deferred",
 					path, maxWait, TypicalRetryAfter, deadline))
 			}
+		}
+		if u.RetryOn != nil && len(u.RetryOn.GRPCStatusCodes) > 0 && !slices.ContainsFunc(u.ReplayableMethods, rules.IsGRPCMethodPattern) {
+			w = append(w, fmt.Sprintf("%s.retryOn.grpcStatusCodes: replayableMethods has no gRPC method pattern, so no gRPC call is retried on these statuses; list the methods that are safe to send twice, /package.Service/Method or /package.Service/* (docs/grpc.md)", path))
 		}
 		if u.TLS == nil {
 			for j, h := range u.Hosts {

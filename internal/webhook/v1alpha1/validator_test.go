@@ -58,6 +58,18 @@ func TestWarnings(t *testing.T) {
 				u.TLS = &v1alpha1.UpstreamTLS{}
 			},
 		},
+		"gRPC statuses retried without a gRPC method to retry": {
+			mod: func(u *v1alpha1.Upstream) {
+				u.RetryOn = &v1alpha1.RetryOn{StatusCodes: []v1alpha1.StatusCode{503}, GRPCStatusCodes: []v1alpha1.GRPCStatusCode{v1alpha1.GRPCUnavailable}}
+			},
+			want: []string{"spec.upstreams[0].retryOn.grpcStatusCodes: replayableMethods has no gRPC method pattern, so no gRPC call is retried on these statuses; list the methods that are safe to send twice, /package.Service/Method or /package.Service/* (docs/grpc.md)"},
+		},
+		"gRPC statuses retried for a listed service are fine": {
+			mod: func(u *v1alpha1.Upstream) {
+				u.RetryOn = &v1alpha1.RetryOn{StatusCodes: []v1alpha1.StatusCode{503}, GRPCStatusCodes: []v1alpha1.GRPCStatusCode{v1alpha1.GRPCUnavailable}}
+				u.ReplayableMethods = []string{"GET", "/shop.v1.Catalogue/*"}
+			},
+		},
 		"a long deadline is fine when 429 is not retried": {
 			mod: func(u *v1alpha1.Upstream) {
 				u.Deadline = ptr.To[v1alpha1.Duration]("2m")

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/admission"
-	"github.com/retrydev/retry-operator/internal/notbefore"
+	"github.com/retrydev/retry-operator/internal/httpdate"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // What the caller gets: the final response, with the X-Retry-* headers and a
@@ -28,15 +28,15 @@ func (c *call) finish(resp *http.Response, d retrypolicy.Decision, n int) *http.
 	resp.Header[HeaderOutcome] = c.vals[1:2:2]
 	resp.Header[HeaderAttempts] = c.vals[2:3:3]
 	if d.Action == retrypolicy.Defer {
-		d.NotBefore = notbefore.Ceil(d.NotBefore)
-		resp.Header[HeaderNotBefore] = []string{notbefore.Format(d.NotBefore)}
+		d.NotBefore = httpdate.Ceil(d.NotBefore)
+		resp.Header[HeaderNotBefore] = []string{httpdate.Format(d.NotBefore)}
 	}
 	c.observeOutcome(d.Outcome, n, resp.StatusCode, d.NotBefore)
 	c.stopTimer()
 	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil {
 		// An upgraded connection is not an attempt in flight any more.
 		c.ticket.Release(c.clk.Now())
-		c.ticket = admission.Ticket{}
+		c.ticket = limits.Ticket{}
 		return resp
 	}
 	c.rc = resp.Body
@@ -83,7 +83,7 @@ func (c *call) failDecided(d retrypolicy.Decision, attempts int, err error, phas
 	c.releaseReplayMemory()
 	var notBefore time.Time
 	if d.Action == retrypolicy.Defer {
-		notBefore = notbefore.Ceil(d.NotBefore)
+		notBefore = httpdate.Ceil(d.NotBefore)
 	}
 	c.observeOutcomePhase(d.Outcome, attempts, 0, notBefore, phase)
 	return nil, &Error{Outcome: d.Outcome, Attempts: attempts, Err: err, NotBefore: notBefore, Phase: phase}

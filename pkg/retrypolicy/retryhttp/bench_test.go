@@ -9,6 +9,7 @@ import (
 
 	"github.com/retrydev/retry-operator/internal/rules"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // canned answers every request with the same 200 and an empty body, so the
@@ -76,12 +77,12 @@ func BenchmarkTransportNoRetryPOST(b *testing.B) {
 func BenchmarkTransportNoRetryLimits(b *testing.B) {
 	limited := func() *retrypolicy.Policy {
 		return compile(b, func(c *retrypolicy.Config) {
-			c.Budget = &retrypolicy.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10}
-			c.RateLimit = &retrypolicy.RateLimitConfig{
+			c.Budget = &limits.BudgetConfig{RetryPercent: 20, MinRetriesPerSecond: 10}
+			c.RateLimit = &limits.RateLimitConfig{
 				RequestsPerSecond: float64(rules.RequestsPerMinuteRange.Max) / 60,
 				Burst:             int(rules.BurstRange.Max),
 			}
-			c.Concurrency = &retrypolicy.ConcurrencyConfig{MaxInFlight: 64}
+			c.Concurrency = &limits.ConcurrencyConfig{MaxInFlight: 64}
 		})
 	}
 	p := limited()
@@ -135,7 +136,7 @@ func (cannedRateLimit) RoundTrip(req *http.Request) (*http.Response, error) {
 // (pacing.rateLimitHeaders) while no hold is in force.
 func BenchmarkTransportNoRetryPaced(b *testing.B) {
 	p := compile(b, func(c *retrypolicy.Config) {
-		c.Pacing = retrypolicy.PacingConfig{RateLimitHeaders: true, HoldOnDeferral: true}
+		c.Pacing = limits.PacingConfig{RateLimitHeaders: true, HoldOnDeferral: true}
 	})
 	benchTransportWith(b, &Transport{Inner: cannedRateLimit{}, Route: Static(p)}, "GET", "", "r1")
 }
@@ -156,7 +157,7 @@ func TestTransportPacingAddsNoAllocations(t *testing.T) {
 	}
 	plain := run(compile(t, nil))
 	paced := run(compile(t, func(c *retrypolicy.Config) {
-		c.Pacing = retrypolicy.PacingConfig{RateLimitHeaders: true, HoldOnDeferral: true}
+		c.Pacing = limits.PacingConfig{RateLimitHeaders: true, HoldOnDeferral: true}
 	}))
 	if paced != plain {
 		t.Fatalf("%v allocs per paced request, %v without pacing; want the same", paced, plain)

@@ -83,7 +83,7 @@ func replayReservation(contentLength, maxReplay int64) int64 {
 }
 
 func (c *call) reserveReplayMemory(n int64) bool {
-	if !c.t.ReplayMemory.TryReserve(n) {
+	if !c.t.ReplayMemory.tryReserve(n) {
 		return false
 	}
 	c.reserved = n
@@ -91,7 +91,7 @@ func (c *call) reserveReplayMemory(n int64) bool {
 }
 
 func (c *call) releaseReplayMemory() {
-	c.t.ReplayMemory.Release(c.reserved)
+	c.t.ReplayMemory.release(c.reserved)
 	c.reserved = 0
 }
 

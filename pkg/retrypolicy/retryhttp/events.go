@@ -5,8 +5,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // The events a call reports to Transport.Observer (observer.go).
@@ -26,9 +26,9 @@ func (c *call) observeAttempt(ev *Event, n int, a retrypolicy.Attempt, d retrypo
 }
 
 // observeAdmitted reports an admission that made transmission n wait, each
-// wait under the gate that made it (admission.Waits).
-func (c *call) observeAdmitted(n int, w admission.Waits) {
-	if c.t.Observer == nil || w == (admission.Waits{}) {
+// wait under the gate that made it (limits.Waits).
+func (c *call) observeAdmitted(n int, w limits.Waits) {
+	if c.t.Observer == nil || w == (limits.Waits{}) {
 		return
 	}
 	c.t.Observer.Observe(Event{Kind: EventAdmitted, Context: c.req.Context(), RequestID: c.id,

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // EventKind tells an attempt decision from a final outcome.
@@ -111,7 +111,7 @@ type Event struct {
 	RateLimitReason    string
 	// HoldReason is why the upstream is held (hold events); its String is the
 	// log value, "rate-limit" or "deferral" (docs/pacing.md).
-	HoldReason admission.HoldReason
+	HoldReason limits.HoldReason
 	// QuotaDelay is the time spent waiting for a token or a fleet-wide slot
 	// of the shared quota (admitted events).
 	QuotaDelay time.Duration

@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/admission"
-	"github.com/retrydev/retry-operator/internal/notbefore"
+	"github.com/retrydev/retry-operator/internal/httpdate"
 	"github.com/retrydev/retry-operator/internal/ratelimitheader"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // The Transport's side of quota-aware pacing (docs/pacing.md): before each
@@ -22,16 +22,16 @@ import (
 // local 429 when the hold ends too late for the deadline, or the context's
 // error when the caller gave up in line.
 func (c *call) awaitHold(ctx context.Context, n int) (*http.Response, error) {
-	limits := c.p.Limits()
-	pc := limits.Pacer()
+	lim := c.p.Limits()
+	pc := lim.Pacer()
 	if pc == nil {
 		return nil, nil
 	}
-	if q := limits.Quota(); q != nil {
+	if q := lim.Quota(); q != nil {
 		// A hold another pod drawing on the same quota saw (docs/quota.md).
 		now := c.clk.Now()
 		if until := q.HoldUntil(now); !until.IsZero() {
-			c.holdLocal(pc, now, until, admission.HoldRateLimit)
+			c.holdLocal(pc, now, until, limits.HoldRateLimit)
 		}
 	}
 	if !pc.Active() {
@@ -40,7 +40,7 @@ func (c *call) awaitHold(ctx context.Context, n int) (*http.Response, error) {
 	start := c.clk.Now()
 	until, queued, err := pc.Wait(ctx, c.clk, c.deadline.Sub(start)-c.p.Reserve())
 	switch {
-	case errors.Is(err, admission.ErrHeld):
+	case errors.Is(err, limits.ErrHeld):
 		return c.answerHeld(n, until), nil
 	case err != nil:
 		return c.fail(retrypolicy.OutcomeCanceled, n-1, err)
@@ -70,15 +70,15 @@ func (c *call) startHolds(ev *Event, resp *http.Response, received time.Time, d 
 		rl := ratelimitheader.Parse(resp.Header, received)
 		ev.RateLimitMalformed, ev.RateLimitReason = rl.Malformed, rl.Reason
 		if wait, ok := rl.Hold(); ok {
-			c.hold(pc, received, received.Add(wait), admission.HoldRateLimit)
+			c.hold(pc, received, received.Add(wait), limits.HoldRateLimit)
 		}
 	}
 	if cfg.HoldOnDeferral && d.Action == retrypolicy.Defer && d.Outcome == retrypolicy.OutcomeDeferred {
-		c.hold(pc, received, d.NotBefore, admission.HoldDeferral)
+		c.hold(pc, received, d.NotBefore, limits.HoldDeferral)
 	}
 }
 
-func (c *call) hold(pc *admission.Pacer, now, until time.Time, reason admission.HoldReason) {
+func (c *call) hold(pc *limits.Pacer, now, until time.Time, reason limits.HoldReason) {
 	if c.holdLocal(pc, now, until, reason) {
 		if q := c.p.Limits().Quota(); q != nil {
 			q.Hold(until) // the whole fleet holds (docs/quota.md)
@@ -88,11 +88,11 @@ func (c *call) hold(pc *admission.Pacer, now, until time.Time, reason admission.
 
 // holdLocal holds the upstream in this pod; true if the hold started or moved
 // later.
-func (c *call) holdLocal(pc *admission.Pacer, now, until time.Time, reason admission.HoldReason) bool {
-	var notify admission.HoldNotify
+func (c *call) holdLocal(pc *limits.Pacer, now, until time.Time, reason limits.HoldReason) bool {
+	var notify limits.HoldNotify
 	if o := c.t.Observer; o != nil {
 		name, id := c.p.Name(), c.id
-		notify = func(start bool, until time.Time, reason admission.HoldReason) {
+		notify = func(start bool, until time.Time, reason limits.HoldReason) {
 			e := Event{Kind: EventHoldEnd, Upstream: name, NotBefore: until, HoldReason: reason}
 			if start {
 				e.Kind, e.RequestID = EventHoldStart, id
@@ -109,10 +109,10 @@ func (c *call) holdLocal(pc *admission.Pacer, now, until time.Time, reason admis
 // X-Retry-Outcome deferred and X-Retry-Attempts (0 for a first attempt).
 func (c *call) answerHeld(n int, until time.Time) *http.Response {
 	secs := max(ceilSeconds(until.Sub(c.clk.Now())), 1)
-	notBefore := notbefore.Ceil(until)
+	notBefore := httpdate.Ceil(until)
 	resp := c.answerLocally(n, http.StatusTooManyRequests,
 		"retry: upstream quota exhausted; request not sent before X-Retry-Not-Before\n", secs,
-		HeaderOutcome, string(retrypolicy.OutcomeDeferred), HeaderNotBefore, notbefore.Format(notBefore))
+		HeaderOutcome, string(retrypolicy.OutcomeDeferred), HeaderNotBefore, httpdate.Format(notBefore))
 	if o := c.t.Observer; o != nil {
 		o.Observe(Event{Kind: EventHeld, Context: c.req.Context(), RequestID: c.id, Upstream: c.p.Name(), Method: c.req.Method,
 			Path: c.req.URL.Path, Attempt: n - 1, Outcome: retrypolicy.OutcomeDeferred, NotBefore: notBefore})

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/admission"
-	"github.com/retrydev/retry-operator/internal/headertest"
+	"github.com/retrydev/retry-operator/internal/testing/headertest"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // lockedEvents records events from any goroutine (holds end on the timer).
@@ -34,7 +34,7 @@ func (l *lockedEvents) kinds(k EventKind) []Event {
 	return out
 }
 
-func pacedHarness(t *testing.T, pacing retrypolicy.PacingConfig, deadline time.Duration, steps ...step) (*harness, *lockedEvents) {
+func pacedHarness(t *testing.T, pacing limits.PacingConfig, deadline time.Duration, steps ...step) (*harness, *lockedEvents) {
 	p := compile(t, func(c *retrypolicy.Config) { c.Pacing = pacing; c.Deadline = deadline })
 	h := newHarness(t, p, steps...)
 	ev := &lockedEvents{}
@@ -72,7 +72,7 @@ func wantLocal429(t *testing.T, resp *http.Response, err error, retryAfter, notB
 // too short is answered locally with 429 and Not-Before; one whose deadline
 // allows waits and goes out at the reset.
 func TestTransportRateLimitHeadersHoldTheUpstream(t *testing.T) {
-	h, ev := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
+	h, ev := pacedHarness(t, limits.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
 		step{status: 200, header: headertest.Of("RateLimit", `"default";r=0;t=3`), body: "last one"},
 		step{status: 200, body: "after the reset"})
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -80,7 +80,7 @@ func TestTransportRateLimitHeadersHoldTheUpstream(t *testing.T) {
 		t.Fatalf("first request: %v, %v", resp, err)
 	}
 	starts := ev.kinds(EventHoldStart)
-	if len(starts) != 1 || !starts[0].NotBefore.Equal(now.Add(3*time.Second)) || starts[0].HoldReason != admission.HoldRateLimit {
+	if len(starts) != 1 || !starts[0].NotBefore.Equal(now.Add(3*time.Second)) || starts[0].HoldReason != limits.HoldRateLimit {
 		t.Fatalf("hold-start events %+v; want one until now+3s, reason rate-limit", starts)
 	}
 
@@ -96,7 +96,7 @@ func TestTransportRateLimitHeadersHoldTheUpstream(t *testing.T) {
 }
 
 func TestTransportHeldRequestWaitsWhenItsDeadlineAllows(t *testing.T) {
-	h, ev := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 30*time.Second,
+	h, ev := pacedHarness(t, limits.PacingConfig{RateLimitHeaders: true}, 30*time.Second,
 		step{status: 200, header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "3")},
 		step{status: 200, body: "after the reset"})
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -140,7 +140,7 @@ func TestTransportHeldRequestWaitsWhenItsDeadlineAllows(t *testing.T) {
 // TestTransportNotBeforeIsRoundedUp: a reset that ends mid-second is announced
 // as the next whole second, never earlier.
 func TestTransportNotBeforeIsRoundedUp(t *testing.T) {
-	h, _ := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
+	h, _ := pacedHarness(t, limits.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
 		step{status: 200, header: headertest.Of("RateLimit-Remaining", "0", "RateLimit-Reset", "3")})
 	h.inner.onSend = func(int) { h.clk.Advance(400 * time.Millisecond) } // received at 12:00:00.4
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -156,11 +156,11 @@ func TestTransportNotBeforeIsRoundedUp(t *testing.T) {
 // and, with holdOnDeferral, holds every later request until Not-Before.
 func TestTransportHoldOnDeferral(t *testing.T) {
 	tests := map[string]struct {
-		pacing   retrypolicy.PacingConfig
+		pacing   limits.PacingConfig
 		wantSent int
 	}{
-		"holdOnDeferral on: the second request is answered locally":   {retrypolicy.PacingConfig{HoldOnDeferral: true}, 1},
-		"holdOnDeferral off: the second request reaches the upstream": {retrypolicy.PacingConfig{RateLimitHeaders: true}, 2},
+		"holdOnDeferral on: the second request is answered locally":   {limits.PacingConfig{HoldOnDeferral: true}, 1},
+		"holdOnDeferral off: the second request reaches the upstream": {limits.PacingConfig{RateLimitHeaders: true}, 2},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -175,7 +175,7 @@ func TestTransportHoldOnDeferral(t *testing.T) {
 			resp, err = h.do(get(context.Background(), "http://payments.shop.svc/"))
 			if tc.wantSent == 1 {
 				wantLocal429(t, resp, err, "3600", "Fri, 01 May 2026 13:00:00 GMT")
-				if s := ev.kinds(EventHoldStart); len(s) != 1 || s[0].HoldReason != admission.HoldDeferral {
+				if s := ev.kinds(EventHoldStart); len(s) != 1 || s[0].HoldReason != limits.HoldDeferral {
 					t.Fatalf("hold-start events %+v; want one, reason deferral", s)
 				}
 			} else if err != nil || resp.Header.Get(HeaderAttempts) != "1" {
@@ -190,7 +190,7 @@ func TestTransportHoldOnDeferral(t *testing.T) {
 
 // TestTransportIgnoresRateLimitHeadersWhenOff: pacing is opt-in.
 func TestTransportIgnoresRateLimitHeadersWhenOff(t *testing.T) {
-	h, ev := pacedHarness(t, retrypolicy.PacingConfig{}, 2*time.Second,
+	h, ev := pacedHarness(t, limits.PacingConfig{}, 2*time.Second,
 		step{status: 200, header: headertest.Of("RateLimit", `"default";r=0;t=3`)}, step{status: 200})
 	for range 2 {
 		resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -207,7 +207,7 @@ func TestTransportIgnoresRateLimitHeadersWhenOff(t *testing.T) {
 // TestTransportReportsMalformedRateLimitHeaders: ignored, and named in the
 // attempt event (never the value).
 func TestTransportReportsMalformedRateLimitHeaders(t *testing.T) {
-	h, ev := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
+	h, ev := pacedHarness(t, limits.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
 		step{status: 200, header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "soon")}, step{status: 200})
 	for range 2 {
 		resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
@@ -225,7 +225,7 @@ func TestTransportReportsMalformedRateLimitHeaders(t *testing.T) {
 // TestTransportHeldRequestGivesItsReplayMemoryBack: a buffered body of a
 // request answered locally by a hold returns its bytes to the process-wide cap.
 func TestTransportHeldRequestGivesItsReplayMemoryBack(t *testing.T) {
-	h, _ := pacedHarness(t, retrypolicy.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
+	h, _ := pacedHarness(t, limits.PacingConfig{RateLimitHeaders: true}, 2*time.Second,
 		step{status: 200, header: headertest.Of("RateLimit", `"default";r=0;t=3`)})
 	h.tr.ReplayMemory = NewReplayMemory(1 << 20)
 	resp, err := h.do(get(context.Background(), "http://payments.shop.svc/"))

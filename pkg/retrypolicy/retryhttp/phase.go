@@ -5,8 +5,6 @@ import (
 	"errors"
 	"net"
 	"time"
-
-	"github.com/retrydev/retry-operator/internal/innerclient"
 )
 
 // Phase names where a timeout happened (docs/retry-semantics.md#timeouts):
@@ -20,9 +18,9 @@ const (
 	// PhaseQueue: the wait for admission (concurrency queue or rate limit).
 	PhaseQueue Phase = "queue"
 	// PhaseConnect: the dial (connectTimeout, or the attempt's bound during the dial).
-	PhaseConnect Phase = innerclient.PhaseConnect
+	PhaseConnect Phase = "connect"
 	// PhaseTLS: the TLS handshake of a new connection.
-	PhaseTLS Phase = innerclient.PhaseTLS
+	PhaseTLS Phase = "tls"
 	// PhaseHeaders: the wait for the response headers (perTryTimeout, or the deadline).
 	PhaseHeaders Phase = "headers"
 )
@@ -35,7 +33,7 @@ type attemptContext struct {
 }
 
 func (c *attemptContext) Value(key any) any {
-	if key == (innerclient.ConnectTimeoutKey{}) {
+	if key == (connectTimeoutKey{}) {
 		return c.connectTimeout
 	}
 	return c.Context.Value(key)
@@ -45,7 +43,7 @@ func (c *attemptContext) Value(key any) any {
 // or "" if the failure was not a timeout. fired says the attempt's own bound
 // (perTryTimeout or deadline) ended it.
 func timeoutPhase(err error, fired bool) Phase {
-	var pe *innerclient.PhaseError
+	var pe *PhaseError
 	tagged := errors.As(err, &pe)
 	var op *net.OpError
 	dial := errors.As(err, &op) && op.Op == "dial"
@@ -54,7 +52,7 @@ func timeoutPhase(err error, fired bool) Phase {
 	}
 	switch {
 	case tagged:
-		return Phase(pe.Phase)
+		return pe.Phase
 	case dial:
 		return PhaseConnect
 	case fired:

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/innerclient"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -18,14 +17,14 @@ func TestTimeoutPhase(t *testing.T) {
 		fired bool
 		want  Phase
 	}{
-		"a dial that timed out is the connect phase":               {&innerclient.PhaseError{Phase: innerclient.PhaseConnect, Err: dialTimeout}, false, PhaseConnect},
+		"a dial that timed out is the connect phase":               {&PhaseError{Phase: PhaseConnect, Err: dialTimeout}, false, PhaseConnect},
 		"an untagged dial timeout is the connect phase":            {dialTimeout, false, PhaseConnect},
-		"the attempt's bound firing during the dial is connect":    {&innerclient.PhaseError{Phase: innerclient.PhaseConnect, Err: &net.OpError{Op: "dial", Err: context.Canceled}}, true, PhaseConnect},
-		"a handshake that timed out is the tls phase":              {&innerclient.PhaseError{Phase: innerclient.PhaseTLS, Err: timeoutErr{}}, false, PhaseTLS},
+		"the attempt's bound firing during the dial is connect":    {&PhaseError{Phase: PhaseConnect, Err: &net.OpError{Op: "dial", Err: context.Canceled}}, true, PhaseConnect},
+		"a handshake that timed out is the tls phase":              {&PhaseError{Phase: PhaseTLS, Err: timeoutErr{}}, false, PhaseTLS},
 		"the attempt's bound firing after the write is headers":    {context.Canceled, true, PhaseHeaders},
-		"a refused dial is no timeout":                             {&innerclient.PhaseError{Phase: innerclient.PhaseConnect, Err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}}, false, ""},
+		"a refused dial is no timeout":                             {&PhaseError{Phase: PhaseConnect, Err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}}, false, ""},
 		"a reset after the write is no timeout":                    {errors.New("connection reset by peer"), false, ""},
-		"a context deadline inside the client counts as its phase": {&innerclient.PhaseError{Phase: innerclient.PhaseConnect, Err: context.DeadlineExceeded}, false, PhaseConnect},
+		"a context deadline inside the client counts as its phase": {&PhaseError{Phase: PhaseConnect, Err: context.DeadlineExceeded}, false, PhaseConnect},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -43,7 +42,7 @@ func (timeoutErr) Timeout() bool   { return true }
 func (timeoutErr) Temporary() bool { return true }
 
 func TestClassify(t *testing.T) {
-	handshakeCut := &innerclient.PhaseError{Phase: innerclient.PhaseTLS, Err: &net.OpError{Op: "dial", Err: context.DeadlineExceeded}}
+	handshakeCut := &PhaseError{Phase: PhaseTLS, Err: &net.OpError{Op: "dial", Err: context.DeadlineExceeded}}
 	tests := map[string]struct {
 		err      error
 		fired    bound
@@ -53,13 +52,13 @@ func TestClassify(t *testing.T) {
 		"a handshake cut by the connect timeout is a connect failure":   {handshakeCut, firedNone, false, retrypolicy.ConnectFailure},
 		"a handshake cut by perTryTimeout is a connect failure":         {handshakeCut, firedPerTry, false, retrypolicy.ConnectFailure},
 		"a handshake cut by the deadline is a connect failure":          {handshakeCut, firedDeadline, false, retrypolicy.ConnectFailure},
-		"a dial cut by perTryTimeout is a connect failure":              {&innerclient.PhaseError{Phase: innerclient.PhaseConnect, Err: context.Canceled}, firedPerTry, false, retrypolicy.ConnectFailure},
+		"a dial cut by perTryTimeout is a connect failure":              {&PhaseError{Phase: PhaseConnect, Err: context.Canceled}, firedPerTry, false, retrypolicy.ConnectFailure},
 		"an untagged dial error is a connect failure":                   {&net.OpError{Op: "dial", Err: errors.New("connection refused")}, firedNone, false, retrypolicy.ConnectFailure},
 		"a DNS failure is a connect failure":                            {&net.DNSError{Err: "no such host", IsNotFound: true}, firedNone, false, retrypolicy.ConnectFailure},
 		"perTryTimeout after the write is ambiguous":                    {context.Canceled, firedPerTry, false, retrypolicy.Ambiguous},
 		"a reset after the write is ambiguous":                          {errors.New("connection reset by peer"), firedNone, false, retrypolicy.Ambiguous},
-		"a certificate that does not verify is untrusted":               {&innerclient.PhaseError{Phase: innerclient.PhaseConnect, Err: innerclient.ErrUntrustedCertificate}, firedNone, false, retrypolicy.Untrusted},
-		"a malformed response is malformed":                             {innerclient.ErrMalformedResponse, firedNone, false, retrypolicy.Malformed},
+		"a certificate that does not verify is untrusted":               {&PhaseError{Phase: PhaseConnect, Err: ErrUntrustedCertificate}, firedNone, false, retrypolicy.Untrusted},
+		"a malformed response is malformed":                             {ErrMalformedResponse, firedNone, false, retrypolicy.Malformed},
 		"the caller gone during the handshake is canceled, not retried": {handshakeCut, firedNone, true, retrypolicy.Canceled},
 	}
 	for name, tc := range tests {

@@ -16,8 +16,8 @@ type ReplayMemory struct {
 // NewReplayMemory returns a cap of limit bytes.
 func NewReplayMemory(limit int64) *ReplayMemory { return &ReplayMemory{limit: limit} }
 
-// TryReserve reserves n bytes if they fit under the cap.
-func (m *ReplayMemory) TryReserve(n int64) bool {
+// tryReserve reserves n bytes if they fit under the cap.
+func (m *ReplayMemory) tryReserve(n int64) bool {
 	if m == nil {
 		return true
 	}
@@ -32,8 +32,8 @@ func (m *ReplayMemory) TryReserve(n int64) bool {
 	}
 }
 
-// Release gives back n reserved bytes.
-func (m *ReplayMemory) Release(n int64) {
+// release gives back n reserved bytes.
+func (m *ReplayMemory) release(n int64) {
 	if m != nil && n != 0 {
 		m.used.Add(-n)
 	}

@@ -21,16 +21,16 @@ func TestReplayMemory(t *testing.T) {
 	for i, s := range steps {
 		ok := true
 		if s.op == "reserve" {
-			ok = m.TryReserve(s.n)
+			ok = m.tryReserve(s.n)
 		} else {
-			m.Release(s.n)
+			m.release(s.n)
 		}
 		if ok != s.ok || m.InUse() != s.used {
 			t.Fatalf("step %d: %s %d = %v with %d in use; want %v with %d", i, s.op, s.n, ok, m.InUse(), s.ok, s.used)
 		}
 	}
 	var none *ReplayMemory
-	if !none.TryReserve(1 << 40) {
+	if !none.tryReserve(1 << 40) {
 		t.Fatal("a nil ReplayMemory refused a reservation; want no cap")
 	}
 }

@@ -12,11 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/admission"
 	"github.com/retrydev/retry-operator/internal/httpdate"
-	"github.com/retrydev/retry-operator/internal/innerclient"
+	"github.com/retrydev/retry-operator/internal/libhooks"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // Transport is an http.RoundTripper that applies a Policy to each request
@@ -30,9 +30,13 @@ import (
 // limiter, gate) is the Policy's Limits, so the sidecar swaps a new Set (after
 // Registry.Adopt) into Route without losing it.
 //
-// The deadline bounds each attempt up to its response headers and every wait;
-// the body of the response given back is not cut off by it (only by the
-// caller's own context), so a large download is not killed by a retry policy.
+// The deadline bounds each attempt up to its response headers, every wait and
+// every drain; the body of the response given back is not cut off by it (only
+// by the caller's own context), so a large download is not killed by a retry
+// policy. The one exception is a retryable answer given back (its status is
+// one the policy retries, but no retry follows): its first MaxDrainBytes are
+// read before it is returned, by the deadline, and one whose body stalls past
+// it ends deadline-exceeded (docs/retry-semantics.md#r9).
 //
 // All fields are optional except Route; set them before first use.
 type Transport struct {
@@ -54,8 +58,9 @@ type Transport struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Random returns numbers in [0, 1] for jitter; nil means math/rand/v2.
 	Random func() float64
-	// MaxDrainBytes bounds the drain of a retried response; 0 means
-	// 64 KiB, negative means do not drain.
+	// MaxDrainBytes bounds the drain of a retried response and the read
+	// ahead of a retryable one given back; 0 means 64 KiB, negative means
+	// neither.
 	MaxDrainBytes int64
 	// ReplayMemory caps the bytes all replay buffers hold at once; nil means no
 	// cap. A body that does not fit is streamed once, never replayed.
@@ -73,26 +78,28 @@ var (
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	return t.RoundTripPolicy(req, t.Policy(req))
-}
-
-// Policy is the policy Route picks for req, or nil.
-func (t *Transport) Policy(req *http.Request) *retrypolicy.Policy {
-	if t.Route == nil {
-		return nil
+	var p *retrypolicy.Policy
+	if t.Route != nil {
+		p = t.Route(req)
 	}
-	return t.Route(req)
+	return t.roundTripPolicy(req, p)
 }
 
-// RoundTripPolicy is RoundTrip with the policy already looked up (by Policy):
-// a caller that also acts on whether a request has one (pass-through
-// accounting) looks it up once and both act on the same answer.
-func (t *Transport) RoundTripPolicy(req *http.Request, p *retrypolicy.Policy) (*http.Response, error) {
+// roundTripPolicy is RoundTrip with the policy already looked up: the
+// sidecar's proxy and pkg/retryotel's Transport look it up once for their own
+// use too (libhooks.RoundTripPolicy).
+func (t *Transport) roundTripPolicy(req *http.Request, p *retrypolicy.Policy) (*http.Response, error) {
 	if p == nil {
 		return t.inner().RoundTrip(req)
 	}
 	c := &call{t: t, p: p, req: req, clk: t.clock()}
 	return c.run()
+}
+
+func init() {
+	libhooks.RoundTripPolicy = func(rt http.RoundTripper, req *http.Request, p *retrypolicy.Policy) (*http.Response, error) {
+		return rt.(*Transport).roundTripPolicy(req, p)
+	}
 }
 
 func (t *Transport) inner() http.RoundTripper {
@@ -165,7 +172,7 @@ type call struct {
 	vals     [3]string    // backing of X-Retry-Attempt (first attempt), -Outcome, -Attempts
 	fired    atomic.Int32 // a bound: the attempt's timer sets it from another goroutine
 	firedWhy bound        // fired, read once the attempt's headers or error arrived
-	ticket   admission.Ticket
+	ticket   limits.Ticket
 
 	// the returned response body
 	rc       io.ReadCloser
@@ -197,11 +204,11 @@ func (c *call) run() (*http.Response, error) {
 	if err := c.prepareBody(); err != nil {
 		return c.fail(retrypolicy.OutcomeUpstreamError, 0, err)
 	}
-	limits := c.p.Limits()
-	budget := limits.Budget()
+	lim := c.p.Limits()
+	budget := lim.Budget()
 
 	for n := 1; ; n++ {
-		admitted, resp, err, done := c.admit(ctx, limits, n)
+		admitted, resp, err, done := c.admit(ctx, lim, n)
 		if done {
 			return resp, err
 		}
@@ -233,6 +240,10 @@ func (c *call) run() (*http.Response, error) {
 			d = retrypolicy.Decision{Action: retrypolicy.Stop, Outcome: retrypolicy.OutcomeBudgetExhausted}
 		}
 		c.startHolds(&ev, resp, received, d) // pacing.go
+		if d.Action != retrypolicy.Retry && resp != nil && c.p.RetriesStatus(resp.StatusCode) && !c.readAhead(resp) {
+			d, err = c.answerLost(ctx, d, received, a)
+			resp = nil
+		}
 		c.observeAttempt(&ev, n, a, d)
 		if d.Action != retrypolicy.Retry {
 			if resp == nil {
@@ -252,6 +263,20 @@ func (c *call) run() (*http.Response, error) {
 			return c.fail(retrypolicy.OutcomeCanceled, n, err)
 		}
 	}
+}
+
+// answerLost is what a request ends with when the body of the retryable
+// answer it was to be given did not arrive (readAhead): canceled if the caller
+// left, else deadline-exceeded, not before the time decided at receipt (the
+// server's wait, or the local backoff).
+func (c *call) answerLost(ctx context.Context, d retrypolicy.Decision, received time.Time, a retrypolicy.Attempt) (retrypolicy.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return retrypolicy.Decision{Action: retrypolicy.Stop, Outcome: retrypolicy.OutcomeCanceled}, err
+	}
+	if d.Action != retrypolicy.Defer {
+		d.NotBefore = received.Add(c.p.Backoff().Delay(a.Number-1, a.Random))
+	}
+	return retrypolicy.Decision{Action: retrypolicy.Defer, Outcome: retrypolicy.OutcomeDeadlineExceeded, NotBefore: d.NotBefore}, errDeadline
 }
 
 // begin fixes what holds for every attempt of the logical request: its
@@ -286,7 +311,7 @@ func (c *call) begin(ctx context.Context) {
 // admit clears transmission n for sending (R7, R8, pacing): the caller is still
 // there, the upstream is not held, admission gave a slot within the deadline.
 // It returns the admission time, or done with what the request ends with.
-func (c *call) admit(ctx context.Context, limits *admission.Limits, n int) (admitted time.Time, resp *http.Response, err error, done bool) {
+func (c *call) admit(ctx context.Context, lim *limits.State, n int) (admitted time.Time, resp *http.Response, err error, done bool) {
 	// R8: the caller may have gone during the wait: nothing more is sent.
 	if err := ctx.Err(); err != nil {
 		resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
@@ -296,12 +321,12 @@ func (c *call) admit(ctx context.Context, limits *admission.Limits, n int) (admi
 		return time.Time{}, resp, err, true // the upstream is held (pacing.go)
 	}
 	now := c.clk.Now()
-	tk, ra, err := limits.Admit(ctx, c.clk, c.sleep, c.deadline.Sub(now)-c.p.Reserve())
+	tk, ra, err := lim.Admit(ctx, c.clk, c.sleep, c.deadline.Sub(now)-c.p.Reserve())
 	if err != nil {
 		switch {
-		case errors.Is(err, admission.ErrShed):
+		case errors.Is(err, limits.ErrShed):
 			resp, err = c.shed(n, ra)
-		case errors.Is(err, admission.ErrQuotaDenied):
+		case errors.Is(err, limits.ErrQuotaDenied):
 			resp, err = c.answerHeld(n, c.clk.Now().Add(ra)), nil
 		default:
 			resp, err = c.fail(retrypolicy.OutcomeCanceled, n-1, err)
@@ -462,7 +487,7 @@ func (c *call) endAttempt() {
 		c.cancel = nil
 	}
 	c.ticket.Release(c.clk.Now())
-	c.ticket = admission.Ticket{}
+	c.ticket = limits.Ticket{}
 }
 
 // classify says what became of an attempt without a response. An attempt
@@ -474,13 +499,13 @@ func (c *call) classify(ctx context.Context, err error) retrypolicy.ErrorClass {
 	switch {
 	case ctx.Err() != nil:
 		return retrypolicy.Canceled
-	case errors.Is(err, innerclient.ErrUntrustedCertificate):
+	case errors.Is(err, ErrUntrustedCertificate):
 		return retrypolicy.Untrusted
 	case nothingSent(err):
 		return retrypolicy.ConnectFailure
 	case c.firedWhy != firedNone:
 		return retrypolicy.Ambiguous // timed out: the request may have been written
-	case errors.Is(err, innerclient.ErrMalformedResponse):
+	case errors.Is(err, ErrMalformedResponse):
 		return retrypolicy.Malformed
 	}
 	return retrypolicy.Ambiguous
@@ -490,8 +515,8 @@ func (c *call) classify(ctx context.Context, err error) retrypolicy.ErrorClass {
 // written: the dial or the TLS handshake failed (tagged PhaseConnect or
 // PhaseTLS by the upstream client, or a dial or DNS error of any client).
 func nothingSent(err error) bool {
-	var pe *innerclient.PhaseError
-	if errors.As(err, &pe) && (pe.Phase == innerclient.PhaseConnect || pe.Phase == innerclient.PhaseTLS) {
+	var pe *PhaseError
+	if errors.As(err, &pe) && (pe.Phase == PhaseConnect || pe.Phase == PhaseTLS) {
 		return true
 	}
 	var dns *net.DNSError

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retrydev/retry-operator/internal/headertest"
-	"github.com/retrydev/retry-operator/internal/innerclient"
+	"github.com/retrydev/retry-operator/internal/testing/headertest"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/clock/clocktest"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // step is one scripted answer of the inner RoundTripper.
@@ -26,6 +26,11 @@ type step struct {
 	body   string
 	err    error
 	block  bool // wait for the attempt's context to end, then fail with its error
+	// After body, the body's reads fail with bodyErr, or with stall block until
+	// the attempt's context ends and fail with its error (saying so on
+	// scripted.stalled).
+	bodyErr error
+	stall   bool
 }
 
 // sent is what the inner RoundTripper saw of one transmission.
@@ -43,15 +48,36 @@ type scripted struct {
 	sent   []sent
 	bodies []*respBody
 	onSend func(n int) // called before answering transmission n (1-based)
+	// stalled receives once for each body that stalls (step.stall), as its
+	// read blocks; nil: not told.
+	stalled chan struct{}
 }
 
 type respBody struct {
 	r      *strings.Reader
 	closed bool
+	// once r is read: err, or a stall until ctx ends (told on stalled)
+	err     error
+	ctx     context.Context
+	stalled chan<- struct{}
 }
 
-func (b *respBody) Read(p []byte) (int, error) { return b.r.Read(p) }
-func (b *respBody) Close() error               { b.closed = true; return nil }
+func (b *respBody) Read(p []byte) (int, error) {
+	switch {
+	case b.r.Len() > 0 || (b.err == nil && b.ctx == nil):
+		return b.r.Read(p)
+	case b.ctx != nil:
+		if b.stalled != nil {
+			b.stalled <- struct{}{}
+			b.stalled = nil
+		}
+		<-b.ctx.Done()
+		return 0, b.ctx.Err()
+	}
+	return 0, b.err
+}
+
+func (b *respBody) Close() error { b.closed = true; return nil }
 
 func (s *scripted) RoundTrip(req *http.Request) (*http.Response, error) {
 	s.mu.Lock()
@@ -88,7 +114,10 @@ func (s *scripted) RoundTrip(req *http.Request) (*http.Response, error) {
 	for k, v := range st.header {
 		h[k] = append([]string(nil), v...)
 	}
-	rb := &respBody{r: strings.NewReader(st.body)}
+	rb := &respBody{r: strings.NewReader(st.body), err: st.bodyErr}
+	if st.stall {
+		rb.ctx, rb.stalled = req.Context(), s.stalled
+	}
 	s.mu.Lock()
 	s.bodies = append(s.bodies, rb)
 	s.mu.Unlock()
@@ -272,7 +301,7 @@ func TestTransportOutcomes(t *testing.T) {
 			wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeExhausted, wantAttempts: "2",
 		},
 		"an exhausted budget stops with the last upstream response": {
-			cfg:        func(c *retrypolicy.Config) { c.Budget = &retrypolicy.BudgetConfig{RetryPercent: 0} },
+			cfg:        func(c *retrypolicy.Config) { c.Budget = &limits.BudgetConfig{RetryPercent: 0} },
 			steps:      []step{{status: 503, body: "busy"}},
 			wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeBudgetExhausted, wantAttempts: "1",
 		},
@@ -478,7 +507,7 @@ func TestTransportTimeouts(t *testing.T) {
 // TestTransportShed covers R7 through the Transport: a full gate sheds at once
 // with a synthesized 503, and capacity returns only when the body is closed.
 func TestTransportShed(t *testing.T) {
-	p := compile(t, func(c *retrypolicy.Config) { c.Concurrency = &retrypolicy.ConcurrencyConfig{MaxInFlight: 1} })
+	p := compile(t, func(c *retrypolicy.Config) { c.Concurrency = &limits.ConcurrencyConfig{MaxInFlight: 1} })
 	h := newHarness(t, p, step{status: 200, body: "first"}, step{status: 200, body: "third"})
 	first, err := h.do(get(context.Background(), "http://payments.shop.svc/"))
 	if err != nil {
@@ -501,7 +530,7 @@ func TestTransportShed(t *testing.T) {
 
 func TestTransportRateLimitShedsWithTheTimeCapacityReturns(t *testing.T) {
 	p := compile(t, func(c *retrypolicy.Config) {
-		c.RateLimit = &retrypolicy.RateLimitConfig{RequestsPerSecond: 0.01, Burst: 1}
+		c.RateLimit = &limits.RateLimitConfig{RequestsPerSecond: 0.01, Burst: 1}
 	})
 	h := newHarness(t, p, step{status: 200})
 	if _, err := h.do(get(context.Background(), "http://payments.shop.svc/")); err != nil {
@@ -632,7 +661,7 @@ func TestTransportDeadlineWithoutAResponseCarriesNotBefore(t *testing.T) {
 // the request was sent is a headers timeout, and the *Error says so; a dial
 // that timed out is a connect timeout.
 func TestTransportTimeoutNamesItsPhase(t *testing.T) {
-	dialTimeout := &innerclient.PhaseError{Phase: innerclient.PhaseConnect, Err: &net.OpError{Op: "dial", Err: timeoutErr{}}}
+	dialTimeout := &PhaseError{Phase: PhaseConnect, Err: &net.OpError{Op: "dial", Err: timeoutErr{}}}
 	tests := map[string]struct {
 		step  step
 		phase Phase

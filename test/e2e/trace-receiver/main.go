@@ -20,7 +20,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 
-	"github.com/retrydev/retry-operator/internal/otlpreceiver"
+	"github.com/retrydev/retry-operator/internal/testing/otlpreceiver"
 )
 
 func main() {

@@ -1,0 +1,374 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/retrydev/retry-operator/internal/httpdate"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
+)
+
+// The data path of a gRPC call that may be retried: what the decision needs
+// and what makes a second attempt possible, with the decision itself left to
+// a grpcRetrier.
+//
+//	request   the app's messages are kept as they are sent (replayStream), up
+//	          to the policy's maxReplayBodyBytes; past it the call cannot be
+//	          sent again (grpcAttempt.Rewindable false)
+//	answer    headers and up to grpcHoldBytes of messages are held back
+//	          (holdBack) until the trailers arrive; an answer that outgrows
+//	          the hold is committed: passed to the app, never retried
+//	attempt   each carries x-retry-attempt: N and, when the app sent
+//	          grpc-timeout, the time left as its own grpc-timeout
+//	app gone  the app's reset ends the call at once: nothing more is sent
+
+// grpcRetrier decides the attempts of the gRPC calls of policies. Retries
+// and Decide must be safe for concurrent use.
+type grpcRetrier interface {
+	// Retries reports whether a call to out under pol may ever be sent
+	// twice (pol retries some grpc-status, or a refused stream). Only those
+	// calls are held back and kept for replay; every other is streamed as
+	// one attempt.
+	Retries(pol *retrypolicy.Policy, out *http.Request) bool
+	// Decide is asked after every attempt of such a call whose answer ended
+	// before anything of it reached the app.
+	Decide(ctx context.Context, pol *retrypolicy.Policy, out *http.Request, a grpcAttempt) grpcVerdict
+}
+
+// grpcAttempt is how an attempt ended.
+type grpcAttempt struct {
+	N int // 1 for the first attempt
+	// Err: no status came (a connect failure, a refused or reset stream, an
+	// answer cut off before its trailers); Status and Pushback are empty.
+	Err error
+	// Status is grpc-status ("" for an answer without one, e.g. an HTTP 503
+	// from something that is not a gRPC server); Pushback is
+	// grpc-retry-pushback-ms as sent ("" when absent).
+	Status, Pushback string
+	// HTTPStatus is the answer's HTTP status; 0 with Err.
+	HTTPStatus int
+	// ConnectFailure: Err is a failed dial or TLS handshake, nothing was
+	// sent. Refused: the upstream refused the stream unprocessed
+	// (REFUSED_STREAM, or past a GOAWAY), on a cleartext upstream.
+	ConnectFailure, Refused bool
+	// Rewindable: every message the app sent so far is kept, so the call can
+	// be sent again.
+	Rewindable bool
+}
+
+// grpcVerdict is a grpcRetrier's word on an attempt.
+type grpcVerdict struct {
+	// Again: send the call again after Wait.
+	Again bool
+	Wait  time.Duration
+	// Outcome is x-retry-outcome when the call ends here; NotBefore, if set,
+	// is sent as x-retry-not-before (deferred, deadline-exceeded).
+	Outcome   retrypolicy.Outcome
+	NotBefore time.Time
+}
+
+// grpcHoldBytes is how much of an answer is held back while its trailers may
+// still ask for a retry.
+const grpcHoldBytes = 64 << 10
+
+// forwardRetrying makes the attempts of a call the retrier may retry and
+// relays the last one's answer.
+func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Request, pol *retrypolicy.Policy) {
+	ctx := out.Context()
+	var replay *replayStream
+	if out.Body != nil {
+		replay = newReplayStream(out.Body, int(pol.MaxReplayBodyBytes()))
+		defer replay.Close()
+	}
+	_, sentTimeout := r.Header["Grpc-Timeout"]
+	for n := 1; ; n++ {
+		a := out.WithContext(ctx)
+		a.Header = out.Header.Clone()
+		a.Header[retryhttp.HeaderAttempt] = []string{itoa(n)}
+		if deadline, ok := ctx.Deadline(); ok && sentTimeout {
+			a.Header["Grpc-Timeout"] = []string{formatGRPCTimeout(time.Until(deadline))}
+		}
+		if replay != nil {
+			a.Body = replay.attempt()
+		}
+		att, held := g.attempt(a, n, replay)
+		if held != nil && !held.complete { // outgrew the hold: committed
+			if replay != nil {
+				replay.commit()
+			}
+			defer held.resp.Body.Close()
+			g.relay(w, r, ctx, held, grpcOutcome, n)
+			return
+		}
+		v := g.retry.Decide(ctx, pol, a, att)
+		if v.Again && (att.Rewindable || replay == nil) && r.Context().Err() == nil {
+			if held != nil {
+				held.resp.Body.Close()
+			}
+			if sleepCtx(ctx, v.Wait) {
+				continue
+			}
+			v = grpcVerdict{Outcome: retrypolicy.OutcomeDeadlineExceeded}
+			if r.Context().Err() != nil {
+				return // the app is gone: nothing more is sent or answered
+			}
+		}
+		g.finish(w, r, ctx, pol, held, att, v, n)
+		return
+	}
+}
+
+// attempt sends a, the n-th attempt, and holds back its answer.
+func (g *grpcForwarder) attempt(a *http.Request, n int, replay *replayStream) (grpcAttempt, *heldAnswer) {
+	resp, err := g.roundTrip(a) //nolint:bodyclose // holdBack takes the body: the held answer closes it or passes it on
+	att := grpcAttempt{N: n, Err: err, Rewindable: replay == nil || replay.rewindable()}
+	if err != nil {
+		var pe *retryhttp.PhaseError
+		att.ConnectFailure = errors.As(err, &pe) && (pe.Phase == retryhttp.PhaseConnect || pe.Phase == retryhttp.PhaseTLS)
+		att.Refused = errors.Is(err, errUnprocessed)
+		return att, nil
+	}
+	held := holdBack(resp)
+	att.Rewindable = replay == nil || replay.rewindable()
+	if !held.complete {
+		return att, held
+	}
+	if held.err != nil {
+		att.Err = held.err
+		return att, held
+	}
+	att.HTTPStatus = resp.StatusCode
+	att.Status = grpcStatusOf(resp)
+	if v, ok := resp.Header["Grpc-Retry-Pushback-Ms"]; ok && len(v) > 0 {
+		att.Pushback = v[0]
+	} else {
+		att.Pushback = resp.Trailer.Get("Grpc-Retry-Pushback-Ms")
+	}
+	return att, held
+}
+
+// finish answers the call with its last attempt: the upstream's held answer,
+// or the sidecar's own when there was none.
+func (g *grpcForwarder) finish(w http.ResponseWriter, r *http.Request, ctx context.Context, pol *retrypolicy.Policy,
+	held *heldAnswer, att grpcAttempt, v grpcVerdict, n int) {
+	if !v.NotBefore.IsZero() {
+		prefix := http.TrailerPrefix
+		if held == nil || held.err != nil {
+			prefix = "" // a Trailers-Only answer of the sidecar's own
+		} else if _, trailersOnly := held.resp.Header["Grpc-Status"]; trailersOnly {
+			prefix = ""
+		}
+		w.Header()[prefix+retryhttp.HeaderNotBefore] = []string{httpdate.Format(v.NotBefore)}
+	}
+	if held == nil || held.err != nil {
+		if held != nil {
+			held.resp.Body.Close()
+		}
+		g.answerError(w, r, ctx, pol, n, v.Outcome, att.Err)
+		return
+	}
+	defer held.resp.Body.Close()
+	g.relay(w, r, ctx, held, func(*http.Response) retrypolicy.Outcome { return v.Outcome }, n)
+}
+
+// heldAnswer is an upstream answer with what was read of its body: all of it
+// (complete, trailers in resp.Trailer), or the first grpcHoldBytes and more.
+type heldAnswer struct {
+	resp     *http.Response
+	data     []byte
+	complete bool
+	err      error // the body broke off before its end
+}
+
+// holdBack reads resp's body until its end or past grpcHoldBytes.
+func holdBack(resp *http.Response) *heldAnswer {
+	h := &heldAnswer{resp: resp}
+	buf := make([]byte, 16<<10)
+	for len(h.data) <= grpcHoldBytes {
+		n, err := resp.Body.Read(buf)
+		h.data = append(h.data, buf[:n]...)
+		if err == io.EOF {
+			h.complete = true
+			return h
+		}
+		if err != nil {
+			h.complete, h.err = true, err
+			return h
+		}
+	}
+	return h
+}
+
+// formatGRPCTimeout writes d as a grpc-timeout: whole units, rounded up, in
+// the finest unit that fits 8 digits; at least 1n.
+//
+//	1500ms → 1500000u   90s → 90000000u   3h → 10800000m   0 → 1n
+func formatGRPCTimeout(d time.Duration) string {
+	if d <= 0 {
+		return "1n"
+	}
+	for _, u := range []struct {
+		unit time.Duration
+		c    string
+	}{{time.Nanosecond, "n"}, {time.Microsecond, "u"}, {time.Millisecond, "m"}, {time.Second, "S"}, {time.Minute, "M"}} {
+		if n := (d + u.unit - 1) / u.unit; n <= 99999999 {
+			return itoa(int(n)) + u.c
+		}
+	}
+	return itoa(int((d+time.Hour-1)/time.Hour)) + "H"
+}
+
+// replayStream is the app's request stream as the attempts read it: one
+// goroutine (pump) reads the app, every attempt reads from the start of what
+// was kept. Memory is bounded by limit: while the stream is no longer, all of
+// it is kept and any attempt can start over; past it, only the attempt
+// reading can go on, and what it has read is dropped. An attempt superseded
+// by the next reads nothing more.
+type replayStream struct {
+	src   io.ReadCloser
+	limit int
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	buf     []byte // the stream from offset base on
+	base    int    // > 0 once the stream outgrew limit: no attempt can start over
+	end     error  // how src ended (io.EOF or its error), once it did
+	gen     int    // the attempt reading now
+	pos     int    // how far it has read
+	closed  bool
+	pumping bool
+}
+
+func newReplayStream(src io.ReadCloser, limit int) *replayStream {
+	s := &replayStream{src: src, limit: max(limit, 0)}
+	s.cond.L = &s.mu
+	return s
+}
+
+// rewindable reports whether nothing of the stream was dropped.
+func (s *replayStream) rewindable() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.base == 0 && len(s.buf) <= s.limit
+}
+
+// attempt is the body of the next attempt, from the start of the stream.
+func (s *replayStream) attempt() io.ReadCloser {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	s.pos = 0
+	s.cond.Broadcast() // the attempt before reads no more
+	return &replayReader{s: s, gen: s.gen}
+}
+
+// commit gives up every later attempt: what the attempt reading has read is
+// dropped from now on.
+func (s *replayStream) commit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit = 0
+	s.trim()
+}
+
+// Close ends the stream: the app's body is closed and no attempt reads more.
+func (s *replayStream) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	return s.src.Close()
+}
+
+// pump reads the app's stream into buf, at most limit bytes ahead of the
+// attempt reading, until its end.
+func (s *replayStream) pump() {
+	chunk := make([]byte, 16<<10)
+	for {
+		s.mu.Lock()
+		for !s.closed && s.base+len(s.buf)-s.pos >= max(s.limit, len(chunk)) {
+			s.cond.Wait()
+		}
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return
+		}
+		n, err := s.src.Read(chunk)
+		s.mu.Lock()
+		s.buf = append(s.buf, chunk[:n]...)
+		s.trim()
+		if err != nil {
+			s.end = err
+		}
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// trim drops what the attempt reading has read once the stream outgrew
+// limit; s.mu held.
+func (s *replayStream) trim() {
+	if s.base == 0 && len(s.buf) <= s.limit {
+		return
+	}
+	cut := s.pos - s.base
+	s.buf = append(s.buf[:0], s.buf[cut:]...)
+	s.base = s.pos
+}
+
+var errSuperseded = errors.New("retry-sidecar: the request stream went to a later attempt")
+
+// replayReader is one attempt's view of a replayStream.
+type replayReader struct {
+	s      *replayStream
+	gen    int
+	off    int
+	closed bool
+}
+
+func (r *replayReader) Read(p []byte) (int, error) {
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		switch {
+		case r.closed || s.closed || r.gen != s.gen:
+			return 0, errSuperseded
+		case r.off < s.base:
+			return 0, errSuperseded // dropped: this attempt cannot start over
+		case r.off < s.base+len(s.buf):
+			n := copy(p, s.buf[r.off-s.base:])
+			r.off += n
+			s.pos = r.off
+			s.trim()
+			s.cond.Broadcast() // room for the pump
+			return n, nil
+		case s.end != nil:
+			return 0, s.end
+		}
+		if !s.pumping {
+			s.pumping = true
+			go s.pump()
+		}
+		s.cond.Wait()
+	}
+}
+
+// Close ends this attempt's reading; the app's stream stays open for the
+// next.
+func (r *replayReader) Close() error {
+	r.s.mu.Lock()
+	r.closed = true
+	r.s.cond.Broadcast()
+	r.s.mu.Unlock()
+	return nil
+}
