@@ -83,14 +83,16 @@ func (g *Gate) Acquire(ctx context.Context, clk clock.Clock, maxWait time.Durati
 		g.mu.Unlock()
 		return ra, ErrShed
 	}
+	// The queue wait starts, and its timer is armed, before the waiter is
+	// visible: a Release seen by another goroutine as soon as Queued counts
+	// this waiter must not land before the wait began (it would read 0).
+	queued := clk.Now()
+	t := clk.NewTimer(wait)
+	defer t.Stop()
 	w := &waiter{ch: make(chan struct{})}
 	g.queue = append(g.queue, w)
 	g.queued++
 	g.mu.Unlock()
-
-	queued := clk.Now()
-	t := clk.NewTimer(wait)
-	defer t.Stop()
 	var err error
 	select {
 	case <-w.ch:

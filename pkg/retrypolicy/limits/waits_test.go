@@ -77,3 +77,37 @@ func TestAdmitNamesEachWaitByItsGate(t *testing.T) {
 		})
 	}
 }
+
+// slowClock reads the time only after a real pause, as a descheduled
+// goroutine would: a wait measured from a read made after the waiter became
+// visible would miss what happened meanwhile.
+type slowClock struct{ *clocktest.Clock }
+
+func (c slowClock) Now() time.Time { time.Sleep(5 * time.Millisecond); return c.Clock.Now() }
+
+// The queue wait starts when the caller queues, not when its goroutine next
+// runs: a Release as soon as Queued reports the waiter still counts the
+// whole wait (it read 0 in 1 CI run, under load, when the time was read after
+// the waiter became visible).
+func TestAQueueWaitCountsFromTheMomentTheCallerQueued(t *testing.T) {
+	const held = 40 * time.Millisecond
+	clk := slowClock{clocktest.NewClock(now)}
+	g := NewGate(ConcurrencyConfig{MaxInFlight: 1, MaxQueued: 1, QueueTimeout: time.Minute})
+	if !g.TryAcquire() {
+		t.Fatal("the one slot could not be taken")
+	}
+	waited := make(chan time.Duration, 1)
+	go func() {
+		d, err := g.Acquire(context.Background(), clk, time.Hour)
+		if err != nil {
+			t.Errorf("Acquire: %v", err)
+		}
+		waited <- d
+	}()
+	clocktest.WaitFor(t, "a queued waiter", func() bool { return g.Queued() == 1 })
+	clk.Advance(held)
+	g.Release(held)
+	if got := <-waited; got != held {
+		t.Errorf("queue wait = %v, want %v", got, held)
+	}
+}
