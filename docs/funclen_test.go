@@ -44,7 +44,6 @@ var longFuncsAllowed = map[string]string{
 	"internal/manager/manager_test.go harness.testSidecarLeastPrivilege":                                "a scenario against a real server (envtest, Redis), read top to bottom",        // 95 lines
 	"internal/manager/tls_envtest_test.go harness.testTLS":                                              "a scenario against a real server (envtest, Redis), read top to bottom",        // 85 lines
 	"internal/quota/fleet_test.go fleetRun":                                                             "a scenario against a real server (envtest, Redis), read top to bottom",        // 104 lines
-	"internal/quota/quotatest/leases.go Cases":                                                          "a table test: its cases are most of its length",                               // 81 lines
 	"internal/sidecar/grpcretry_test.go TestGRPCRetryDataPath":                                          "a table test: its cases are most of its length",                               // 81 lines
 	"internal/sidecar/h1client/client_test.go TestExchanges":                                            "a table test: its cases are most of its length",                               // 132 lines
 	"internal/sidecar/transparent_test.go TestTransparent":                                              "a table test: its cases are most of its length",                               // 90 lines
