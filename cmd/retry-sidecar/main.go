@@ -123,4 +123,5 @@ func bindFlags(fs *flag.FlagSet, o *sidecar.Options, files *listFlag, logLevel *
 	fs.StringVar(&o.ReadyFile, "ready-file", "", "write {\"listen\",\"admin\",\"transparent\",\"stats\",\"pid\"} as JSON here once listening (useful with port 0)")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.BoolVar(&o.FastPath, "http1-fast-path", o.FastPath, "serve the app's plain HTTP/1.1 requests without net/http.Server's per-request work; anything else is still served by net/http.Server (docs/performance.md#the-app-side-server)")
+	fs.BoolVar(&o.HTTP1UpstreamClient, "http1-upstream-client", o.HTTP1UpstreamClient, "send plain HTTP/1.1 attempts with the sidecar's own client; false: with net/http's Transport (docs/performance.md#the-upstream-client)")
 }

@@ -34,6 +34,14 @@ func TestParseOptions(t *testing.T) {
 				}
 			},
 		},
+		"--http1-upstream-client is on by default, and false turns it off": {
+			args: []string{"--http1-upstream-client=false"}, wantOK: true,
+			check: func(t *testing.T, o sidecar.Options) {
+				if o.HTTP1UpstreamClient || !sidecar.DefaultOptions().HTTP1UpstreamClient {
+					t.Errorf("HTTP1UpstreamClient = %v, default %v; want false, true", o.HTTP1UpstreamClient, sidecar.DefaultOptions().HTTP1UpstreamClient)
+				}
+			},
+		},
 		"an unknown log level is a usage error": {
 			args: []string{"--log-level=loud"}, wantStderr: "retry-sidecar: --log-level: ",
 		},

@@ -138,6 +138,28 @@ var keywords = map[string]bool{
 	"topk": true, "bottomk": true, "quantile": true, "count_values": true, "group": true,
 }
 
+// isStart and isPart tell the bytes that start and continue a PromQL name.
+func isStart(c byte) bool {
+	return c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+func isPart(c byte) bool { return isStart(c) || c >= '0' && c <= '9' }
+
+// endOfString is the index of the quote that ends the string literal
+// opening at expr[i] (backslash escapes, except in a backquoted one).
+func endOfString(expr string, i int) (int, error) {
+	c := expr[i]
+	j := i + 1
+	for ; j < len(expr) && expr[j] != c; j++ {
+		if expr[j] == '\\' && c != '`' {
+			j++
+		}
+	}
+	if j >= len(expr) {
+		return 0, fmt.Errorf("unterminated string at %d", i)
+	}
+	return j, nil
+}
+
 // metricNames parses a PromQL expression far enough to list the metric names
 // it selects, in order of appearance, each once (Grafana's label_values
 // included): it checks that strings are
@@ -159,21 +181,14 @@ func metricNames(expr string) ([]string, error) {
 		skipTo = -1 // depth below which identifiers count again
 	)
 	closing := map[byte]byte{')': '(', '}': '{', ']': '['}
-	isStart := func(c byte) bool { return c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
-	isPart := func(c byte) bool { return isStart(c) || c >= '0' && c <= '9' }
 	skipLabels := false // the next '(' opens a label list
 	for i := 0; i < len(expr); i++ {
 		c := expr[i]
 		switch {
 		case c == '"' || c == '\'' || c == '`':
-			j := i + 1
-			for ; j < len(expr) && expr[j] != c; j++ {
-				if expr[j] == '\\' && c != '`' {
-					j++
-				}
-			}
-			if j >= len(expr) {
-				return nil, fmt.Errorf("unterminated string at %d", i)
+			j, err := endOfString(expr, i)
+			if err != nil {
+				return nil, err
 			}
 			i = j
 		case c == '(' || c == '{' || c == '[':

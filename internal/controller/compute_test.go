@@ -28,24 +28,30 @@ func pol(name string, ageSec int, gen int64, sel map[string]string, hosts ...str
 	return p
 }
 
-func TestCompute(t *testing.T) {
-	type want struct {
-		accepted, programmed, ready string // "True/Valid" form
-		upstreams, selected         int32
-		renderedGen                 int64
-	}
+// computeWant is what TestCompute expects of one policy's status.
+type computeWant struct {
+	accepted, programmed, ready string // "True/Valid" form
+	upstreams, selected         int32
+	renderedGen                 int64
+}
+
+// computeCase is one case of TestCompute.
+type computeCase struct {
+	in       Input
+	want     map[string]computeWant
+	rendered []string
+	messages map[string]string // Accepted message by policy, when checked
+}
+
+// computeCases are the cases of TestCompute.
+func computeCases(t *testing.T) map[string]computeCase {
 	invalid := pol("p", 0, 2, nil, "Bad.Host")
 	prevGood := policyset.Policy{Namespace: "ns", Name: "p", Generation: 1,
 		Upstreams: []policyset.Upstream{renderedUpstream(t, v1alpha1.Upstream{Name: "u", Hosts: []string{"good.svc"}}, 0)}}
-	tests := map[string]struct {
-		in       Input
-		want     map[string]want
-		rendered []string
-		messages map[string]string // Accepted message by policy, when checked
-	}{
+	return map[string]computeCase{
 		"a valid policy alone is accepted and rendered": {
 			in:       Input{Policies: []v1alpha1.RetryPolicy{pol("a", 0, 1, nil, "a.svc")}},
-			want:     map[string]want{"a": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}},
+			want:     map[string]computeWant{"a": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}},
 			rendered: []string{"a"},
 		},
 		"the newer of two policies with a shared host and overlapping selectors gets Conflict": {
@@ -53,13 +59,13 @@ func TestCompute(t *testing.T) {
 				pol("newer", 10, 1, map[string]string{"tier": "web"}, "x.svc"),
 				pol("older", 0, 1, map[string]string{"app": "web"}, "x.svc", "y.svc"),
 			}},
-			want:     map[string]want{"older": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}, "newer": {"False/Conflict", "False/NotRendered", "False/Conflict", 1, 0, 0}},
+			want:     map[string]computeWant{"older": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}, "newer": {"False/Conflict", "False/NotRendered", "False/Conflict", 1, 0, 0}},
 			rendered: []string{"older"},
 			messages: map[string]string{"newer": `host "x.svc" is already claimed by RetryPolicy "older" (older) for pods both policies select; the older policy wins`},
 		},
 		"with equal creation times the name decides": {
 			in:       Input{Policies: []v1alpha1.RetryPolicy{pol("b", 0, 1, nil, "x.svc"), pol("a", 0, 1, nil, "x.svc")}},
-			want:     map[string]want{"a": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}, "b": {"False/Conflict", "False/NotRendered", "False/Conflict", 1, 0, 0}},
+			want:     map[string]computeWant{"a": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}, "b": {"False/Conflict", "False/NotRendered", "False/Conflict", 1, 0, 0}},
 			rendered: []string{"a"},
 		},
 		"a shared host with disjoint selectors is no conflict": {
@@ -67,23 +73,23 @@ func TestCompute(t *testing.T) {
 				pol("a", 0, 1, map[string]string{"app": "a"}, "x.svc"),
 				pol("b", 1, 1, map[string]string{"app": "b"}, "x.svc"),
 			}},
-			want:     map[string]want{"a": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}, "b": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}},
+			want:     map[string]computeWant{"a": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}, "b": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 0, 1}},
 			rendered: []string{"a", "b"},
 		},
 		"an invalid new generation keeps the last accepted rendering": {
 			in:       Input{Policies: []v1alpha1.RetryPolicy{invalid}, Previous: policyset.Document{Version: 1, Policies: []policyset.Policy{prevGood}}},
-			want:     map[string]want{"p": {"False/Invalid", "True/Rendered", "False/Invalid", 1, 0, 1}},
+			want:     map[string]computeWant{"p": {"False/Invalid", "True/Rendered", "False/Invalid", 1, 0, 1}},
 			rendered: []string{"p"},
 			messages: map[string]string{"p": `spec.upstreams[0].hosts[0]: Invalid value: "Bad.Host": must be lower-case (bad.host); must be "host", "host:port", an IP literal ("10.0.0.7", "[fd00::7]:8080") or "*.suffix", lower-case; generation 1, the last accepted, stays in force`},
 		},
 		"an invalid policy never accepted is not rendered": {
 			in:   Input{Policies: []v1alpha1.RetryPolicy{invalid}},
-			want: map[string]want{"p": {"False/Invalid", "False/NotRendered", "False/Invalid", 1, 0, 0}},
+			want: map[string]computeWant{"p": {"False/Invalid", "False/NotRendered", "False/Invalid", 1, 0, 0}},
 		},
 		"the kept rendering of an invalid policy still wins conflicts by age": {
 			in: Input{Policies: []v1alpha1.RetryPolicy{invalid, pol("later", 5, 1, nil, "good.svc")},
 				Previous: policyset.Document{Version: 1, Policies: []policyset.Policy{prevGood}}},
-			want:     map[string]want{"p": {"False/Invalid", "True/Rendered", "False/Invalid", 1, 0, 1}, "later": {"False/Conflict", "False/NotRendered", "False/Conflict", 1, 0, 0}},
+			want:     map[string]computeWant{"p": {"False/Invalid", "True/Rendered", "False/Invalid", 1, 0, 1}, "later": {"False/Conflict", "False/NotRendered", "False/Conflict", 1, 0, 0}},
 			rendered: []string{"p"},
 		},
 		"a policy being deleted is neither rendered nor given a status": {
@@ -92,7 +98,7 @@ func TestCompute(t *testing.T) {
 				p.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
 				return p
 			}()}},
-			want: map[string]want{},
+			want: map[string]computeWant{},
 		},
 		"upstreamCount counts every upstream of the newest generation, not only the first": {
 			in: Input{Policies: []v1alpha1.RetryPolicy{func() v1alpha1.RetryPolicy {
@@ -100,7 +106,7 @@ func TestCompute(t *testing.T) {
 				p.Spec.Upstreams = append(p.Spec.Upstreams, v1alpha1.Upstream{Name: "v", Hosts: []string{"b.svc"}}, v1alpha1.Upstream{Name: "w", Hosts: []string{"c.svc"}})
 				return p
 			}()}},
-			want:     map[string]want{"three": {"True/Valid", "True/Rendered", "True/Reconciled", 3, 0, 1}},
+			want:     map[string]computeWant{"three": {"True/Valid", "True/Rendered", "True/Reconciled", 3, 0, 1}},
 			rendered: []string{"three"},
 		},
 		"selectedPods counts ready pods the selector selects": {
@@ -110,10 +116,14 @@ func TestCompute(t *testing.T) {
 					{Labels: map[string]string{"app": "web"}, Ready: false},
 					{Labels: map[string]string{"app": "db"}, Ready: true},
 				}},
-			want:     map[string]want{"a": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 1, 1}, "all": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 2, 1}},
+			want:     map[string]computeWant{"a": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 1, 1}, "all": {"True/Valid", "True/Rendered", "True/Reconciled", 1, 2, 1}},
 			rendered: []string{"a", "all"},
 		},
 	}
+}
+
+func TestCompute(t *testing.T) {
+	tests := computeCases(t)
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			out, err := Compute(tc.in)
@@ -125,7 +135,7 @@ func TestCompute(t *testing.T) {
 			}
 			for p, w := range tc.want {
 				st := out.Status[p]
-				got := want{string(st.Accepted.Status) + "/" + st.Accepted.Reason, string(st.Programmed.Status) + "/" + st.Programmed.Reason,
+				got := computeWant{string(st.Accepted.Status) + "/" + st.Accepted.Reason, string(st.Programmed.Status) + "/" + st.Programmed.Reason,
 					string(st.Ready.Status) + "/" + st.Ready.Reason, st.UpstreamCount, st.SelectedPods, st.RenderedGeneration}
 				if got != w {
 					t.Errorf("%s: got %+v, want %+v", p, got, w)
@@ -144,7 +154,7 @@ func TestCompute(t *testing.T) {
 				t.Errorf("rendered %v, want %v", names, tc.rendered)
 			}
 			if len(tc.rendered) == 0 && out.Data != nil {
-				t.Errorf("Data = %s, want nil (ConfigMap must not exist)", out.Data)
+				t.Errorf("Data = %s, computeWant nil (ConfigMap must not exist)", out.Data)
 			}
 		})
 	}

@@ -9,11 +9,10 @@ import (
 )
 
 // Credentials are a Redis ACL user and its password: the content of the
-// per-namespace Secret v1alpha1.QuotaCredentialsSecretName (key
-// v1alpha1.QuotaCredentialsSecretKey) and of the sidecar's
-// --quota-credentials-file. The text form is two lines (docs/quota.md):
+// sidecar's --quota-credentials-file, which a SharedQuota of a policy file
+// reaches its store with (docs/quota.md). The text form is two lines:
 //
-//	username: retry-operator:ns:shop
+//	username: payments-sidecars
 //	password: 4f1c…
 //
 // Blank lines and lines starting with # are ignored; the username defaults to

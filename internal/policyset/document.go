@@ -2,6 +2,13 @@
 // versioned JSON document the manager renders into each namespace's
 // retry-policies ConfigMap, and the sidecar's way of turning that document (or
 // RetryPolicy YAML files) into the compiled policies that apply to one pod.
+// One job a file:
+//
+//	document.go, wire.go, render.go   the wire format: the Document, its versions, Marshal and Unmarshal
+//	load.go                           RetryPolicy YAML files read into a Document (the standalone sidecar)
+//	compile.go                        the sidecar's compile: Select, Compile, ToConfig, Names
+//	share.go                          the share maths: one pod's part of a fleet-wide rate limit
+//	quota.go, credentials.go, tls.go  SharedQuotas, store credentials and CA bundles in the Document
 package policyset
 
 import (

@@ -128,20 +128,3 @@ func RenderUpstream(u v1alpha1.Upstream, readyPods int32) (Upstream, error) {
 	}
 	return out, nil
 }
-
-// PodShare is requestsPerMinute / max(1, pods): what one sidecar may start so
-// that all of them together stay inside one account quota. With no ready pod the
-// first one to become ready gets the whole quota rather than nothing.
-func PodShare(requestsPerMinute, pods int32) float64 {
-	return float64(requestsPerMinute) / float64(max(1, pods))
-}
-
-// PodBurst is ceil(burst / max(1, pods)), at least 1: the fleet together never
-// starts more than burst (plus at most one per pod for the rounding) at once,
-// and no pod is left unable to start anything.
-//
-//	burst 3, pods 4 -> 1    burst 5, pods 2 -> 3    burst 10, pods 5 -> 2    burst 3, pods 0 -> 3
-func PodBurst(burst, pods int32) int32 {
-	n := max(1, pods)
-	return max(1, (burst+n-1)/n)
-}

@@ -13,128 +13,131 @@ import (
 // rlNow is 2026-05-01 12:00:00Z, Unix 1777636800.
 var rlNow = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
+// parseRateLimitCases are the cases of TestParseRateLimit.
+var parseRateLimitCases = map[string]struct {
+	header http.Header
+	want   Hint
+}{
+	"no rate-limit header gives no hint": {
+		header: headertest.Of("Content-Type", "text/plain"),
+		want:   Hint{Remaining: -1},
+	},
+	"the structured form with r=0 and t=30 holds for 30s": {
+		header: headertest.Of("RateLimit", `"default";r=0;t=30`),
+		want:   Hint{Form: FormStructured, Remaining: 0, Reset: 30 * time.Second, HasReset: true},
+	},
+	"the structured form with quota left does not hold": {
+		header: headertest.Of("RateLimit", `"default";r=50;t=30`),
+		want:   Hint{Form: FormStructured, Remaining: 50},
+	},
+	"a token name and extra parameters are accepted": {
+		header: headertest.Of("RateLimit", `day;r=0;t=3600;pk=:cGsx:;x=?1;y=1.5`),
+		want:   Hint{Form: FormStructured, Remaining: 0, Reset: time.Hour, HasReset: true},
+	},
+	"of several policies the exhausted one with the latest reset decides": {
+		header: headertest.Of("RateLimit", `"burst";r=5;t=1, "day";r=0;t=60,"hour";r=0;t=20`),
+		want:   Hint{Form: FormStructured, Remaining: 0, Reset: time.Minute, HasReset: true},
+	},
+	"a 15-digit t saturates instead of overflowing": {
+		header: headertest.Of("RateLimit", `"default";r=0;t=999999999999999`),
+		want:   Hint{Form: FormStructured, Remaining: 0, Reset: maxDelay, HasReset: true},
+	},
+	"a repeated parameter: the last one wins": {
+		header: headertest.Of("RateLimit", `"default";r=0;t=5;t=9`),
+		want:   Hint{Form: FormStructured, Remaining: 0, Reset: 9 * time.Second, HasReset: true},
+	},
+	"an exhausted item without t takes w of the same policy in RateLimit-Policy": {
+		header: headertest.Of("RateLimit", `"default";r=0`, "RateLimit-Policy", `"other";q=5;w=10, "default";q=100;w=60`),
+		want:   Hint{Form: FormStructured, Remaining: 0, Reset: time.Minute, HasReset: true},
+	},
+	"a policy of another name, or a token of the same text, is not used": {
+		header: headertest.Of("RateLimit", `"default";r=0`, "RateLimit-Policy", `default;q=100;w=60, "defaults";w=9`),
+		want:   Hint{Form: FormStructured, Remaining: 0},
+	},
+	"escaped policy names compare by content": {
+		header: headertest.Of("RateLimit", `"a\"b";r=0`, "RateLimit-Policy", `"a\"b";q=1;w=7`),
+		want:   Hint{Form: FormStructured, Remaining: 0, Reset: 7 * time.Second, HasReset: true},
+	},
+	"a malformed RateLimit-Policy is ignored and reported": {
+		header: headertest.Of("RateLimit", `"default";r=0`, "RateLimit-Policy", `"default";w=-1`),
+		want:   Hint{Form: FormStructured, Remaining: 0, Malformed: "Ratelimit-Policy", Reason: "not-a-non-negative-integer"},
+	},
+	"a decimal reset is malformed": {
+		header: headertest.Of("RateLimit", `"default";r=0;t=30.5`),
+		want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "not-a-non-negative-integer"},
+	},
+	"a negative remaining is malformed": {
+		header: headertest.Of("RateLimit", `"default";r=-1;t=30`),
+		want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "not-a-non-negative-integer"},
+	},
+	"an item without r is malformed": {
+		header: headertest.Of("RateLimit", `"default";t=30`),
+		want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "missing-r"},
+	},
+	"the older dictionary form is not a List and is malformed": {
+		header: headertest.Of("RateLimit", `limit=100, remaining=0, reset=30`),
+		want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "structured-field-syntax"},
+	},
+	"a trailing comma is malformed": {
+		header: headertest.Of("RateLimit", `"default";r=0;t=30,`),
+		want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "structured-field-syntax"},
+	},
+	"an inner list is refused": {
+		header: headertest.Of("RateLimit", `("a" "b");r=0;t=30`),
+		want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "unsupported-member"},
+	},
+	"a malformed RateLimit falls back to the X- headers": {
+		header: headertest.Of("RateLimit", `r=0;t=30,`, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "4"),
+		want:   Hint{Form: FormX, Remaining: 0, Reset: 4 * time.Second, HasReset: true, Malformed: "Ratelimit", Reason: "structured-field-syntax"},
+	},
+	"RateLimit-Remaining and -Reset, delta seconds": {
+		header: headertest.Of("RateLimit-Remaining", "0", "RateLimit-Reset", " 30 "),
+		want:   Hint{Form: FormSplit, Remaining: 0, Reset: 30 * time.Second, HasReset: true},
+	},
+	"X-RateLimit-Reset below 1e9 is delta seconds": {
+		header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "999999999"),
+		want:   Hint{Form: FormX, Remaining: 0, Reset: 999999999 * time.Second, HasReset: true},
+	},
+	"X-RateLimit-Reset of 1e9 or more is epoch seconds": {
+		header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636830"),
+		want:   Hint{Form: FormX, Remaining: 0, Reset: 30 * time.Second, HasReset: true},
+	},
+	"an epoch reset in the past gives no wait": {
+		header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636770"),
+		want:   Hint{Form: FormX, Remaining: 0, Reset: 0, HasReset: true},
+	},
+	"an epoch reset is measured from the server's Date too when the local clock is fast": {
+		header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636830", "Date", "Fri, 01 May 2026 11:59:00 GMT"),
+		want:   Hint{Form: FormX, Remaining: 0, Reset: 90 * time.Second, HasReset: true},
+	},
+	"a huge epoch reset saturates instead of failing": {
+		header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "99999999999999999999999"),
+		want:   Hint{Form: FormX, Remaining: 0, Reset: maxDelay, HasReset: true},
+	},
+	"a signed remaining is malformed": {
+		header: headertest.Of("X-RateLimit-Remaining", "-0", "X-RateLimit-Reset", "30"),
+		want:   Hint{Remaining: -1, Malformed: "X-Ratelimit-Remaining", Reason: "not-an-integer"},
+	},
+	"a fractional reset is malformed, the remaining still counts": {
+		header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1.5"),
+		want:   Hint{Form: FormX, Remaining: 0, Malformed: "X-Ratelimit-Reset", Reason: "not-an-integer"},
+	},
+	"an empty remaining is malformed": {
+		header: headertest.Of("X-RateLimit-Remaining", " ", "X-RateLimit-Reset", "3"),
+		want:   Hint{Remaining: -1, Malformed: "X-Ratelimit-Remaining", Reason: "empty"},
+	},
+	"a remaining without a reset gives no reset": {
+		header: headertest.Of("X-RateLimit-Remaining", "0"),
+		want:   Hint{Form: FormX, Remaining: 0},
+	},
+	"the structured form wins over the X- headers": {
+		header: headertest.Of("RateLimit", `"default";r=3;t=1`, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "60"),
+		want:   Hint{Form: FormStructured, Remaining: 3},
+	},
+}
+
 func TestParseRateLimit(t *testing.T) {
-	tests := map[string]struct {
-		header http.Header
-		want   Hint
-	}{
-		"no rate-limit header gives no hint": {
-			header: headertest.Of("Content-Type", "text/plain"),
-			want:   Hint{Remaining: -1},
-		},
-		"the structured form with r=0 and t=30 holds for 30s": {
-			header: headertest.Of("RateLimit", `"default";r=0;t=30`),
-			want:   Hint{Form: FormStructured, Remaining: 0, Reset: 30 * time.Second, HasReset: true},
-		},
-		"the structured form with quota left does not hold": {
-			header: headertest.Of("RateLimit", `"default";r=50;t=30`),
-			want:   Hint{Form: FormStructured, Remaining: 50},
-		},
-		"a token name and extra parameters are accepted": {
-			header: headertest.Of("RateLimit", `day;r=0;t=3600;pk=:cGsx:;x=?1;y=1.5`),
-			want:   Hint{Form: FormStructured, Remaining: 0, Reset: time.Hour, HasReset: true},
-		},
-		"of several policies the exhausted one with the latest reset decides": {
-			header: headertest.Of("RateLimit", `"burst";r=5;t=1, "day";r=0;t=60,"hour";r=0;t=20`),
-			want:   Hint{Form: FormStructured, Remaining: 0, Reset: time.Minute, HasReset: true},
-		},
-		"a 15-digit t saturates instead of overflowing": {
-			header: headertest.Of("RateLimit", `"default";r=0;t=999999999999999`),
-			want:   Hint{Form: FormStructured, Remaining: 0, Reset: maxDelay, HasReset: true},
-		},
-		"a repeated parameter: the last one wins": {
-			header: headertest.Of("RateLimit", `"default";r=0;t=5;t=9`),
-			want:   Hint{Form: FormStructured, Remaining: 0, Reset: 9 * time.Second, HasReset: true},
-		},
-		"an exhausted item without t takes w of the same policy in RateLimit-Policy": {
-			header: headertest.Of("RateLimit", `"default";r=0`, "RateLimit-Policy", `"other";q=5;w=10, "default";q=100;w=60`),
-			want:   Hint{Form: FormStructured, Remaining: 0, Reset: time.Minute, HasReset: true},
-		},
-		"a policy of another name, or a token of the same text, is not used": {
-			header: headertest.Of("RateLimit", `"default";r=0`, "RateLimit-Policy", `default;q=100;w=60, "defaults";w=9`),
-			want:   Hint{Form: FormStructured, Remaining: 0},
-		},
-		"escaped policy names compare by content": {
-			header: headertest.Of("RateLimit", `"a\"b";r=0`, "RateLimit-Policy", `"a\"b";q=1;w=7`),
-			want:   Hint{Form: FormStructured, Remaining: 0, Reset: 7 * time.Second, HasReset: true},
-		},
-		"a malformed RateLimit-Policy is ignored and reported": {
-			header: headertest.Of("RateLimit", `"default";r=0`, "RateLimit-Policy", `"default";w=-1`),
-			want:   Hint{Form: FormStructured, Remaining: 0, Malformed: "Ratelimit-Policy", Reason: "not-a-non-negative-integer"},
-		},
-		"a decimal reset is malformed": {
-			header: headertest.Of("RateLimit", `"default";r=0;t=30.5`),
-			want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "not-a-non-negative-integer"},
-		},
-		"a negative remaining is malformed": {
-			header: headertest.Of("RateLimit", `"default";r=-1;t=30`),
-			want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "not-a-non-negative-integer"},
-		},
-		"an item without r is malformed": {
-			header: headertest.Of("RateLimit", `"default";t=30`),
-			want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "missing-r"},
-		},
-		"the older dictionary form is not a List and is malformed": {
-			header: headertest.Of("RateLimit", `limit=100, remaining=0, reset=30`),
-			want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "structured-field-syntax"},
-		},
-		"a trailing comma is malformed": {
-			header: headertest.Of("RateLimit", `"default";r=0;t=30,`),
-			want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "structured-field-syntax"},
-		},
-		"an inner list is refused": {
-			header: headertest.Of("RateLimit", `("a" "b");r=0;t=30`),
-			want:   Hint{Remaining: -1, Malformed: "Ratelimit", Reason: "unsupported-member"},
-		},
-		"a malformed RateLimit falls back to the X- headers": {
-			header: headertest.Of("RateLimit", `r=0;t=30,`, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "4"),
-			want:   Hint{Form: FormX, Remaining: 0, Reset: 4 * time.Second, HasReset: true, Malformed: "Ratelimit", Reason: "structured-field-syntax"},
-		},
-		"RateLimit-Remaining and -Reset, delta seconds": {
-			header: headertest.Of("RateLimit-Remaining", "0", "RateLimit-Reset", " 30 "),
-			want:   Hint{Form: FormSplit, Remaining: 0, Reset: 30 * time.Second, HasReset: true},
-		},
-		"X-RateLimit-Reset below 1e9 is delta seconds": {
-			header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "999999999"),
-			want:   Hint{Form: FormX, Remaining: 0, Reset: 999999999 * time.Second, HasReset: true},
-		},
-		"X-RateLimit-Reset of 1e9 or more is epoch seconds": {
-			header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636830"),
-			want:   Hint{Form: FormX, Remaining: 0, Reset: 30 * time.Second, HasReset: true},
-		},
-		"an epoch reset in the past gives no wait": {
-			header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636770"),
-			want:   Hint{Form: FormX, Remaining: 0, Reset: 0, HasReset: true},
-		},
-		"an epoch reset is measured from the server's Date too when the local clock is fast": {
-			header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1777636830", "Date", "Fri, 01 May 2026 11:59:00 GMT"),
-			want:   Hint{Form: FormX, Remaining: 0, Reset: 90 * time.Second, HasReset: true},
-		},
-		"a huge epoch reset saturates instead of failing": {
-			header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "99999999999999999999999"),
-			want:   Hint{Form: FormX, Remaining: 0, Reset: maxDelay, HasReset: true},
-		},
-		"a signed remaining is malformed": {
-			header: headertest.Of("X-RateLimit-Remaining", "-0", "X-RateLimit-Reset", "30"),
-			want:   Hint{Remaining: -1, Malformed: "X-Ratelimit-Remaining", Reason: "not-an-integer"},
-		},
-		"a fractional reset is malformed, the remaining still counts": {
-			header: headertest.Of("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1.5"),
-			want:   Hint{Form: FormX, Remaining: 0, Malformed: "X-Ratelimit-Reset", Reason: "not-an-integer"},
-		},
-		"an empty remaining is malformed": {
-			header: headertest.Of("X-RateLimit-Remaining", " ", "X-RateLimit-Reset", "3"),
-			want:   Hint{Remaining: -1, Malformed: "X-Ratelimit-Remaining", Reason: "empty"},
-		},
-		"a remaining without a reset gives no reset": {
-			header: headertest.Of("X-RateLimit-Remaining", "0"),
-			want:   Hint{Form: FormX, Remaining: 0},
-		},
-		"the structured form wins over the X- headers": {
-			header: headertest.Of("RateLimit", `"default";r=3;t=1`, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "60"),
-			want:   Hint{Form: FormStructured, Remaining: 3},
-		},
-	}
+	tests := parseRateLimitCases
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got := Parse(tc.header, rlNow)

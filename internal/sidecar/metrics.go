@@ -124,80 +124,136 @@ type upstreamMetrics struct {
 func NewMetrics() *Metrics {
 	const ns = "retry_sidecar"
 	m := &Metrics{Registry: prometheus.NewRegistry()}
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
-		Help: "Logical requests to upstreams with a policy, by upstream and outcome (X-Retry-Outcome)."}, []string{"upstream", "outcome"})
-	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "request_duration_seconds",
-		Help: "Time from the start of a logical request to the response head the application gets (every attempt and wait included), by upstream and outcome.",
-		// From a loopback hit to the default 10s deadline and past it (Retry-After waits up to maxWait).
-		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}}, []string{"upstream", "outcome"})
-	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "attempts_total",
-		Help: "Transmissions by upstream and response status (or error class when there was no response)."}, []string{"upstream", "status"})
-	m.delay = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "retry_delay_seconds",
-		Help:    "Planned wait before each retry (local backoff or server Retry-After).",
-		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}, []string{"upstream"})
-	m.budgetExhausted = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "budget_exhausted_total",
-		Help: "Requests whose retry was refused by the outage budget."}, []string{"upstream"})
-	m.shed = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shed_total",
-		Help: "Requests shed by admission (rate limit or full concurrency queue)."}, []string{"upstream"})
-	m.retryAfterFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "retry_after_parse_failures_total",
-		Help: "Malformed Retry-After values, by reason; the decision fell back to local backoff."}, []string{"upstream", "reason"})
-	m.skew = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "clock_skew_seconds",
-		Help: "Last observed local receipt time minus the response Date header, per upstream."}, []string{"upstream"})
-	m.held = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "held_requests_total",
-		Help: "Requests that met a pacing hold of their upstream: waited in line until it ended, or answered locally with 429."}, []string{"upstream", "result"})
-	m.holdEnd = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "hold_end_seconds",
-		Help: "End of the pacing hold in force per upstream, Unix seconds rounded up; 0 when none."}, []string{"upstream"})
-	m.rateLimitFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "ratelimit_header_parse_failures_total",
-		Help: "Malformed rate-limit response headers, by header and reason; they were ignored."}, []string{"upstream", "header", "reason"})
-	pass := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "passthrough_requests_total",
-		Help: "Requests to hosts without a policy, sent once, by result (ok: a response, error: none)."}, []string{"result"})
-	m.passthroughOK, m.passthroughErr = pass.WithLabelValues("ok"), pass.WithLabelValues("error")
-	m.reloads = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "config_reloads_total",
-		Help: "Configurations loaded and put in force, the first one included."})
-	m.reloadErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "config_reload_errors_total",
-		Help: "Configurations refused because they failed to read, parse or validate; the previous one stayed in force."})
-	m.configInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "config_info",
-		Help: "1 for the configuration in force, labelled with the content hash of its policies."}, []string{"hash"})
-	m.configUpstreams = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_upstreams",
-		Help: "Upstreams with a policy in the configuration in force."})
-	m.configRevision = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_revision",
-		Help: "Revision of the policies.json in force (0: none, or policy files)."})
-	m.configStale = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "config_stale_total",
-		Help: "Deliveries of policies.json refused because their revision is older than the one in force, by source (api, file)."}, []string{"source"})
-	m.apiUp = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_api_up",
-		Help: "1 while the watch of retry-policies through the API server runs; 0 while the mounted file is followed alone."})
-	m.apiFallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "config_api_fallbacks_total",
-		Help: "Times the API watch of retry-policies was lost and the mounted file followed alone, by reason (forbidden, unreachable, error)."}, []string{"reason"})
-	m.tunnels = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "connect_tunnels_total",
-		Help: "CONNECT tunnels opened (relayed unchanged, never retried)."})
-	m.tunnelsActive = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "connect_tunnels_active",
-		Help: "CONNECT tunnels open now."})
-	m.timeouts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "timeouts_total",
-		Help: "Attempts (and shed requests) that ran out of time, by phase: queue, connect, tls, headers."}, []string{"upstream", "phase"})
-	m.spansExported = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "trace_spans_exported_total",
-		Help: "Spans the OTLP collector accepted (tracing on: OTEL_EXPORTER_OTLP_ENDPOINT)."})
-	m.spansDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "trace_spans_dropped_total",
-		Help: "Spans lost: queue_full when the export queue was full (collector slow or down), export_failed when the collector refused or timed out."},
-		[]string{"reason"})
-	for _, reason := range []string{tracing.DropQueueFull, tracing.DropExportFailed} {
-		m.spansDropped.WithLabelValues(reason)
+	var passthrough *prometheus.CounterVec
+	for _, spec := range m.specs(&passthrough) {
+		m.Registry.MustRegister(spec.register(ns))
 	}
-	m.truncated = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "truncated_responses_total",
-		Help: "Upstream response bodies cut off before their announced end; the response to the app was aborted."})
-	m.malformedBodies = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "malformed_request_bodies_total",
-		Help: "App request bodies that could not be read (broken chunked framing), answered 400: attempt=aborted when an attempt had gone upstream and was cut before its end, unsent when none had."},
-		[]string{"attempt"})
-	for _, a := range []string{attemptAborted, attemptUnsent} {
-		m.malformedBodies.WithLabelValues(a)
-	}
-	m.Registry.MustRegister(m.malformedBodies)
-	m.Registry.MustRegister(m.requests, m.duration, m.attempts, m.delay, m.budgetExhausted, m.shed, m.retryAfterFailures,
-		m.skew, m.held, m.holdEnd, m.rateLimitFailures, pass, m.reloads, m.reloadErrors, m.configInfo, m.configUpstreams, m.configRevision, m.configStale, m.apiUp, m.apiFallbacks, m.tunnels, m.tunnelsActive, m.truncated, m.timeouts, m.spansExported, m.spansDropped,
-		newOccupancy(m), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.passthroughOK, m.passthroughErr = passthrough.WithLabelValues("ok"), passthrough.WithLabelValues("error")
+	m.Registry.MustRegister(newOccupancy(m), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registerWatched(ns)
 	m.quota = newQuotaSeries(ns)
 	m.Registry.MustRegister(quotaCollector{m})
 	return m
+}
+
+// metricKind is the Prometheus type of a metricSpec.
+type metricKind uint8
+
+const (
+	counter metricKind = iota
+	gauge
+	histogram
+)
+
+// metricSpec is one series of the sidecar's registry: its name (after
+// retry_sidecar_), help, labels (none: a single series) and kind, and the
+// field of Metrics it fills (dst: a **prometheus.CounterVec, *prometheus.Counter,
+// **prometheus.GaugeVec, *prometheus.Gauge or **prometheus.HistogramVec, as
+// kind and labels say). The names are relied upon outside the repository
+// (dashboards, alerts): testdata/metrics.golden lists them.
+type metricSpec struct {
+	kind    metricKind
+	name    string
+	help    string
+	labels  []string
+	buckets []float64 // histograms
+	preset  []string  // label values created at zero (one label)
+	dst     any
+}
+
+// labels is a metricSpec's label list.
+func labels(names ...string) []string { return names }
+
+// specs are the series NewMetrics registers from a table; passthrough
+// receives the vector of passthrough_requests_total, whose two series are
+// kept in Metrics.
+func (m *Metrics) specs(passthrough **prometheus.CounterVec) []metricSpec {
+	return []metricSpec{
+		{counter, "requests_total", "Logical requests to upstreams with a policy, by upstream and outcome (X-Retry-Outcome).",
+			labels("upstream", "outcome"), nil, nil, &m.requests},
+		{histogram, "request_duration_seconds", "Time from the start of a logical request to the response head the application gets (every attempt and wait included), by upstream and outcome.",
+			// From a loopback hit to the default 10s deadline and past it (Retry-After waits up to maxWait).
+			labels("upstream", "outcome"), []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}, nil, &m.duration},
+		{counter, "attempts_total", "Transmissions by upstream and response status (or error class when there was no response).",
+			labels("upstream", "status"), nil, nil, &m.attempts},
+		{histogram, "retry_delay_seconds", "Planned wait before each retry (local backoff or server Retry-After).",
+			labels("upstream"), []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}, nil, &m.delay},
+		{counter, "budget_exhausted_total", "Requests whose retry was refused by the outage budget.",
+			labels("upstream"), nil, nil, &m.budgetExhausted},
+		{counter, "shed_total", "Requests shed by admission (rate limit or full concurrency queue).",
+			labels("upstream"), nil, nil, &m.shed},
+		{counter, "retry_after_parse_failures_total", "Malformed Retry-After values, by reason; the decision fell back to local backoff.",
+			labels("upstream", "reason"), nil, nil, &m.retryAfterFailures},
+		{gauge, "clock_skew_seconds", "Last observed local receipt time minus the response Date header, per upstream.",
+			labels("upstream"), nil, nil, &m.skew},
+		{counter, "held_requests_total", "Requests that met a pacing hold of their upstream: waited in line until it ended, or answered locally with 429.",
+			labels("upstream", "result"), nil, nil, &m.held},
+		{gauge, "hold_end_seconds", "End of the pacing hold in force per upstream, Unix seconds rounded up; 0 when none.",
+			labels("upstream"), nil, nil, &m.holdEnd},
+		{counter, "ratelimit_header_parse_failures_total", "Malformed rate-limit response headers, by header and reason; they were ignored.",
+			labels("upstream", "header", "reason"), nil, nil, &m.rateLimitFailures},
+		{counter, "passthrough_requests_total", "Requests to hosts without a policy, sent once, by result (ok: a response, error: none).",
+			labels("result"), nil, nil, passthrough},
+		{counter, "config_reloads_total", "Configurations loaded and put in force, the first one included.",
+			nil, nil, nil, &m.reloads},
+		{counter, "config_reload_errors_total", "Configurations refused because they failed to read, parse or validate; the previous one stayed in force.",
+			nil, nil, nil, &m.reloadErrors},
+		{gauge, "config_info", "1 for the configuration in force, labelled with the content hash of its policies.",
+			labels("hash"), nil, nil, &m.configInfo},
+		{gauge, "config_upstreams", "Upstreams with a policy in the configuration in force.",
+			nil, nil, nil, &m.configUpstreams},
+		{gauge, "config_revision", "Revision of the policies.json in force (0: none, or policy files).",
+			nil, nil, nil, &m.configRevision},
+		{counter, "config_stale_total", "Deliveries of policies.json refused because their revision is older than the one in force, by source (api, file).",
+			labels("source"), nil, nil, &m.configStale},
+		{gauge, "config_api_up", "1 while the watch of retry-policies through the API server runs; 0 while the mounted file is followed alone.",
+			nil, nil, nil, &m.apiUp},
+		{counter, "config_api_fallbacks_total", "Times the API watch of retry-policies was lost and the mounted file followed alone, by reason (forbidden, unreachable, error).",
+			labels("reason"), nil, nil, &m.apiFallbacks},
+		{counter, "connect_tunnels_total", "CONNECT tunnels opened (relayed unchanged, never retried).",
+			nil, nil, nil, &m.tunnels},
+		{gauge, "connect_tunnels_active", "CONNECT tunnels open now.",
+			nil, nil, nil, &m.tunnelsActive},
+		{counter, "timeouts_total", "Attempts (and shed requests) that ran out of time, by phase: queue, connect, tls, headers.",
+			labels("upstream", "phase"), nil, nil, &m.timeouts},
+		{counter, "trace_spans_exported_total", "Spans the OTLP collector accepted (tracing on: OTEL_EXPORTER_OTLP_ENDPOINT).",
+			nil, nil, nil, &m.spansExported},
+		{counter, "trace_spans_dropped_total", "Spans lost: queue_full when the export queue was full (collector slow or down), export_failed when the collector refused or timed out.",
+			labels("reason"), nil, []string{tracing.DropQueueFull, tracing.DropExportFailed}, &m.spansDropped},
+		{counter, "truncated_responses_total", "Upstream response bodies cut off before their announced end; the response to the app was aborted.",
+			nil, nil, nil, &m.truncated},
+		{counter, "malformed_request_bodies_total", "App request bodies that could not be read (broken chunked framing), answered 400: attempt=aborted when an attempt had gone upstream and was cut before its end, unsent when none had.",
+			labels("attempt"), nil, []string{attemptAborted, attemptUnsent}, &m.malformedBodies},
+	}
+}
+
+// register builds the collector of s, stores it in s.dst and returns it.
+func (s metricSpec) register(ns string) prometheus.Collector {
+	switch {
+	case s.kind == counter && s.labels == nil:
+		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: s.name, Help: s.help})
+		*s.dst.(*prometheus.Counter) = c
+		return c
+	case s.kind == counter:
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: s.name, Help: s.help}, s.labels)
+		for _, v := range s.preset {
+			c.WithLabelValues(v)
+		}
+		*s.dst.(**prometheus.CounterVec) = c
+		return c
+	case s.kind == gauge && s.labels == nil:
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: s.name, Help: s.help})
+		*s.dst.(*prometheus.Gauge) = g
+		return g
+	case s.kind == gauge:
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: s.name, Help: s.help}, s.labels)
+		*s.dst.(**prometheus.GaugeVec) = g
+		return g
+	default:
+		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: s.name, Help: s.help, Buckets: s.buckets}, s.labels)
+		*s.dst.(**prometheus.HistogramVec) = h
+		return h
+	}
 }
 
 // The attempt label of retry_sidecar_malformed_request_bodies_total.

@@ -69,6 +69,10 @@ type Options struct {
 	// internal/sidecar/h1server, handing everything else to net/http.Server
 	// (--http1-fast-path; docs/performance.md#the-app-side-server).
 	FastPath bool
+	// HTTP1UpstreamClient sends plain HTTP/1.1 attempts with
+	// internal/sidecar/h1client; false sends them with net/http's Transport
+	// (--http1-upstream-client; docs/performance.md#the-upstream-client).
+	HTTP1UpstreamClient bool
 
 	// StatsMaxConnections caps the stats connections open at once; those
 	// beyond are reset and counted (--stats-max-connections).
@@ -93,6 +97,7 @@ func DefaultOptions() Options {
 		ReloadDebounce:      100 * time.Millisecond,
 		ResyncInterval:      time.Minute,
 		FastPath:            true,
+		HTTP1UpstreamClient: true,
 		Stderr:              os.Stderr,
 	}
 }
@@ -134,6 +139,9 @@ func UpstreamTransport(o Options) *http.Transport {
 // whose policy has tls are reached through its RoundTripTLS (docs/tls.md),
 // the dial and handshake bounded by DialTimeout.
 //
+// With HTTP1UpstreamClient false every plain request goes to UpstreamTransport
+// (h1client.Transport.HandOffAll), as net/http cannot resend it on its own.
+//
 // A dial that lands on one of the sidecar's own listeners fails with errLoop.
 func UpstreamClient(o Options, listeners ...net.Addr) *h1client.Transport {
 	self := newSelfAddrs(listeners...)
@@ -153,6 +161,7 @@ func UpstreamClient(o Options, listeners ...net.Addr) *h1client.Transport {
 		ReadBufferSize:      16 << 10,
 		WriteBufferSize:     16 << 10,
 		TLSDialTimeout:      o.DialTimeout,
+		HandOffAll:          !o.HTTP1UpstreamClient,
 	}
 }
 

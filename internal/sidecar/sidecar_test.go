@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,43 +182,98 @@ func TestLogObserverLevels(t *testing.T) {
 	}
 }
 
-// BenchmarkProxy measures the handler end to end (client → proxy → upstream on
-// loopback, keep-alive) with a policy that matches, as in production.
-func BenchmarkProxy(b *testing.B) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
-	defer up.Close()
-	host := up.Listener.Addr().String()
-	doc, err := policyset.FromPolicyYAML([]byte(policysettest.PolicyYAML(host, "")))
+// proxyOver is the handler over a policy for up's host and the upstream
+// client o configures, served on loopback, and a client that goes through it.
+func proxyOver(tb testing.TB, up *httptest.Server, o Options) *http.Client {
+	tb.Helper()
+	doc, err := policyset.FromPolicyYAML([]byte(policysettest.PolicyYAML(up.Listener.Addr().String(), "")))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	sel, _ := policyset.Select(doc, nil)
 	set, err := policyset.Compile(sel)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	m := NewMetrics()
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	rt := &retryhttp.Transport{Inner: UpstreamClient(DefaultOptions()), Route: set.MatchRequest,
+	inner := UpstreamClient(o)
+	tb.Cleanup(inner.CloseIdleConnections)
+	rt := &retryhttp.Transport{Inner: inner, Route: set.MatchRequest,
 		Observer: retryhttp.Observers{m, NewLogObserver(log)}}
-	p := &Proxy{Transport: rt, Metrics: m, Log: log, Route: set.MatchRequest}
-	front := httptest.NewServer(p)
-	defer front.Close()
+	front := httptest.NewServer(&Proxy{Transport: rt, Metrics: m, Log: log, Route: set.MatchRequest})
+	tb.Cleanup(front.Close)
 	pu, _ := url.Parse(front.URL)
-	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), MaxIdleConnsPerHost: 64}}
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			resp, err := c.Get(up.URL + "/")
-			if err != nil {
-				b.Error(err)
-				return
+	tr := &http.Transport{Proxy: http.ProxyURL(pu), MaxIdleConnsPerHost: 64}
+	tb.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// upstreamClients are the two settings of --http1-upstream-client.
+var upstreamClients = map[string]bool{"h1client": true, "net/http": false}
+
+// TestBothUpstreamClientsCarryTheRequest: with --http1-upstream-client on and
+// off, a GET and a POST reach the upstream once, unchanged, and come back a
+// success.
+func TestBothUpstreamClientsCarryTheRequest(t *testing.T) {
+	for client, on := range upstreamClients {
+		t.Run(client, func(t *testing.T) {
+			var got atomic.Value
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				got.Store(r.Method + " " + r.URL.Path + " " + string(b))
+				io.WriteString(w, "ok")
+			}))
+			defer up.Close()
+			o := DefaultOptions()
+			o.HTTP1UpstreamClient = on
+			c := proxyOver(t, up, o)
+			for _, req := range []struct{ method, body, want string }{
+				{"GET", "", "GET /a "},
+				{"POST", "x=1", "POST /a x=1"},
+			} {
+				r, _ := http.NewRequest(req.method, up.URL+"/a", strings.NewReader(req.body))
+				resp, err := c.Do(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if string(b) != "ok" || resp.Header.Get("X-Retry-Outcome") != "success" || got.Load() != req.want {
+					t.Errorf("%s: body %q, outcome %q, upstream read %q; want ok, success, %q",
+						req.method, b, resp.Header.Get("X-Retry-Outcome"), got.Load(), req.want)
+				}
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	})
+		})
+	}
+}
+
+// BenchmarkProxy measures the handler end to end (client → proxy → upstream on
+// loopback, keep-alive) with a policy that matches, as in production, with
+// each upstream client (docs/performance.md#the-upstream-client).
+func BenchmarkProxy(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	for _, client := range []string{"h1client", "net/http"} {
+		b.Run(client, func(b *testing.B) {
+			o := DefaultOptions()
+			o.HTTP1UpstreamClient = upstreamClients[client]
+			c := proxyOver(b, up, o)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					resp, err := c.Get(up.URL + "/")
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		})
+	}
 }
 
 // value reads a counter or gauge.

@@ -71,7 +71,7 @@ const (
 	RetryResetBeforeHeaders
 )
 
-// Attempt is everything Decide needs to know about the attempt that just ended.
+// Attempt is everything DecideAt needs to know about the attempt that just ended.
 type Attempt struct {
 	// Number is the 1-based number of the transmission whose result this is; the
 	// next retry has retry index Number−1 (so Number 1 → backoff index 0).
@@ -137,7 +137,7 @@ func (a Action) String() string {
 	return "stop"
 }
 
-// Decision is the result of Decide. Zero fields are unused for the Action.
+// Decision is the result of DecideAt. Zero fields are unused for the Action.
 type Decision struct {
 	Action    Action
 	Outcome   Outcome       // Stop and Defer

@@ -104,126 +104,132 @@ func TestDecideWorkedExamples(t *testing.T) {
 	}
 }
 
+// getAttempt is the first attempt of a replayable GET; withAttempt is a with f applied.
+var getAttempt = Attempt{Number: 1, Replayable: true, Rewindable: true, Random: 1}
+
+func withAttempt(a Attempt, f func(*Attempt)) Attempt { f(&a); return a }
+
+// decideRulesCases are the cases of TestDecideRules.
+var decideRulesCases = map[string]struct {
+	cfg  func(*Config)
+	a    Attempt
+	want Decision
+}{
+	"a 200 is a success":                         {a: withAttempt(getAttempt, func(a *Attempt) { a.Status = 200 }), want: Decision{Action: Stop, Outcome: OutcomeSuccess}},
+	"a 304 is a success":                         {a: withAttempt(getAttempt, func(a *Attempt) { a.Status = 304 }), want: Decision{Action: Stop, Outcome: OutcomeSuccess}},
+	"a 404 is not retryable":                     {a: withAttempt(getAttempt, func(a *Attempt) { a.Status = 404 }), want: Decision{Action: Stop, Outcome: OutcomeNotRetryable}},
+	"a 500 not listed in retryOn is not retried": {a: withAttempt(getAttempt, func(a *Attempt) { a.Status = 500 }), want: Decision{Action: Stop, Outcome: OutcomeNotRetryable}},
+	"a 500 listed in retryOn is retried": {
+		cfg: func(c *Config) { c.RetryOnStatus = []int{500} }, a: withAttempt(getAttempt, func(a *Attempt) { a.Status = 500 }),
+		want: Decision{Action: Retry, Delay: time.Second},
+	},
+	"a malformed response is never retried, even of a replayable GET": {
+		a: withAttempt(getAttempt, func(a *Attempt) { a.Err = Malformed }), want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
+	},
+	"an upstream certificate that did not verify is never retried, even of a replayable GET": {
+		a: withAttempt(getAttempt, func(a *Attempt) { a.Err = Untrusted }), want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
+	},
+	"a canceled caller stops even if everything else would retry": {
+		a: withAttempt(getAttempt, func(a *Attempt) { a.Err = Canceled; a.Status = 503 }), want: Decision{Action: Stop, Outcome: OutcomeCanceled},
+	},
+	"a connect failure of a POST is retried: the request never left": {
+		a:    withAttempt(getAttempt, func(a *Attempt) { a.Err = ConnectFailure; a.Replayable = false }),
+		want: Decision{Action: Retry, Delay: time.Second},
+	},
+	"a connect failure whose body cannot be sent again is not replayed": {
+		a:    withAttempt(getAttempt, func(a *Attempt) { a.Err = ConnectFailure; a.Replayable = false; a.Rewindable = false }),
+		want: Decision{Action: Stop, Outcome: OutcomeNotReplayable},
+	},
+	"a connect failure withAttempt retryOn.connectFailure off is an upstream error": {
+		cfg: func(c *Config) { c.RetryOn &^= RetryConnectFailure }, a: withAttempt(getAttempt, func(a *Attempt) { a.Err = ConnectFailure }),
+		want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
+	},
+	"a reset before the headers of a replayable request is retried withAttempt retryOn.resetBeforeHeaders": {
+		cfg: func(c *Config) { c.RetryOn |= RetryResetBeforeHeaders }, a: withAttempt(getAttempt, func(a *Attempt) { a.Err = Ambiguous; a.Reset = true }),
+		want: Decision{Action: Retry, Delay: time.Second},
+	},
+	"a reset before the headers of a non-replayable request is not replayed, even withAttempt retryOn.resetBeforeHeaders": {
+		cfg:  func(c *Config) { c.RetryOn |= RetryResetBeforeHeaders },
+		a:    withAttempt(getAttempt, func(a *Attempt) { a.Err = Ambiguous; a.Reset = true; a.Replayable = false }),
+		want: Decision{Action: Stop, Outcome: OutcomeNotReplayable},
+	},
+	"a reset before the headers withAttempt retryOn.resetBeforeHeaders off is an upstream error": {
+		a: withAttempt(getAttempt, func(a *Attempt) { a.Err = Ambiguous; a.Reset = true }), want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
+	},
+	"a timeout (ambiguous, not a reset) withAttempt retryOn.resetBeforeHeaders off is still retried": {
+		cfg: func(c *Config) { c.RetryOn = 0 }, a: withAttempt(getAttempt, func(a *Attempt) { a.Err = Ambiguous }),
+		want: Decision{Action: Retry, Delay: time.Second},
+	},
+	"an ambiguous failure of a replayable request is retried": {
+		a: withAttempt(getAttempt, func(a *Attempt) { a.Err = Ambiguous }), want: Decision{Action: Retry, Delay: time.Second},
+	},
+	"an ambiguous failure of a non-replayable request is not retried": {
+		a:    withAttempt(getAttempt, func(a *Attempt) { a.Err = Ambiguous; a.Replayable = false }),
+		want: Decision{Action: Stop, Outcome: OutcomeNotReplayable},
+	},
+	"a Retry-After does not make a non-replayable request replayable": {
+		a:    withAttempt(getAttempt, func(a *Attempt) { a.Status = 429; a.Replayable = false; a.Hint = hint(time.Second); a.HasHint = true }),
+		want: Decision{Action: Stop, Outcome: OutcomeNotReplayable},
+	},
+	"a request from another retrying layer is not retried here": {
+		a: withAttempt(getAttempt, func(a *Attempt) { a.Status = 503; a.Nested = true }), want: Decision{Action: Stop, Outcome: OutcomeExhausted},
+	},
+	"maxAttempts 1 never retries": {
+		cfg: func(c *Config) { c.MaxAttempts = 1 }, a: withAttempt(getAttempt, func(a *Attempt) { a.Status = 503 }),
+		want: Decision{Action: Stop, Outcome: OutcomeExhausted},
+	},
+	"the spread is added after the hint, scaled by the random number": {
+		cfg:  func(c *Config) { c.RetryAfterSpread = time.Second },
+		a:    withAttempt(getAttempt, func(a *Attempt) { a.Status = 429; a.Random = 0.5; a.Hint = hint(5 * time.Second); a.HasHint = true }),
+		want: Decision{Action: Retry, Delay: 5500 * time.Millisecond},
+	},
+	"a hint of exactly maxWait is honoured": {
+		a:    withAttempt(getAttempt, func(a *Attempt) { a.Status = 429; a.Hint = hint(30 * time.Second); a.HasHint = true }),
+		want: Decision{Action: Retry, Delay: 30 * time.Second},
+	},
+	"a past-date hint of zero leaves the local backoff": {
+		a:    withAttempt(getAttempt, func(a *Attempt) { a.Status = 503; a.Hint = Hint{Form: FormIMFFixdate}; a.HasHint = true }),
+		want: Decision{Action: Retry, Delay: time.Second},
+	},
+	"a saturated hint defers": {
+		a:    withAttempt(getAttempt, func(a *Attempt) { a.Status = 503; a.Hint = hint(MaxDelay); a.HasHint = true }),
+		want: Decision{Action: Defer, Outcome: OutcomeDeferred, NotBefore: now.Add(MaxDelay)},
+	},
+	"a local backoff past the deadline is deadline-exceeded withAttempt its time": {
+		cfg: func(c *Config) { c.Backoff.Jitter = JitterNone; c.MaxAttempts = 10 },
+		a: withAttempt(getAttempt, func(a *Attempt) {
+			a.Number = 4
+			a.Status = 503
+			a.Hint = hint(5 * time.Second)
+			a.HasHint = true
+			a.Deadline = now.Add(7 * time.Second)
+		}),
+		want: Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: now.Add(8 * time.Second)},
+	},
+	"a wait that leaves exactly the reserve is made": {
+		a:    withAttempt(getAttempt, func(a *Attempt) { a.Status = 503; a.Deadline = now.Add(time.Second + minReserve) }),
+		want: Decision{Action: Retry, Delay: time.Second},
+	},
+	"a wait that leaves less than the reserve is not made": {
+		a:    withAttempt(getAttempt, func(a *Attempt) { a.Status = 503; a.Deadline = now.Add(time.Second + minReserve - 1) }),
+		want: Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: now.Add(time.Second)},
+	},
+	"the reserve is the per-try timeout when there is one": {
+		cfg:  func(c *Config) { c.PerTryTimeout = 3 * time.Second },
+		a:    withAttempt(getAttempt, func(a *Attempt) { a.Status = 503; a.Deadline = now.Add(3 * time.Second) }),
+		want: Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: now.Add(time.Second)},
+	},
+	"a random number above 1 counts as 1": {
+		a: withAttempt(getAttempt, func(a *Attempt) { a.Status = 503; a.Random = 7 }), want: Decision{Action: Retry, Delay: time.Second},
+	},
+	"a NaN random number counts as 0": {
+		a: withAttempt(getAttempt, func(a *Attempt) { a.Status = 503; a.Random = math.NaN() }), want: Decision{Action: Retry, Delay: 500 * time.Millisecond},
+	},
+}
+
 // TestDecideRules walks the truth table of DecideAt row by row.
 func TestDecideRules(t *testing.T) {
-	get := Attempt{Number: 1, Replayable: true, Rewindable: true, Random: 1}
-	with := func(a Attempt, f func(*Attempt)) Attempt { f(&a); return a }
-	tests := map[string]struct {
-		cfg  func(*Config)
-		a    Attempt
-		want Decision
-	}{
-		"a 200 is a success":                         {a: with(get, func(a *Attempt) { a.Status = 200 }), want: Decision{Action: Stop, Outcome: OutcomeSuccess}},
-		"a 304 is a success":                         {a: with(get, func(a *Attempt) { a.Status = 304 }), want: Decision{Action: Stop, Outcome: OutcomeSuccess}},
-		"a 404 is not retryable":                     {a: with(get, func(a *Attempt) { a.Status = 404 }), want: Decision{Action: Stop, Outcome: OutcomeNotRetryable}},
-		"a 500 not listed in retryOn is not retried": {a: with(get, func(a *Attempt) { a.Status = 500 }), want: Decision{Action: Stop, Outcome: OutcomeNotRetryable}},
-		"a 500 listed in retryOn is retried": {
-			cfg: func(c *Config) { c.RetryOnStatus = []int{500} }, a: with(get, func(a *Attempt) { a.Status = 500 }),
-			want: Decision{Action: Retry, Delay: time.Second},
-		},
-		"a malformed response is never retried, even of a replayable GET": {
-			a: with(get, func(a *Attempt) { a.Err = Malformed }), want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
-		},
-		"an upstream certificate that did not verify is never retried, even of a replayable GET": {
-			a: with(get, func(a *Attempt) { a.Err = Untrusted }), want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
-		},
-		"a canceled caller stops even if everything else would retry": {
-			a: with(get, func(a *Attempt) { a.Err = Canceled; a.Status = 503 }), want: Decision{Action: Stop, Outcome: OutcomeCanceled},
-		},
-		"a connect failure of a POST is retried: the request never left": {
-			a:    with(get, func(a *Attempt) { a.Err = ConnectFailure; a.Replayable = false }),
-			want: Decision{Action: Retry, Delay: time.Second},
-		},
-		"a connect failure whose body cannot be sent again is not replayed": {
-			a:    with(get, func(a *Attempt) { a.Err = ConnectFailure; a.Replayable = false; a.Rewindable = false }),
-			want: Decision{Action: Stop, Outcome: OutcomeNotReplayable},
-		},
-		"a connect failure with retryOn.connectFailure off is an upstream error": {
-			cfg: func(c *Config) { c.RetryOn &^= RetryConnectFailure }, a: with(get, func(a *Attempt) { a.Err = ConnectFailure }),
-			want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
-		},
-		"a reset before the headers of a replayable request is retried with retryOn.resetBeforeHeaders": {
-			cfg: func(c *Config) { c.RetryOn |= RetryResetBeforeHeaders }, a: with(get, func(a *Attempt) { a.Err = Ambiguous; a.Reset = true }),
-			want: Decision{Action: Retry, Delay: time.Second},
-		},
-		"a reset before the headers of a non-replayable request is not replayed, even with retryOn.resetBeforeHeaders": {
-			cfg:  func(c *Config) { c.RetryOn |= RetryResetBeforeHeaders },
-			a:    with(get, func(a *Attempt) { a.Err = Ambiguous; a.Reset = true; a.Replayable = false }),
-			want: Decision{Action: Stop, Outcome: OutcomeNotReplayable},
-		},
-		"a reset before the headers with retryOn.resetBeforeHeaders off is an upstream error": {
-			a: with(get, func(a *Attempt) { a.Err = Ambiguous; a.Reset = true }), want: Decision{Action: Stop, Outcome: OutcomeUpstreamError},
-		},
-		"a timeout (ambiguous, not a reset) with retryOn.resetBeforeHeaders off is still retried": {
-			cfg: func(c *Config) { c.RetryOn = 0 }, a: with(get, func(a *Attempt) { a.Err = Ambiguous }),
-			want: Decision{Action: Retry, Delay: time.Second},
-		},
-		"an ambiguous failure of a replayable request is retried": {
-			a: with(get, func(a *Attempt) { a.Err = Ambiguous }), want: Decision{Action: Retry, Delay: time.Second},
-		},
-		"an ambiguous failure of a non-replayable request is not retried": {
-			a:    with(get, func(a *Attempt) { a.Err = Ambiguous; a.Replayable = false }),
-			want: Decision{Action: Stop, Outcome: OutcomeNotReplayable},
-		},
-		"a Retry-After does not make a non-replayable request replayable": {
-			a:    with(get, func(a *Attempt) { a.Status = 429; a.Replayable = false; a.Hint = hint(time.Second); a.HasHint = true }),
-			want: Decision{Action: Stop, Outcome: OutcomeNotReplayable},
-		},
-		"a request from another retrying layer is not retried here": {
-			a: with(get, func(a *Attempt) { a.Status = 503; a.Nested = true }), want: Decision{Action: Stop, Outcome: OutcomeExhausted},
-		},
-		"maxAttempts 1 never retries": {
-			cfg: func(c *Config) { c.MaxAttempts = 1 }, a: with(get, func(a *Attempt) { a.Status = 503 }),
-			want: Decision{Action: Stop, Outcome: OutcomeExhausted},
-		},
-		"the spread is added after the hint, scaled by the random number": {
-			cfg:  func(c *Config) { c.RetryAfterSpread = time.Second },
-			a:    with(get, func(a *Attempt) { a.Status = 429; a.Random = 0.5; a.Hint = hint(5 * time.Second); a.HasHint = true }),
-			want: Decision{Action: Retry, Delay: 5500 * time.Millisecond},
-		},
-		"a hint of exactly maxWait is honoured": {
-			a:    with(get, func(a *Attempt) { a.Status = 429; a.Hint = hint(30 * time.Second); a.HasHint = true }),
-			want: Decision{Action: Retry, Delay: 30 * time.Second},
-		},
-		"a past-date hint of zero leaves the local backoff": {
-			a:    with(get, func(a *Attempt) { a.Status = 503; a.Hint = Hint{Form: FormIMFFixdate}; a.HasHint = true }),
-			want: Decision{Action: Retry, Delay: time.Second},
-		},
-		"a saturated hint defers": {
-			a:    with(get, func(a *Attempt) { a.Status = 503; a.Hint = hint(MaxDelay); a.HasHint = true }),
-			want: Decision{Action: Defer, Outcome: OutcomeDeferred, NotBefore: now.Add(MaxDelay)},
-		},
-		"a local backoff past the deadline is deadline-exceeded with its time": {
-			cfg: func(c *Config) { c.Backoff.Jitter = JitterNone; c.MaxAttempts = 10 },
-			a: with(get, func(a *Attempt) {
-				a.Number = 4
-				a.Status = 503
-				a.Hint = hint(5 * time.Second)
-				a.HasHint = true
-				a.Deadline = now.Add(7 * time.Second)
-			}),
-			want: Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: now.Add(8 * time.Second)},
-		},
-		"a wait that leaves exactly the reserve is made": {
-			a:    with(get, func(a *Attempt) { a.Status = 503; a.Deadline = now.Add(time.Second + minReserve) }),
-			want: Decision{Action: Retry, Delay: time.Second},
-		},
-		"a wait that leaves less than the reserve is not made": {
-			a:    with(get, func(a *Attempt) { a.Status = 503; a.Deadline = now.Add(time.Second + minReserve - 1) }),
-			want: Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: now.Add(time.Second)},
-		},
-		"the reserve is the per-try timeout when there is one": {
-			cfg:  func(c *Config) { c.PerTryTimeout = 3 * time.Second },
-			a:    with(get, func(a *Attempt) { a.Status = 503; a.Deadline = now.Add(3 * time.Second) }),
-			want: Decision{Action: Defer, Outcome: OutcomeDeadlineExceeded, NotBefore: now.Add(time.Second)},
-		},
-		"a random number above 1 counts as 1": {
-			a: with(get, func(a *Attempt) { a.Status = 503; a.Random = 7 }), want: Decision{Action: Retry, Delay: time.Second},
-		},
-		"a NaN random number counts as 0": {
-			a: with(get, func(a *Attempt) { a.Status = 503; a.Random = math.NaN() }), want: Decision{Action: Retry, Delay: 500 * time.Millisecond},
-		},
-	}
+	tests := decideRulesCases
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			p := compile(t, tc.cfg)

@@ -49,16 +49,23 @@ func slots(name string, ask, inUse int64) quota.LeaseRequest {
 	return quota.LeaseRequest{Pod: name, Slots: ask, InUse: inUse}
 }
 
-// Cases are the table. R 1000/s with burst 11: one send time a millisecond,
-// good for 10 ms after its time, none in the past.
+// sent is the reply granting n send times of r1000 from first on, with the
+// rate, fleet demand and pods the store saw.
+func sent(n int64, first time.Duration, rate, fleet float64, pods int) quota.LeaseReply {
+	return quota.LeaseReply{Granted: n, First: first, Spacing: ms, Lateness: 10 * ms, Rate: rate, FleetDemand: fleet, Pods: pods}
+}
+
+// The specs of the table: R 1000/s with burst 11, one send time a
+// millisecond, good for 10 ms after its time, none in the past; conc is it
+// with 3 slots. hold is a pacing hold's end.
+var (
+	r1000 = quota.Spec{Name: "t", RequestsPerSecond: 1000, Burst: 11}
+	conc  = quota.Spec{Name: "t", RequestsPerSecond: 1000, Burst: 11, Concurrency: 3}
+	hold  = Start.Add(30 * time.Second)
+)
+
+// Cases are the table.
 func Cases() map[string]Case {
-	r1000 := quota.Spec{Name: "t", RequestsPerSecond: 1000, Burst: 11}
-	conc := r1000
-	conc.Concurrency = 3
-	sent := func(n int64, first time.Duration, rate, fleet float64, pods int) quota.LeaseReply {
-		return quota.LeaseReply{Granted: n, First: first, Spacing: ms, Lateness: 10 * ms, Rate: rate, FleetDemand: fleet, Pods: pods}
-	}
-	hold := Start.Add(30 * time.Second)
 	return map[string]Case{
 		"a pod alone gets its share for the next interval, lease after lease": {Spec: r1000, Steps: []Step{
 			{Req: pod("a", "x", 500, 400), Want: sent(100, 0, 1000, 400, 1)},

@@ -103,6 +103,15 @@ type Transport struct {
 	// DisableHTTP2 offers only http/1.1 by ALPN to TLS upstreams.
 	DisableHTTP2 bool
 
+	// HandOffAll sends every request RoundTrip is given to Fallback, under
+	// the same rule: net/http cannot resend it on its own (the sidecar's
+	// --http1-upstream-client=false, docs/performance.md#the-upstream-client).
+	// Body-less requests of the methods that usually have no body go on
+	// Fallback's pooled connections, with an empty body that net/http drops
+	// before writing and that makes it see them as not replayable; other
+	// body-less ones on FallbackNoReuse. RoundTripTLS is not affected.
+	HandOffAll bool
+
 	mu        sync.Mutex
 	hosts     map[string]*host
 	h2conns   map[string][]*http.ClientConn // TLS upstreams that chose HTTP/2, by TLSOrigin.Key
@@ -169,6 +178,9 @@ var errUnsupported = errors.New("h1client: request needs the fallback transport"
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.HandOffAll {
+		return t.fallback(bodyless(req))
+	}
 	if !t.handles(req) {
 		return t.fallback(req)
 	}
@@ -264,6 +276,32 @@ func (t *Transport) fallback(req *http.Request) (*http.Response, error) {
 	}
 	return rt.RoundTrip(out)
 }
+
+// bodyless gives a request without a body of a method that usually has none
+// an empty body (HandOffAll): net/http writes it as it writes no body (it
+// reads the body's first byte and, at its end, drops it) but no longer counts
+// the request replayable, so fallback sends it on a pooled connection that
+// net/http cannot resend it on. Other requests are returned as they are.
+func bodyless(req *http.Request) *http.Request {
+	if req.Body != nil && req.Body != http.NoBody {
+		return req
+	}
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
+	default:
+		return req
+	}
+	out := req.Clone(req.Context())
+	out.Body, out.GetBody, out.ContentLength = emptyBody{}, nil, 0
+	return out
+}
+
+// emptyBody is a request body at its end: not http.NoBody, which net/http
+// takes for no body at all.
+type emptyBody struct{}
+
+func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (emptyBody) Close() error             { return nil }
 
 // handles reports whether the request is for this client.
 func (t *Transport) handles(req *http.Request) bool {

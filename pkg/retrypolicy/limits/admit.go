@@ -65,69 +65,126 @@ func (t Ticket) Release(now time.Time) {
 // caller that would wait past its deadline is shed, not queued.
 func (l *State) Admit(ctx context.Context, clk clock.Clock, sleep Sleeper, maxWait time.Duration) (Ticket, time.Duration, error) {
 	parts := l.parts.Load()
-	var taken stages
-	defer taken.rollback() // unless admitted
-	var waited Waits
-	if lim := parts.limiter; lim != nil {
-		now := clk.Now()
-		r := lim.ReserveN(now, 1)
-		if !r.OK() {
-			return Ticket{}, time.Second, ErrShed
-		}
-		taken.token, taken.tokenAt = r, now
-		if d := r.DelayFrom(now); d > 0 {
-			if d > maxWait {
-				return Ticket{}, d, ErrShed
-			}
-			l.pacing.Add(1)
-			err := sleep(ctx, d)
-			l.pacing.Add(-1)
-			if err != nil {
-				taken.tokenAt = clk.Now()
-				return Ticket{}, 0, err
-			}
-			maxWait -= d
-			taken.tokenAt = now.Add(d)
-			waited.RateLimit = d
-		}
+	a := admission{l: l, ctx: ctx, clk: clk, maxWait: maxWait}
+	defer a.taken.rollback() // unless admitted: gives back what the stages took
+	if ra, err := a.startToken(parts, sleep); err != nil {
+		return Ticket{}, ra, err
 	}
-	if q := parts.quota; q != nil {
-		l.pacing.Add(1)
-		t, spent, ra, err := takeQuota(ctx, q, clk, sleep, clk.Now(), maxWait)
-		l.pacing.Add(-1)
-		if err != nil {
-			return Ticket{}, ra, err
-		}
-		taken.quota, taken.sendTime = q, t
-		maxWait -= spent
-		waited.Quota = spent
+	if ra, err := a.sendTime(parts, sleep); err != nil {
+		return Ticket{}, ra, err
 	}
-	if gate := parts.gate; gate != nil {
-		d, err := gate.Acquire(ctx, clk, maxWait)
-		if err != nil {
-			return Ticket{}, d, err
-		}
-		taken.gate = gate
-		maxWait -= d
-		waited.Queue = d
+	if ra, err := a.inFlightSlot(parts); err != nil {
+		return Ticket{}, ra, err
 	}
-	if taken.quota != nil {
-		if slots := taken.quota.Slots(); slots != nil {
-			d, err := slots.Acquire(ctx, clk, maxWait)
-			if err != nil {
-				return Ticket{}, d, err
-			}
-			taken.slots = slots
-			waited.Quota += d
-		}
+	if ra, err := a.fleetSlot(); err != nil {
+		return Ticket{}, ra, err
 	}
-	t := Ticket{Waited: waited, lim: l, gate: taken.gate, slots: taken.slots}
-	taken = stages{} // admitted: nothing to give back
+	t := Ticket{Waited: a.waited, lim: l, gate: a.taken.gate, slots: a.taken.slots}
+	a.taken = stages{} // admitted: nothing to give back
 	l.inFlight.Add(1)
 	if t.gate != nil || t.slots != nil {
 		t.start = clk.Now()
 	}
 	return t, 0, nil
+}
+
+// admission is one call of Admit: what its stages took, what is left of
+// maxWait and the waits so far. (The Sleeper is passed to the stages that
+// sleep, not kept here: kept, it would escape, and the caller's closure with it.) Each stage takes its part or returns the
+// error and retry-after of Admit, leaving what it took in taken.
+type admission struct {
+	l       *State
+	ctx     context.Context
+	clk     clock.Clock
+	maxWait time.Duration
+	waited  Waits
+	taken   stages
+}
+
+// startToken takes a start token of the rate limiter, sleeping until it is
+// due, or sheds the attempt with the time the token would come.
+func (a *admission) startToken(parts *limitParts, sleep Sleeper) (time.Duration, error) {
+	lim := parts.limiter
+	if lim == nil {
+		return 0, nil
+	}
+	now := a.clk.Now()
+	r := lim.ReserveN(now, 1)
+	if !r.OK() {
+		return time.Second, ErrShed
+	}
+	a.taken.token, a.taken.tokenAt = r, now
+	d := r.DelayFrom(now)
+	if d <= 0 {
+		return 0, nil
+	}
+	if d > a.maxWait {
+		return d, ErrShed
+	}
+	a.l.pacing.Add(1)
+	err := sleep(a.ctx, d)
+	a.l.pacing.Add(-1)
+	if err != nil {
+		a.taken.tokenAt = a.clk.Now()
+		return 0, err
+	}
+	a.maxWait -= d
+	a.taken.tokenAt = now.Add(d)
+	a.waited.RateLimit = d
+	return 0, nil
+}
+
+// sendTime takes a send time of the shared quota, waiting for it (or for the
+// next lease) while maxWait allows.
+func (a *admission) sendTime(parts *limitParts, sleep Sleeper) (time.Duration, error) {
+	q := parts.quota
+	if q == nil {
+		return 0, nil
+	}
+	a.l.pacing.Add(1)
+	t, spent, ra, err := takeQuota(a.ctx, q, a.clk, sleep, a.clk.Now(), a.maxWait)
+	a.l.pacing.Add(-1)
+	if err != nil {
+		return ra, err
+	}
+	a.taken.quota, a.taken.sendTime = q, t
+	a.maxWait -= spent
+	a.waited.Quota = spent
+	return 0, nil
+}
+
+// inFlightSlot takes a slot of the concurrency gate, queueing for it.
+func (a *admission) inFlightSlot(parts *limitParts) (time.Duration, error) {
+	gate := parts.gate
+	if gate == nil {
+		return 0, nil
+	}
+	d, err := gate.Acquire(a.ctx, a.clk, a.maxWait)
+	if err != nil {
+		return d, err
+	}
+	a.taken.gate = gate
+	a.maxWait -= d
+	a.waited.Queue = d
+	return 0, nil
+}
+
+// fleetSlot takes one of the shared quota's fleet-wide slots, if it has any.
+func (a *admission) fleetSlot() (time.Duration, error) {
+	if a.taken.quota == nil {
+		return 0, nil
+	}
+	slots := a.taken.quota.Slots()
+	if slots == nil {
+		return 0, nil
+	}
+	d, err := slots.Acquire(a.ctx, a.clk, a.maxWait)
+	if err != nil {
+		return d, err
+	}
+	a.taken.slots = slots
+	a.waited.Quota += d
+	return 0, nil
 }
 
 // stages is what Admit took so far for one attempt: a start token (due at

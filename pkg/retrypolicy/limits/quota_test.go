@@ -37,60 +37,66 @@ func (q *scriptedQuota) Slots() *Gate                  { return q.slots }
 func (q *scriptedQuota) HoldUntil(time.Time) time.Time { return time.Time{} }
 func (q *scriptedQuota) Hold(time.Time)                {}
 
+const ms = time.Millisecond
+
+// grantedAnswer grants a send time now; leaseAnswer says to ask again at the next lease.
+var grantedAnswer, leaseAnswer = answer{v: QuotaGranted}, answer{v: QuotaWait, wait: 100 * ms}
+
+// admitDrawsOnTheQuotaCases are the cases of TestAdmitDrawsOnTheQuota.
+var admitDrawsOnTheQuotaCases = map[string]struct {
+	answers []answer
+	gate    *ConcurrencyConfig
+	slots   int           // fleet slots leased, -1: no concurrency bound
+	late    time.Duration // every sleep ends this much late
+	cancel  bool          // the context ends during the first sleep
+	maxWait time.Duration
+	wantErr error
+	wantRA  time.Duration
+	// the waited argument of each ask; the wait admission reports; the
+	// send times given back, as waits from the start
+	wantAsked   []time.Duration
+	wantWaited  time.Duration
+	wantUntaken []time.Duration
+}{
+	"a send time on hand admits at once": {
+		answers: []answer{grantedAnswer}, slots: -1, maxWait: time.Second, wantAsked: []time.Duration{0}},
+	"a send time ahead is waited for": {
+		answers: []answer{{v: QuotaGranted, wait: 30 * ms, slack: 5 * ms}}, slots: -1, maxWait: time.Second,
+		wantAsked: []time.Duration{0}, wantWaited: 30 * ms},
+	"no send time waits for the next leaseAnswer and asks again": {
+		answers: []answer{leaseAnswer, leaseAnswer, grantedAnswer}, slots: -1, maxWait: time.Second,
+		wantAsked: []time.Duration{0, 100 * ms, 200 * ms}, wantWaited: 200 * ms},
+	"a wait past the deadline is shed with the time of the next leaseAnswer": {
+		answers: []answer{leaseAnswer}, slots: -1, maxWait: 50 * ms,
+		wantErr: ErrShed, wantRA: 100 * ms, wantAsked: []time.Duration{0}},
+	"a send time on hand beyond the deadline is shed with its time": {
+		answers: []answer{{v: QuotaWait, wait: 300 * ms}}, slots: -1, maxWait: 250 * ms,
+		wantErr: ErrShed, wantRA: 300 * ms, wantAsked: []time.Duration{0}},
+	"an attempt that wakes too late for its send time asks again": {
+		answers: []answer{{v: QuotaGranted, wait: 30 * ms, slack: 5 * ms}, grantedAnswer}, slots: -1, late: 10 * ms,
+		maxWait: time.Second, wantAsked: []time.Duration{0, 40 * ms}, wantWaited: 40 * ms},
+	"an attempt that wakes late within the slack starts": {
+		answers: []answer{{v: QuotaGranted, wait: 30 * ms, slack: 15 * ms}}, slots: -1, late: 10 * ms,
+		maxWait: time.Second, wantAsked: []time.Duration{0}, wantWaited: 40 * ms},
+	"an attempt cancelled while it waits for its send time gives it back": {
+		answers: []answer{{v: QuotaGranted, wait: 30 * ms, slack: 5 * ms}}, slots: -1, cancel: true,
+		maxWait: time.Second, wantErr: context.Canceled, wantAsked: []time.Duration{0}, wantUntaken: []time.Duration{30 * ms}},
+	"a denial answers locally": {
+		answers: []answer{{v: QuotaDenied, wait: 100 * ms}}, slots: -1, maxWait: time.Second,
+		wantErr: ErrQuotaDenied, wantRA: 100 * ms, wantAsked: []time.Duration{0}},
+	"a full local gate gives the send time back": {
+		answers: []answer{grantedAnswer}, gate: &ConcurrencyConfig{MaxInFlight: 0, QueueTimeout: time.Second},
+		slots: -1, maxWait: time.Second, wantErr: ErrShed, wantRA: time.Second, wantAsked: []time.Duration{0},
+		wantUntaken: []time.Duration{0}},
+	"no fleet slot leased gives the send time back": {
+		answers: []answer{grantedAnswer}, slots: 0, maxWait: time.Second,
+		wantErr: ErrShed, wantRA: time.Second, wantAsked: []time.Duration{0}, wantUntaken: []time.Duration{0}},
+	"a leased fleet slot admits": {
+		answers: []answer{grantedAnswer}, slots: 1, maxWait: time.Second, wantAsked: []time.Duration{0}},
+}
+
 func TestAdmitDrawsOnTheQuota(t *testing.T) {
-	const ms = time.Millisecond
-	granted, lease := answer{v: QuotaGranted}, answer{v: QuotaWait, wait: 100 * ms}
-	tests := map[string]struct {
-		answers []answer
-		gate    *ConcurrencyConfig
-		slots   int           // fleet slots leased, -1: no concurrency bound
-		late    time.Duration // every sleep ends this much late
-		cancel  bool          // the context ends during the first sleep
-		maxWait time.Duration
-		wantErr error
-		wantRA  time.Duration
-		// the waited argument of each ask; the wait admission reports; the
-		// send times given back, as waits from the start
-		wantAsked   []time.Duration
-		wantWaited  time.Duration
-		wantUntaken []time.Duration
-	}{
-		"a send time on hand admits at once": {
-			answers: []answer{granted}, slots: -1, maxWait: time.Second, wantAsked: []time.Duration{0}},
-		"a send time ahead is waited for": {
-			answers: []answer{{v: QuotaGranted, wait: 30 * ms, slack: 5 * ms}}, slots: -1, maxWait: time.Second,
-			wantAsked: []time.Duration{0}, wantWaited: 30 * ms},
-		"no send time waits for the next lease and asks again": {
-			answers: []answer{lease, lease, granted}, slots: -1, maxWait: time.Second,
-			wantAsked: []time.Duration{0, 100 * ms, 200 * ms}, wantWaited: 200 * ms},
-		"a wait past the deadline is shed with the time of the next lease": {
-			answers: []answer{lease}, slots: -1, maxWait: 50 * ms,
-			wantErr: ErrShed, wantRA: 100 * ms, wantAsked: []time.Duration{0}},
-		"a send time on hand beyond the deadline is shed with its time": {
-			answers: []answer{{v: QuotaWait, wait: 300 * ms}}, slots: -1, maxWait: 250 * ms,
-			wantErr: ErrShed, wantRA: 300 * ms, wantAsked: []time.Duration{0}},
-		"an attempt that wakes too late for its send time asks again": {
-			answers: []answer{{v: QuotaGranted, wait: 30 * ms, slack: 5 * ms}, granted}, slots: -1, late: 10 * ms,
-			maxWait: time.Second, wantAsked: []time.Duration{0, 40 * ms}, wantWaited: 40 * ms},
-		"an attempt that wakes late within the slack starts": {
-			answers: []answer{{v: QuotaGranted, wait: 30 * ms, slack: 15 * ms}}, slots: -1, late: 10 * ms,
-			maxWait: time.Second, wantAsked: []time.Duration{0}, wantWaited: 40 * ms},
-		"an attempt cancelled while it waits for its send time gives it back": {
-			answers: []answer{{v: QuotaGranted, wait: 30 * ms, slack: 5 * ms}}, slots: -1, cancel: true,
-			maxWait: time.Second, wantErr: context.Canceled, wantAsked: []time.Duration{0}, wantUntaken: []time.Duration{30 * ms}},
-		"a denial answers locally": {
-			answers: []answer{{v: QuotaDenied, wait: 100 * ms}}, slots: -1, maxWait: time.Second,
-			wantErr: ErrQuotaDenied, wantRA: 100 * ms, wantAsked: []time.Duration{0}},
-		"a full local gate gives the send time back": {
-			answers: []answer{granted}, gate: &ConcurrencyConfig{MaxInFlight: 0, QueueTimeout: time.Second},
-			slots: -1, maxWait: time.Second, wantErr: ErrShed, wantRA: time.Second, wantAsked: []time.Duration{0},
-			wantUntaken: []time.Duration{0}},
-		"no fleet slot leased gives the send time back": {
-			answers: []answer{granted}, slots: 0, maxWait: time.Second,
-			wantErr: ErrShed, wantRA: time.Second, wantAsked: []time.Duration{0}, wantUntaken: []time.Duration{0}},
-		"a leased fleet slot admits": {
-			answers: []answer{granted}, slots: 1, maxWait: time.Second, wantAsked: []time.Duration{0}},
-	}
+	tests := admitDrawsOnTheQuotaCases
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			clk := clocktest.NewClock(now)

@@ -113,71 +113,74 @@ func policy(t testing.TB, mutate func(*retrypolicy.Config)) *retrypolicy.Policy 
 	return p
 }
 
+// unaryClientInterceptorCases are the cases of TestUnaryClientInterceptor.
+var unaryClientInterceptorCases = map[string]struct {
+	script        []step
+	policy        func(*retrypolicy.Config)
+	callerTimeout time.Duration // 0: none
+	nested        bool          // the call already carries x-retry-attempt
+	cancelAtWait  bool          // the caller cancels when the interceptor waits
+	wantAttempts  int           // at the server
+	wantCode      codes.Code
+	wantReport    retrygrpc.Report
+	wantWaits     []time.Duration
+}{
+	"OK at once is one attempt": {
+		wantAttempts: 1, wantCode: codes.OK, wantReport: retrygrpc.Report{Attempts: 1, Outcome: "success"}},
+	"UNAVAILABLE twice, then OK, after the backoff": {
+		script: []step{fail(codes.Unavailable), fail(codes.Unavailable)}, wantAttempts: 3, wantCode: codes.OK,
+		wantReport: retrygrpc.Report{Attempts: 3, Outcome: "success"}, wantWaits: []time.Duration{100e6, 200e6}},
+	"UNAVAILABLE three times exhausts the 3 attempts": {
+		script:       []step{fail(codes.Unavailable), fail(codes.Unavailable), fail(codes.Unavailable)},
+		wantAttempts: 3, wantCode: codes.Unavailable,
+		wantReport: retrygrpc.Report{Attempts: 3, Outcome: "exhausted"}, wantWaits: []time.Duration{100e6, 200e6}},
+	"INTERNAL is not a listed status": {
+		script: []step{fail(codes.Internal)}, wantAttempts: 1, wantCode: codes.Internal,
+		wantReport: retrygrpc.Report{Attempts: 1, Outcome: "not-retryable"}},
+	"UNAVAILABLE of a method the policy does not list is sent once": {
+		script:       []step{fail(codes.Unavailable)},
+		policy:       func(c *retrypolicy.Config) { c.ReplayableMethods = []string{"/grpc.health.v1.Health/Watch"} },
+		wantAttempts: 1, wantCode: codes.Unavailable, wantReport: retrygrpc.Report{Attempts: 1, Outcome: "not-replayable"}},
+	"a pushback of 800 ms is waited exactly": {
+		script: []step{pushback(codes.ResourceExhausted, "800")}, wantAttempts: 2, wantCode: codes.OK,
+		wantReport: retrygrpc.Report{Attempts: 2, Outcome: "success"}, wantWaits: []time.Duration{800e6}},
+	"a pushback of 0 keeps the backoff": {
+		script: []step{pushback(codes.Unavailable, "0")}, wantAttempts: 2, wantCode: codes.OK,
+		wantReport: retrygrpc.Report{Attempts: 2, Outcome: "success"}, wantWaits: []time.Duration{100e6}},
+	"a negative pushback is the server asking for no retry": {
+		script: []step{pushback(codes.Unavailable, "-1")}, wantAttempts: 1, wantCode: codes.Unavailable,
+		wantReport: retrygrpc.Report{Attempts: 1, Outcome: "not-retryable"}},
+	"a malformed pushback is no retry either": {
+		script: []step{pushback(codes.Unavailable, "soon")}, wantAttempts: 1, wantCode: codes.Unavailable,
+		wantReport: retrygrpc.Report{Attempts: 1, Outcome: "not-retryable"}},
+	"a pushback over maxWait is deferred, never shortened": {
+		script: []step{pushback(codes.ResourceExhausted, "5000")}, wantAttempts: 1, wantCode: codes.ResourceExhausted,
+		wantReport: retrygrpc.Report{Attempts: 1, Outcome: "deferred", NotBefore: start.Add(5 * time.Second)}},
+	"a pushback past the policy's deadline is deferred": {
+		script: []step{pushback(codes.ResourceExhausted, "1500")}, policy: func(c *retrypolicy.Config) { c.Deadline = time.Second },
+		wantAttempts: 1, wantCode: codes.ResourceExhausted,
+		wantReport: retrygrpc.Report{Attempts: 1, Outcome: "deferred", NotBefore: start.Add(2 * time.Second)}}, // 1.5 s, rounded up
+	"a backoff past the caller's deadline is not waited": {
+		script: []step{fail(codes.Unavailable)}, policy: func(c *retrypolicy.Config) { c.Backoff.Base = time.Second },
+		callerTimeout: 1050 * time.Millisecond, wantAttempts: 1, wantCode: codes.Unavailable,
+		wantReport: retrygrpc.Report{Attempts: 1, Outcome: "deadline-exceeded", NotBefore: start.Add(time.Second)}},
+	"the caller cancelling during the wait ends the call": {
+		script: []step{fail(codes.Unavailable)}, cancelAtWait: true, wantAttempts: 1, wantCode: codes.Canceled,
+		wantReport: retrygrpc.Report{Attempts: 1, Outcome: "canceled"}, wantWaits: []time.Duration{100e6}},
+	"a call another retrying layer already marked is not multiplied": {
+		script: []step{fail(codes.Unavailable)}, nested: true, wantAttempts: 1, wantCode: codes.Unavailable,
+		wantReport: retrygrpc.Report{Attempts: 1, Outcome: "exhausted"}},
+	// perTryTimeout runs on the wall clock and also bounds the retry that
+	// answers OK (and the first dial): 50 ms let all three attempts time
+	// out, none reaching the server, in 1 run under load; 1 s does not.
+	"a stalled attempt ended by perTryTimeout is retried for a replayable method": {
+		script: []step{stall()}, policy: func(c *retrypolicy.Config) { c.PerTryTimeout = time.Second },
+		wantAttempts: 2, wantCode: codes.OK, wantReport: retrygrpc.Report{Attempts: 2, Outcome: "success"},
+		wantWaits: []time.Duration{100e6}},
+}
+
 func TestUnaryClientInterceptor(t *testing.T) {
-	tests := map[string]struct {
-		script        []step
-		policy        func(*retrypolicy.Config)
-		callerTimeout time.Duration // 0: none
-		nested        bool          // the call already carries x-retry-attempt
-		cancelAtWait  bool          // the caller cancels when the interceptor waits
-		wantAttempts  int           // at the server
-		wantCode      codes.Code
-		wantReport    retrygrpc.Report
-		wantWaits     []time.Duration
-	}{
-		"OK at once is one attempt": {
-			wantAttempts: 1, wantCode: codes.OK, wantReport: retrygrpc.Report{Attempts: 1, Outcome: "success"}},
-		"UNAVAILABLE twice, then OK, after the backoff": {
-			script: []step{fail(codes.Unavailable), fail(codes.Unavailable)}, wantAttempts: 3, wantCode: codes.OK,
-			wantReport: retrygrpc.Report{Attempts: 3, Outcome: "success"}, wantWaits: []time.Duration{100e6, 200e6}},
-		"UNAVAILABLE three times exhausts the 3 attempts": {
-			script:       []step{fail(codes.Unavailable), fail(codes.Unavailable), fail(codes.Unavailable)},
-			wantAttempts: 3, wantCode: codes.Unavailable,
-			wantReport: retrygrpc.Report{Attempts: 3, Outcome: "exhausted"}, wantWaits: []time.Duration{100e6, 200e6}},
-		"INTERNAL is not a listed status": {
-			script: []step{fail(codes.Internal)}, wantAttempts: 1, wantCode: codes.Internal,
-			wantReport: retrygrpc.Report{Attempts: 1, Outcome: "not-retryable"}},
-		"UNAVAILABLE of a method the policy does not list is sent once": {
-			script:       []step{fail(codes.Unavailable)},
-			policy:       func(c *retrypolicy.Config) { c.ReplayableMethods = []string{"/grpc.health.v1.Health/Watch"} },
-			wantAttempts: 1, wantCode: codes.Unavailable, wantReport: retrygrpc.Report{Attempts: 1, Outcome: "not-replayable"}},
-		"a pushback of 800 ms is waited exactly": {
-			script: []step{pushback(codes.ResourceExhausted, "800")}, wantAttempts: 2, wantCode: codes.OK,
-			wantReport: retrygrpc.Report{Attempts: 2, Outcome: "success"}, wantWaits: []time.Duration{800e6}},
-		"a pushback of 0 keeps the backoff": {
-			script: []step{pushback(codes.Unavailable, "0")}, wantAttempts: 2, wantCode: codes.OK,
-			wantReport: retrygrpc.Report{Attempts: 2, Outcome: "success"}, wantWaits: []time.Duration{100e6}},
-		"a negative pushback is the server asking for no retry": {
-			script: []step{pushback(codes.Unavailable, "-1")}, wantAttempts: 1, wantCode: codes.Unavailable,
-			wantReport: retrygrpc.Report{Attempts: 1, Outcome: "not-retryable"}},
-		"a malformed pushback is no retry either": {
-			script: []step{pushback(codes.Unavailable, "soon")}, wantAttempts: 1, wantCode: codes.Unavailable,
-			wantReport: retrygrpc.Report{Attempts: 1, Outcome: "not-retryable"}},
-		"a pushback over maxWait is deferred, never shortened": {
-			script: []step{pushback(codes.ResourceExhausted, "5000")}, wantAttempts: 1, wantCode: codes.ResourceExhausted,
-			wantReport: retrygrpc.Report{Attempts: 1, Outcome: "deferred", NotBefore: start.Add(5 * time.Second)}},
-		"a pushback past the policy's deadline is deferred": {
-			script: []step{pushback(codes.ResourceExhausted, "1500")}, policy: func(c *retrypolicy.Config) { c.Deadline = time.Second },
-			wantAttempts: 1, wantCode: codes.ResourceExhausted,
-			wantReport: retrygrpc.Report{Attempts: 1, Outcome: "deferred", NotBefore: start.Add(2 * time.Second)}}, // 1.5 s, rounded up
-		"a backoff past the caller's deadline is not waited": {
-			script: []step{fail(codes.Unavailable)}, policy: func(c *retrypolicy.Config) { c.Backoff.Base = time.Second },
-			callerTimeout: 1050 * time.Millisecond, wantAttempts: 1, wantCode: codes.Unavailable,
-			wantReport: retrygrpc.Report{Attempts: 1, Outcome: "deadline-exceeded", NotBefore: start.Add(time.Second)}},
-		"the caller cancelling during the wait ends the call": {
-			script: []step{fail(codes.Unavailable)}, cancelAtWait: true, wantAttempts: 1, wantCode: codes.Canceled,
-			wantReport: retrygrpc.Report{Attempts: 1, Outcome: "canceled"}, wantWaits: []time.Duration{100e6}},
-		"a call another retrying layer already marked is not multiplied": {
-			script: []step{fail(codes.Unavailable)}, nested: true, wantAttempts: 1, wantCode: codes.Unavailable,
-			wantReport: retrygrpc.Report{Attempts: 1, Outcome: "exhausted"}},
-		// perTryTimeout runs on the wall clock and also bounds the retry that
-		// answers OK (and the first dial): 50 ms let all three attempts time
-		// out, none reaching the server, in 1 run under load; 1 s does not.
-		"a stalled attempt ended by perTryTimeout is retried for a replayable method": {
-			script: []step{stall()}, policy: func(c *retrypolicy.Config) { c.PerTryTimeout = time.Second },
-			wantAttempts: 2, wantCode: codes.OK, wantReport: retrygrpc.Report{Attempts: 2, Outcome: "success"},
-			wantWaits: []time.Duration{100e6}},
-	}
+	tests := unaryClientInterceptorCases
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			srv, addr := startServer(t, tc.script)

@@ -19,6 +19,35 @@ func stalled503(header ...string) step {
 	return step{status: 503, header: headertest.Of(header...), body: "0123456789", stall: true}
 }
 
+// theDeadlineBoundsEveryStalledBodyCases are the cases of TestTheDeadlineBoundsEveryStalledBody.
+var theDeadlineBoundsEveryStalledBodyCases = map[string]struct {
+	deadline    time.Duration
+	maxAttempts int
+	post        bool
+	steps       []step
+	wantSent    []time.Duration // when each attempt went out
+	wantAt      time.Duration   // when the request ended
+	wantCount   int             // X-Retry-Attempts
+	wantNB      time.Duration   // X-Retry-Not-Before (rounded up)
+}{
+	// Equal backoff 1s..8s, Random 0: 0.5s after attempt 1, 1s after attempt 2.
+	"a retry's drain stops at the reserve, the retry's answer at the deadline": {
+		deadline: time.Second, steps: []step{stalled503(), stalled503()},
+		wantSent: []time.Duration{0, 900 * time.Millisecond}, wantAt: time.Second, wantCount: 2, wantNB: 2 * time.Second},
+	"a drain stops after 1s, the last attempt's answer at the deadline": {
+		deadline: 10 * time.Second, maxAttempts: 2, steps: []step{stalled503(), stalled503()},
+		wantSent: []time.Duration{0, time.Second}, wantAt: 10 * time.Second, wantCount: 2, wantNB: 2 * time.Second},
+	"a Retry-After past the deadline defers, and its answer is cut at the deadline": {
+		deadline: time.Second, steps: []step{stalled503("Retry-After", "5")},
+		wantSent: []time.Duration{0}, wantAt: time.Second, wantCount: 1, wantNB: 5 * time.Second},
+	"a Retry-After shorter than the drain waits inside it": {
+		deadline: 3 * time.Second, maxAttempts: 2, steps: []step{stalled503("Retry-After", "0"), stalled503()},
+		wantSent: []time.Duration{0, time.Second}, wantAt: 3 * time.Second, wantCount: 2, wantNB: 2 * time.Second},
+	"a request that cannot be replayed has its answer cut at the deadline": {
+		deadline: time.Second, post: true, steps: []step{stalled503()},
+		wantSent: []time.Duration{0}, wantAt: time.Second, wantCount: 1, wantNB: time.Second},
+}
+
 // TestTheDeadlineBoundsEveryStalledBody: a retryable answer whose body stalls
 // is drained before a retry for at most 1 s and never into the reserve, and
 // read ahead before it is given back until the deadline at most; then its
@@ -26,33 +55,7 @@ func stalled503(header ...string) step {
 // deadline-exceeded at the deadline (docs/retry-semantics.md#r9). The clock
 // moves only when a body stalls: to the bound that cuts it.
 func TestTheDeadlineBoundsEveryStalledBody(t *testing.T) {
-	tests := map[string]struct {
-		deadline    time.Duration
-		maxAttempts int
-		post        bool
-		steps       []step
-		wantSent    []time.Duration // when each attempt went out
-		wantAt      time.Duration   // when the request ended
-		wantCount   int             // X-Retry-Attempts
-		wantNB      time.Duration   // X-Retry-Not-Before (rounded up)
-	}{
-		// Equal backoff 1s..8s, Random 0: 0.5s after attempt 1, 1s after attempt 2.
-		"a retry's drain stops at the reserve, the retry's answer at the deadline": {
-			deadline: time.Second, steps: []step{stalled503(), stalled503()},
-			wantSent: []time.Duration{0, 900 * time.Millisecond}, wantAt: time.Second, wantCount: 2, wantNB: 2 * time.Second},
-		"a drain stops after 1s, the last attempt's answer at the deadline": {
-			deadline: 10 * time.Second, maxAttempts: 2, steps: []step{stalled503(), stalled503()},
-			wantSent: []time.Duration{0, time.Second}, wantAt: 10 * time.Second, wantCount: 2, wantNB: 2 * time.Second},
-		"a Retry-After past the deadline defers, and its answer is cut at the deadline": {
-			deadline: time.Second, steps: []step{stalled503("Retry-After", "5")},
-			wantSent: []time.Duration{0}, wantAt: time.Second, wantCount: 1, wantNB: 5 * time.Second},
-		"a Retry-After shorter than the drain waits inside it": {
-			deadline: 3 * time.Second, maxAttempts: 2, steps: []step{stalled503("Retry-After", "0"), stalled503()},
-			wantSent: []time.Duration{0, time.Second}, wantAt: 3 * time.Second, wantCount: 2, wantNB: 2 * time.Second},
-		"a request that cannot be replayed has its answer cut at the deadline": {
-			deadline: time.Second, post: true, steps: []step{stalled503()},
-			wantSent: []time.Duration{0}, wantAt: time.Second, wantCount: 1, wantNB: time.Second},
-	}
+	tests := theDeadlineBoundsEveryStalledBodyCases
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			p := compile(t, func(c *retrypolicy.Config) {

@@ -265,69 +265,72 @@ func attempts(s *scripted) string {
 	return strings.Join(a, ",")
 }
 
+// transportOutcomesCases are the cases of TestTransportOutcomes.
+var transportOutcomesCases = map[string]struct {
+	cfg          func(*retrypolicy.Config)
+	steps        []step
+	method, body string
+	header       http.Header
+	wantStatus   int
+	wantBody     string
+	wantOutcome  retrypolicy.Outcome
+	wantAttempts string // X-Retry-Attempt of each transmission
+	wantHeaders  http.Header
+	wantSent     []string // bodies the upstream received; default: the body every time
+}{
+	"a 404 is returned at once as not-retryable": {
+		steps:      []step{{status: 404, body: "nope"}},
+		wantStatus: 404, wantBody: "nope", wantOutcome: retrypolicy.OutcomeNotRetryable, wantAttempts: "1",
+	},
+	"a 503 four times is exhausted with the last response": {
+		steps:      []step{{status: 503, body: "1"}, {status: 503, body: "2"}, {status: 503, body: "3"}, {status: 503, body: "4"}},
+		wantStatus: 503, wantBody: "4", wantOutcome: retrypolicy.OutcomeExhausted, wantAttempts: "1,2,3,4",
+	},
+	"a hint over maxWait defers with the upstream's own response and Retry-After": {
+		steps:      []step{{status: 429, header: headertest.Of("Retry-After", "60"), body: "later"}},
+		wantStatus: 429, wantBody: "later", wantOutcome: retrypolicy.OutcomeDeferred, wantAttempts: "1",
+		wantHeaders: headertest.Of("Retry-After", "60", HeaderNotBefore, "Fri, 01 May 2026 12:01:00 GMT"),
+	},
+	"a malformed Retry-After falls back to the local backoff": {
+		steps:      []step{{status: 503, header: headertest.Of("Retry-After", "-1")}, {status: 200, body: "ok"}},
+		wantStatus: 200, wantBody: "ok", wantOutcome: retrypolicy.OutcomeSuccess, wantAttempts: "1,2",
+	},
+	"a request that already carries X-Retry-Attempt is not retried again": {
+		header:     headertest.Of(HeaderAttempt, "2"),
+		steps:      []step{{status: 503, body: "busy"}},
+		wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeExhausted, wantAttempts: "2",
+	},
+	"an exhausted budget stops with the last upstream response": {
+		cfg:        func(c *retrypolicy.Config) { c.Budget = &limits.BudgetConfig{RetryPercent: 0} },
+		steps:      []step{{status: 503, body: "busy"}},
+		wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeBudgetExhausted, wantAttempts: "1",
+	},
+	"a POST without a key is not replayed after a 503": {
+		method: "POST", body: "charge 10",
+		steps:      []step{{status: 503, body: "busy"}},
+		wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeNotReplayable, wantAttempts: "1",
+	},
+	"a POST with an idempotency key is replayed": {
+		method: "POST", body: "charge 10", header: headertest.Of("Idempotency-Key", "k-1"),
+		steps:      []step{{status: 503}, {status: 200, body: "ok"}},
+		wantStatus: 200, wantBody: "ok", wantOutcome: retrypolicy.OutcomeSuccess, wantAttempts: "1,2",
+	},
+	"a POST whose connection was refused is sent again": {
+		method: "POST", body: "charge 10",
+		steps:      []step{{err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}}, {status: 200, body: "ok"}},
+		wantStatus: 200, wantBody: "ok", wantOutcome: retrypolicy.OutcomeSuccess, wantAttempts: "1,2",
+		wantSent: []string{"", "charge 10"},
+	},
+	"a PUT larger than maxReplayBodyBytes is streamed once": {
+		cfg:    func(c *retrypolicy.Config) { c.ReplayableMethods = []string{"PUT"}; c.MaxReplayBodyBytes = 4 },
+		method: "PUT", body: "12345",
+		steps:      []step{{status: 503, body: "busy"}},
+		wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeNotReplayable, wantAttempts: "1",
+	},
+}
+
 func TestTransportOutcomes(t *testing.T) {
-	tests := map[string]struct {
-		cfg          func(*retrypolicy.Config)
-		steps        []step
-		method, body string
-		header       http.Header
-		wantStatus   int
-		wantBody     string
-		wantOutcome  retrypolicy.Outcome
-		wantAttempts string // X-Retry-Attempt of each transmission
-		wantHeaders  http.Header
-		wantSent     []string // bodies the upstream received; default: the body every time
-	}{
-		"a 404 is returned at once as not-retryable": {
-			steps:      []step{{status: 404, body: "nope"}},
-			wantStatus: 404, wantBody: "nope", wantOutcome: retrypolicy.OutcomeNotRetryable, wantAttempts: "1",
-		},
-		"a 503 four times is exhausted with the last response": {
-			steps:      []step{{status: 503, body: "1"}, {status: 503, body: "2"}, {status: 503, body: "3"}, {status: 503, body: "4"}},
-			wantStatus: 503, wantBody: "4", wantOutcome: retrypolicy.OutcomeExhausted, wantAttempts: "1,2,3,4",
-		},
-		"a hint over maxWait defers with the upstream's own response and Retry-After": {
-			steps:      []step{{status: 429, header: headertest.Of("Retry-After", "60"), body: "later"}},
-			wantStatus: 429, wantBody: "later", wantOutcome: retrypolicy.OutcomeDeferred, wantAttempts: "1",
-			wantHeaders: headertest.Of("Retry-After", "60", HeaderNotBefore, "Fri, 01 May 2026 12:01:00 GMT"),
-		},
-		"a malformed Retry-After falls back to the local backoff": {
-			steps:      []step{{status: 503, header: headertest.Of("Retry-After", "-1")}, {status: 200, body: "ok"}},
-			wantStatus: 200, wantBody: "ok", wantOutcome: retrypolicy.OutcomeSuccess, wantAttempts: "1,2",
-		},
-		"a request that already carries X-Retry-Attempt is not retried again": {
-			header:     headertest.Of(HeaderAttempt, "2"),
-			steps:      []step{{status: 503, body: "busy"}},
-			wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeExhausted, wantAttempts: "2",
-		},
-		"an exhausted budget stops with the last upstream response": {
-			cfg:        func(c *retrypolicy.Config) { c.Budget = &limits.BudgetConfig{RetryPercent: 0} },
-			steps:      []step{{status: 503, body: "busy"}},
-			wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeBudgetExhausted, wantAttempts: "1",
-		},
-		"a POST without a key is not replayed after a 503": {
-			method: "POST", body: "charge 10",
-			steps:      []step{{status: 503, body: "busy"}},
-			wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeNotReplayable, wantAttempts: "1",
-		},
-		"a POST with an idempotency key is replayed": {
-			method: "POST", body: "charge 10", header: headertest.Of("Idempotency-Key", "k-1"),
-			steps:      []step{{status: 503}, {status: 200, body: "ok"}},
-			wantStatus: 200, wantBody: "ok", wantOutcome: retrypolicy.OutcomeSuccess, wantAttempts: "1,2",
-		},
-		"a POST whose connection was refused is sent again": {
-			method: "POST", body: "charge 10",
-			steps:      []step{{err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}}, {status: 200, body: "ok"}},
-			wantStatus: 200, wantBody: "ok", wantOutcome: retrypolicy.OutcomeSuccess, wantAttempts: "1,2",
-			wantSent: []string{"", "charge 10"},
-		},
-		"a PUT larger than maxReplayBodyBytes is streamed once": {
-			cfg:    func(c *retrypolicy.Config) { c.ReplayableMethods = []string{"PUT"}; c.MaxReplayBodyBytes = 4 },
-			method: "PUT", body: "12345",
-			steps:      []step{{status: 503, body: "busy"}},
-			wantStatus: 503, wantBody: "busy", wantOutcome: retrypolicy.OutcomeNotReplayable, wantAttempts: "1",
-		},
-	}
+	tests := transportOutcomesCases
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, compile(t, tc.cfg), tc.steps...)

@@ -45,7 +45,20 @@ func main() {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.HandleFunc("GET /call", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /call", callHandler(log, viaProxy, direct))
+	mux.HandleFunc("GET /load", loadHandler(log, viaProxy))
+	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("demo-app listening", "addr", *listen)
+	if err := srv.ListenAndServe(); err != nil {
+		log.Error("serve", "err", err)
+		os.Exit(1)
+	}
+}
+
+// callHandler serves /call: one request through the sidecar (viaProxy), and
+// the upstream's record of its arrivals fetched directly.
+func callHandler(log *slog.Logger, viaProxy, direct *http.Client) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		target, err := url.Parse(q.Get("url"))
 		if err != nil || target.Scheme != "http" || target.Host == "" {
@@ -97,8 +110,12 @@ func main() {
 			"outcome", rep.Headers["X-Retry-Outcome"], "elapsedMillis", rep.ElapsedMillis)
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(rep)
-	})
-	mux.HandleFunc("GET /load", func(w http.ResponseWriter, r *http.Request) {
+	}
+}
+
+// loadHandler serves /load: requests at a fixed rate for a few seconds.
+func loadHandler(log *slog.Logger, viaProxy *http.Client) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		target, err := url.Parse(q.Get("url"))
 		rate, rerr := strconv.Atoi(q.Get("rate"))
@@ -112,12 +129,6 @@ func main() {
 		log.Info("load", "path", target.Path, "rate", rate, "seconds", secs, "sent", rep.Sent, "dropped", rep.Dropped, "outcomes", rep.Outcomes)
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(rep)
-	})
-	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	log.Info("demo-app listening", "addr", *listen)
-	if err := srv.ListenAndServe(); err != nil {
-		log.Error("serve", "err", err)
-		os.Exit(1)
 	}
 }
 

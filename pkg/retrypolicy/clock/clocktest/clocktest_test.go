@@ -46,86 +46,89 @@ func TestClockFiresTimersInTimeThenCreationOrder(t *testing.T) {
 	}
 }
 
+// clockTimersAndTimeCases are the cases of TestClockTimersAndTime.
+var clockTimersAndTimeCases = map[string]func(t *testing.T, c *Clock){
+	"a timer of 0s fires on the next move, even a move by 0s": func(t *testing.T, c *Clock) {
+		tm := c.NewTimer(0)
+		select {
+		case <-tm.C():
+			t.Fatal("the timer fired before the clock was moved")
+		default:
+		}
+		c.Advance(0)
+		if v := <-tm.C(); !v.Equal(t0) {
+			t.Fatalf("timer sent %v, want %v", v, t0)
+		}
+	},
+	"a timer stops once, and not after it fired": func(t *testing.T, c *Clock) {
+		a, b := c.NewTimer(time.Second), c.NewTimer(time.Second)
+		if !a.Stop() || a.Stop() {
+			t.Fatal("Stop of a pending timer: want true, then false")
+		}
+		c.Advance(time.Second)
+		if b.Stop() {
+			t.Fatal("Stop of a fired timer reported true")
+		}
+	},
+	"Pending counts timers neither fired nor stopped": func(t *testing.T, c *Clock) {
+		c.NewTimer(time.Second)
+		c.AfterFunc(2*time.Second, func() {})
+		stopped := c.NewTimer(3 * time.Second)
+		if got := c.Pending(); got != 3 {
+			t.Fatalf("Pending() = %d, want 3", got)
+		}
+		stopped.Stop()
+		c.Advance(time.Second)
+		if got := c.Pending(); got != 1 {
+			t.Fatalf("Pending() after one stop and one fire = %d, want 1", got)
+		}
+	},
+	"a timer's function may use the clock and sees its own time": func(t *testing.T, c *Clock) {
+		var at time.Duration
+		var chained clock.Timer
+		c.AfterFunc(time.Second, func() {
+			at = c.Now().Sub(t0)
+			chained = c.NewTimer(time.Second) // due at 2s, inside the same Advance
+		})
+		c.Advance(5 * time.Second)
+		if at != time.Second {
+			t.Fatalf("the function read %s, want 1s", at)
+		}
+		if v := <-chained.C(); v.Sub(t0) != 2*time.Second {
+			t.Fatalf("the timer made by the function sent +%s, want +2s", v.Sub(t0))
+		}
+	},
+	"the clock never moves backwards": func(t *testing.T, c *Clock) {
+		c.AdvanceTo(t0.Add(-time.Hour))
+		if !c.Now().Equal(t0) {
+			t.Fatalf("Now() = %v after AdvanceTo the past, want %v", c.Now(), t0)
+		}
+	},
+	"NextAt is the earliest pending timer": func(t *testing.T, c *Clock) {
+		if _, ok := c.NextAt(); ok {
+			t.Fatal("NextAt reported a timer on a new clock")
+		}
+		c.NewTimer(3 * time.Second)
+		c.AfterFunc(2*time.Second, func() {})
+		if at, ok := c.NextAt(); !ok || at.Sub(t0) != 2*time.Second {
+			t.Fatalf("NextAt() = +%s, %v; want +2s, true", at.Sub(t0), ok)
+		}
+	},
+	"BeforeFire runs before each timer": func(t *testing.T, c *Clock) {
+		var log []string
+		c.BeforeFire = func() { log = append(log, "before") }
+		c.AfterFunc(time.Second, func() { log = append(log, "fire") })
+		c.AfterFunc(2*time.Second, func() { log = append(log, "fire") })
+		c.Advance(3 * time.Second)
+		// once more when no due timer is left
+		if want := "[before fire before fire before]"; fmtList(log) != want {
+			t.Fatalf("calls %v, want %s", log, want)
+		}
+	},
+}
+
 func TestClockTimersAndTime(t *testing.T) {
-	tests := map[string]func(t *testing.T, c *Clock){
-		"a timer of 0s fires on the next move, even a move by 0s": func(t *testing.T, c *Clock) {
-			tm := c.NewTimer(0)
-			select {
-			case <-tm.C():
-				t.Fatal("the timer fired before the clock was moved")
-			default:
-			}
-			c.Advance(0)
-			if v := <-tm.C(); !v.Equal(t0) {
-				t.Fatalf("timer sent %v, want %v", v, t0)
-			}
-		},
-		"a timer stops once, and not after it fired": func(t *testing.T, c *Clock) {
-			a, b := c.NewTimer(time.Second), c.NewTimer(time.Second)
-			if !a.Stop() || a.Stop() {
-				t.Fatal("Stop of a pending timer: want true, then false")
-			}
-			c.Advance(time.Second)
-			if b.Stop() {
-				t.Fatal("Stop of a fired timer reported true")
-			}
-		},
-		"Pending counts timers neither fired nor stopped": func(t *testing.T, c *Clock) {
-			c.NewTimer(time.Second)
-			c.AfterFunc(2*time.Second, func() {})
-			stopped := c.NewTimer(3 * time.Second)
-			if got := c.Pending(); got != 3 {
-				t.Fatalf("Pending() = %d, want 3", got)
-			}
-			stopped.Stop()
-			c.Advance(time.Second)
-			if got := c.Pending(); got != 1 {
-				t.Fatalf("Pending() after one stop and one fire = %d, want 1", got)
-			}
-		},
-		"a timer's function may use the clock and sees its own time": func(t *testing.T, c *Clock) {
-			var at time.Duration
-			var chained clock.Timer
-			c.AfterFunc(time.Second, func() {
-				at = c.Now().Sub(t0)
-				chained = c.NewTimer(time.Second) // due at 2s, inside the same Advance
-			})
-			c.Advance(5 * time.Second)
-			if at != time.Second {
-				t.Fatalf("the function read %s, want 1s", at)
-			}
-			if v := <-chained.C(); v.Sub(t0) != 2*time.Second {
-				t.Fatalf("the timer made by the function sent +%s, want +2s", v.Sub(t0))
-			}
-		},
-		"the clock never moves backwards": func(t *testing.T, c *Clock) {
-			c.AdvanceTo(t0.Add(-time.Hour))
-			if !c.Now().Equal(t0) {
-				t.Fatalf("Now() = %v after AdvanceTo the past, want %v", c.Now(), t0)
-			}
-		},
-		"NextAt is the earliest pending timer": func(t *testing.T, c *Clock) {
-			if _, ok := c.NextAt(); ok {
-				t.Fatal("NextAt reported a timer on a new clock")
-			}
-			c.NewTimer(3 * time.Second)
-			c.AfterFunc(2*time.Second, func() {})
-			if at, ok := c.NextAt(); !ok || at.Sub(t0) != 2*time.Second {
-				t.Fatalf("NextAt() = +%s, %v; want +2s, true", at.Sub(t0), ok)
-			}
-		},
-		"BeforeFire runs before each timer": func(t *testing.T, c *Clock) {
-			var log []string
-			c.BeforeFire = func() { log = append(log, "before") }
-			c.AfterFunc(time.Second, func() { log = append(log, "fire") })
-			c.AfterFunc(2*time.Second, func() { log = append(log, "fire") })
-			c.Advance(3 * time.Second)
-			// once more when no due timer is left
-			if want := "[before fire before fire before]"; fmtList(log) != want {
-				t.Fatalf("calls %v, want %s", log, want)
-			}
-		},
-	}
+	tests := clockTimersAndTimeCases
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) { test(t, NewClock(t0)) })
 	}

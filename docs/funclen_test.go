@@ -1,0 +1,123 @@
+package docs_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// maxFuncLines is the house rule "functions fit a screen": a function or
+// method, from its func line to its closing brace, is at most this many lines.
+const maxFuncLines = 80
+
+// longFuncsAllowed are the functions still over maxFuncLines, by file and
+// name, each with the reason it has not been split yet. The list only
+// shrinks: TestNoFunctionIsLongerThanAScreen fails for a function over the
+// limit that is not here, and for an entry that is no longer needed.
+var longFuncsAllowed = map[string]string{
+	"api/v1alpha1/sharedquota_envtest_test.go TestAPIServerJudgesSharedQuotasAsValidateSharedQuotaDoes": "a table test: its cases are most of its length",                               // 85 lines
+	"bench/controller/converge_test.go TestConvergence":                                                 "a scenario against a real cluster, read top to bottom (not run by make test)", // 117 lines
+	"bench/controller/scale_test.go TestScale":                                                          "a scenario against a real cluster, read top to bottom (not run by make test)", // 145 lines
+	"cmd/kubectl-retry/cluster_test.go TestCluster":                                                     "a table test: its cases are most of its length",                               // 151 lines
+	"cmd/manager/certs_test.go TestReplicasShareOneRotatedCertificate":                                  "a scenario against the built binary, read top to bottom",                      // 137 lines
+	"cmd/manager/localrun_test.go TestLocalRunServesTheCertificateItWrites":                             "a scenario against the built binary, read top to bottom",                      // 93 lines
+	"cmd/retry-sidecar/appserver_test.go TestAMalformedRequestBodyIsABadRequest":                        "a table test: its cases are most of its length",                               // 92 lines
+	"cmd/retry-sidecar/fleet_test.go TestAPIWatch":                                                      "a scenario against the built binary, read top to bottom",                      // 108 lines
+	"cmd/retry-sidecar/matrix_linux_test.go matrixRig.run":                                              "a scenario against the built binary, read top to bottom",                      // 106 lines
+	"cmd/retry-sidecar/quota_test.go TestRotatedQuotaPasswordIsPickedUpWithoutRestart":                  "a scenario against the built binary, read top to bottom",                      // 110 lines
+	"cmd/retry-sidecar/tracing_admission_test.go TestTracingAdmissionWaitsNameTheirGate":                "a table test: its cases are most of its length",                               // 87 lines
+	"cmd/retry-sidecar/tracing_linux_test.go TestTransparentInterceptionIsTraced":                       "a scenario against the built binary, read top to bottom",                      // 98 lines
+	"cmd/retry-sidecar/transparent_tls_linux_test.go TestTransparentInterceptionOriginatesTLS":          "a scenario against the built binary, read top to bottom",                      // 100 lines
+	"cmd/retry-sidecar/upstream_path_test.go TestNotBeforeIsRoundedUpAndSetWhenThereIsNoResponse":       "a scenario against the built binary, read top to bottom",                      // 87 lines
+	"cmd/retry-sidecar/upstream_path_test.go TestReplayBuffersAreAdmittedAgainstTheSidecarWideCap":      "a scenario against the built binary, read top to bottom",                      // 148 lines
+	"internal/controller/compute_test.go TestComputeRevisionAndLastAccepted":                            "a table test: its cases are most of its length",                               // 84 lines
+	"internal/controller/quotarefs_test.go TestComputeQuotaRefs":                                        "a table test: its cases are most of its length",                               // 105 lines
+	"internal/manager/lease_test.go harness.testQuotaLease":                                             "a scenario against a real server (envtest, Redis), read top to bottom",        // 82 lines
+	"internal/manager/manager_test.go harness.testSidecarLeastPrivilege":                                "a scenario against a real server (envtest, Redis), read top to bottom",        // 95 lines
+	"internal/manager/tls_envtest_test.go harness.testTLS":                                              "a scenario against a real server (envtest, Redis), read top to bottom",        // 85 lines
+	"internal/quota/fleet_test.go fleetRun":                                                             "a scenario against a real server (envtest, Redis), read top to bottom",        // 104 lines
+	"internal/sidecar/grpcretry_test.go TestGRPCRetryDataPath":                                          "a table test: its cases are most of its length",                               // 81 lines
+	"internal/sidecar/h1client/client_test.go TestExchanges":                                            "a table test: its cases are most of its length",                               // 132 lines
+	"internal/sidecar/transparent_test.go TestTransparent":                                              "a table test: its cases are most of its length",                               // 90 lines
+	"test/e2e/e2e_test.go suite.leaderKilled":                                                           "a scenario against a real cluster, read top to bottom (not run by make test)", // 124 lines
+	"test/e2e/faults_test.go suite.apiServerRestarted":                                                  "a scenario against a real cluster, read top to bottom (not run by make test)", // 85 lines
+}
+
+// TestNoFunctionIsLongerThanAScreen reads every Go file of the repository,
+// tests included (generated files, testdata/ and bin/ left out), and names
+// each function longer than maxFuncLines with its place and length.
+func TestNoFunctionIsLongerThanAScreen(t *testing.T) {
+	long := map[string]string{} // "file func" -> "file:line: func is N lines"
+	fset := token.NewFileSet()
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != ".." && (strings.HasPrefix(n, ".") || n == "bin" || n == "testdata" || n == "vendor") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasPrefix(d.Name(), "zz_generated.") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		if ast.IsGenerated(f) {
+			return nil
+		}
+		rel := filepath.ToSlash(strings.TrimPrefix(path, "../"))
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			start := fset.Position(fn.Pos()).Line
+			if n := fset.Position(fn.Body.Rbrace).Line - start + 1; n > maxFuncLines {
+				long[rel+" "+funcName(fn)] = fmt.Sprintf("%s:%d: %s is %d lines", rel, start, funcName(fn), n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range slices.Sorted(maps.Keys(long)) {
+		if _, ok := longFuncsAllowed[key]; !ok {
+			t.Errorf("%s, over %d: split it: functions fit a screen", long[key], maxFuncLines)
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(longFuncsAllowed)) {
+		if _, ok := long[key]; !ok {
+			t.Errorf("longFuncsAllowed has %q, which is no longer over %d lines (or no longer exists): remove it", key, maxFuncLines)
+		}
+	}
+}
+
+// funcName is a function's name, or Type.Method for a method.
+func funcName(fn *ast.FuncDecl) string {
+	if fn.Recv == nil || len(fn.Recv.List) == 0 {
+		return fn.Name.Name
+	}
+	typ := fn.Recv.List[0].Type
+	if star, ok := typ.(*ast.StarExpr); ok {
+		typ = star.X
+	}
+	if idx, ok := typ.(*ast.IndexExpr); ok {
+		typ = idx.X
+	}
+	if id, ok := typ.(*ast.Ident); ok {
+		return id.Name + "." + fn.Name.Name
+	}
+	return fn.Name.Name
+}
