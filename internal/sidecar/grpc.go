@@ -63,6 +63,11 @@ type grpcForwarder struct {
 	// retry decides whether an attempt is followed by another
 	// (grpcretry.go); nil: every call is one attempt.
 	retry grpcRetrier
+	// replayMemory is --max-replay-memory, shared with the HTTP path;
+	// holds bounds the held answer bytes of each app connection
+	// (grpchold.go). Either nil: no bound.
+	replayMemory *retryhttp.ReplayMemory
+	holds        *holdShares
 }
 
 // newH2CTransport is the upstream client of cleartext gRPC upstreams: one
@@ -251,8 +256,8 @@ func (g *grpcForwarder) answerError(w http.ResponseWriter, r *http.Request, ctx 
 	switch {
 	case ctx.Err() != nil, outcome == retrypolicy.OutcomeDeadlineExceeded:
 		code, outcome, msg = grpcDeadlineExceeded, retrypolicy.OutcomeDeadlineExceeded, "retry-sidecar: deadline exceeded"
-	case errors.Is(err, errLoop):
-		msg = errLoop.Error()
+	case errors.Is(err, errLoop), errors.Is(err, errGRPCShed), errors.Is(err, errGRPCDeferred):
+		msg = err.Error()
 	case errors.Is(err, retryhttp.ErrUntrustedCertificate):
 		msg = "retry-sidecar: the upstream's TLS certificate did not verify: " + untrustedReason(err)
 	}

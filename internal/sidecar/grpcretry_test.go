@@ -25,6 +25,7 @@ import (
 
 	"github.com/retrydev/retry-operator/internal/sidecar/config"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // The retry data path of gRPC calls (grpcretry.go) with a test retrier in
@@ -45,8 +46,18 @@ func (rawCodec) Name() string { return "raw" }
 // retryUnavailable retries every answer UNAVAILABLE (14) while the call can
 // be sent again, up to 3 attempts; it records what it was asked.
 type retryUnavailable struct {
+	admitEvery
 	mu    sync.Mutex
 	asked []string
+}
+
+// admitEvery admits every attempt and holds every answer: the test
+// retriers' part of grpcRetrier that is not their decision.
+type admitEvery struct{}
+
+func (admitEvery) Holds(*retrypolicy.Policy, *http.Request) bool { return true }
+func (admitEvery) Admit(context.Context, *retrypolicy.Policy, int, time.Time) (limits.Ticket, grpcVerdict, error) {
+	return limits.Ticket{}, grpcVerdict{}, nil
 }
 
 func (*retryUnavailable) Retries(*retrypolicy.Policy, *http.Request) bool { return true }
@@ -462,7 +473,7 @@ func TestGRPCAppCancelDuringARetryWaitSendsNothingMore(t *testing.T) {
 }
 
 // slowRetrier retries everything after a second.
-type slowRetrier struct{}
+type slowRetrier struct{ admitEvery }
 
 func (slowRetrier) Retries(*retrypolicy.Policy, *http.Request) bool { return true }
 func (slowRetrier) Decide(context.Context, *retrypolicy.Policy, *http.Request, grpcAttempt) grpcVerdict {
@@ -510,7 +521,7 @@ func TestReplayStream(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s := newReplayStream(io.NopCloser(strings.NewReader("abcdefgh")), c.limit)
+			s := newReplayStream(io.NopCloser(strings.NewReader("abcdefgh")), c.limit, nil)
 			defer s.Close()
 			if got := c.steps(s); got != c.want {
 				t.Errorf("got %s; want %s", got, c.want)
