@@ -69,6 +69,20 @@ func (p *grpcPolicyRetrier) Decide(ctx context.Context, pol *retrypolicy.Policy,
 	return grpcVerdict{Outcome: d.Outcome}
 }
 
+// Committed is what DecideAt says of an answer that was passed on: its
+// outcome when it stops the call (success, not-retryable, not-replayable,
+// exhausted), else not-retryable, since what the app has cannot be taken back.
+func (p *grpcPolicyRetrier) Committed(pol *retrypolicy.Policy, out *http.Request, a grpcAttempt) retrypolicy.Outcome {
+	at, ok := p.attempt(pol, out, a)
+	if !ok {
+		return retrypolicy.OutcomeNotRetryable
+	}
+	if d := pol.DecideAt(time.Now(), at); d.Action == retrypolicy.Stop {
+		return d.Outcome
+	}
+	return retrypolicy.OutcomeNotRetryable
+}
+
 // attempt is a as DecideAt reads it; false for an answer whose grpc-status
 // cannot be read, which is never retried.
 func (p *grpcPolicyRetrier) attempt(pol *retrypolicy.Policy, out *http.Request, a grpcAttempt) (retrypolicy.Attempt, bool) {

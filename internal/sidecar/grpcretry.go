@@ -46,6 +46,10 @@ type grpcRetrier interface {
 	// Decide is asked after every attempt whose answer ended before
 	// anything of it reached the app.
 	Decide(ctx context.Context, pol *retrypolicy.Policy, out *http.Request, a grpcAttempt) grpcVerdict
+	// Committed is the outcome of an answer passed to the app as it came
+	// (not held, or past the hold), once its trailers came: nothing decided,
+	// nothing spent.
+	Committed(pol *retrypolicy.Policy, out *http.Request, a grpcAttempt) retrypolicy.Outcome
 }
 
 // grpcAttempt is how an attempt ended.
@@ -125,7 +129,7 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 			}
 			defer tk.Release(time.Now())
 			defer held.close()
-			g.relay(w, r, ctx, held, g.committedOutcome(c), n) //nolint:bodyclose // held.close closes it
+			g.relay(w, r, ctx, held, g.committedOutcome(c, a, att), n) //nolint:bodyclose // held.close closes it
 			return
 		}
 		tk.Release(time.Now())
@@ -181,10 +185,12 @@ func (c *grpcCall) attemptRequest(out *http.Request, n int) *http.Request {
 
 // committedOutcome is the outcome of a call whose last answer was passed to
 // the app as it came: counted by its status once its trailers came.
-func (g *grpcForwarder) committedOutcome(c *grpcCall) func(*http.Response) retrypolicy.Outcome {
+func (g *grpcForwarder) committedOutcome(c *grpcCall, a *http.Request, att grpcAttempt) func(*http.Response) retrypolicy.Outcome {
 	return func(resp *http.Response) retrypolicy.Outcome {
-		o := grpcOutcome(resp)
-		g.metrics.grpcAttempt(c.pol.Name(), grpcAttempt{Status: grpcStatusOf(resp), HTTPStatus: resp.StatusCode})
+		att.Status, att.HTTPStatus = grpcStatusOf(resp), resp.StatusCode
+		att.Pushback = pushbackOf(resp)
+		o := g.retry.Committed(c.pol, a, att)
+		g.metrics.grpcAttempt(c.pol.Name(), att)
 		g.metrics.grpcCall(c.pol.Name(), o, time.Since(c.start))
 		return o
 	}
@@ -211,12 +217,17 @@ func (g *grpcForwarder) attempt(a *http.Request, n int, c *grpcCall) (grpcAttemp
 	}
 	att.HTTPStatus = resp.StatusCode
 	att.Status = grpcStatusOf(resp)
-	if v, ok := resp.Header["Grpc-Retry-Pushback-Ms"]; ok && len(v) > 0 {
-		att.Pushback = v[0]
-	} else {
-		att.Pushback = resp.Trailer.Get("Grpc-Retry-Pushback-Ms")
-	}
+	att.Pushback = pushbackOf(resp)
 	return att, held
+}
+
+// pushbackOf is the grpc-retry-pushback-ms of an answer read to its end: in
+// the headers of a Trailers-Only answer, else in the trailers.
+func pushbackOf(resp *http.Response) string {
+	if v, ok := resp.Header["Grpc-Retry-Pushback-Ms"]; ok && len(v) > 0 {
+		return v[0]
+	}
+	return resp.Trailer.Get("Grpc-Retry-Pushback-Ms")
 }
 
 // finish answers the call with its last attempt: the upstream's held answer,

@@ -55,6 +55,13 @@ type retryUnavailable struct {
 // retriers' part of grpcRetrier that is not their decision.
 type admitEvery struct{}
 
+func (admitEvery) Committed(_ *retrypolicy.Policy, _ *http.Request, a grpcAttempt) retrypolicy.Outcome {
+	if a.Status == "0" {
+		return retrypolicy.OutcomeSuccess
+	}
+	return retrypolicy.OutcomeNotRetryable
+}
+
 func (admitEvery) Holds(*retrypolicy.Policy, *http.Request) bool { return true }
 func (admitEvery) Admit(context.Context, *retrypolicy.Policy, int, time.Time) (limits.Ticket, grpcVerdict, error) {
 	return limits.Ticket{}, grpcVerdict{}, nil
