@@ -265,3 +265,43 @@ func mxCall(cc *grpc.ClientConn, id string, c mxCell, st *mxState) string {
 	}
 	return first(tr["x-retry-outcome"]) + " " + first(tr["x-retry-attempts"])
 }
+
+func TestGRPCAttemptsAreCountedByCodeName(t *testing.T) {
+	t.Parallel()
+	u := newMXUpstream(t)
+	s := startSidecar(t, "--policy-file="+policyFile(t, u.addr, fields(
+		"retryOn: {grpcStatusCodes: [UNAVAILABLE]}", "replayableMethods: ["+mxReplayable+"]")...))
+	cc := grpcClient(t, s.proxy, u.addr, viaListen)
+	c := mxCell{placement: "after-headers", deadline: mxLong, method: mxReplayable, cancel: "after"}
+	if got := mxCall(cc, "1", c, u.add("1", c)); got != "success 2" {
+		t.Fatalf("app got %q; want %q", got, "success 2")
+	}
+	s.waitMetric(`retry_sidecar_attempts_total{status="UNAVAILABLE",upstream="up"}`, 1)
+	s.waitMetric(`retry_sidecar_attempts_total{status="OK",upstream="up"}`, 1)
+	s.waitMetric(`retry_sidecar_requests_total{outcome="success",upstream="up"}`, 1)
+}
+
+func TestGRPCRetryWithoutARateLimitTokenIsShedAsUnavailable(t *testing.T) {
+	t.Parallel()
+	u := newMXUpstream(t)
+	s := startSidecar(t, "--policy-file="+policyFile(t, u.addr, fields(
+		"deadline: 2s", "rateLimit: {requestsPerMinute: 6, burst: 1}",
+		"retryOn: {grpcStatusCodes: [UNAVAILABLE]}", "replayableMethods: ["+mxReplayable+"]")...))
+	cc := grpcClient(t, s.proxy, u.addr, viaListen)
+	c := mxCell{placement: "trailers-only", deadline: mxLong, method: mxReplayable, cancel: "after"}
+	st := u.add("1", c)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-cell", "1")
+	var tr metadata.MD
+	m, out := []byte("req"), []byte(nil)
+	err := cc.Invoke(ctx, c.method, &m, &out, grpc.Trailer(&tr))
+	// The second attempt's token comes 10 s later, past the 2 s deadline:
+	// shed, in gRPC's terms, with the time to come back.
+	got := fmt.Sprint(grpcstatus.Code(err), " ", grpcstatus.Convert(err).Message(), " ", tr["x-retry-outcome"], tr["x-retry-attempts"], " ", len(tr["x-retry-not-before"]))
+	if want := "Unavailable retry-sidecar: shed by the upstream's admission limits [shed] [1] 1"; got != want {
+		t.Errorf("app got %q; want %q", got, want)
+	}
+	if n, _ := u.count(st); n != 1 {
+		t.Errorf("the server saw %d attempts; want 1", n)
+	}
+	s.waitMetric(`retry_sidecar_requests_total{outcome="shed",upstream="up"}`, 1)
+}
