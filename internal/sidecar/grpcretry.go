@@ -127,7 +127,7 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 			if c.replay != nil {
 				c.replay.commit()
 			}
-			defer tk.Release(time.Now())
+			defer func() { tk.Release(time.Now()) }() // when the answer ended: the gate measures the attempt
 			defer held.close()
 			g.relay(w, r, ctx, held, g.committedOutcome(c, a, att), n) //nolint:bodyclose // held.close closes it
 			return
