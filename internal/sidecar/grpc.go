@@ -256,6 +256,8 @@ func (g *grpcForwarder) answerError(w http.ResponseWriter, r *http.Request, ctx 
 	switch {
 	case ctx.Err() != nil, outcome == retrypolicy.OutcomeDeadlineExceeded:
 		code, outcome, msg = grpcDeadlineExceeded, retrypolicy.OutcomeDeadlineExceeded, "retry-sidecar: deadline exceeded"
+	case errors.Is(err, errPerTryTimeout):
+		code, msg = grpcDeadlineExceeded, err.Error()
 	case errors.Is(err, errLoop), errors.Is(err, errGRPCShed), errors.Is(err, errGRPCDeferred):
 		msg = err.Error()
 	case errors.Is(err, retryhttp.ErrUntrustedCertificate):

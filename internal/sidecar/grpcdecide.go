@@ -89,6 +89,8 @@ func (p *grpcPolicyRetrier) attempt(pol *retrypolicy.Policy, out *http.Request, 
 	at := retrypolicy.Attempt{Number: a.N, GRPC: true, Rewindable: a.Rewindable, Nested: a.Nested,
 		Replayable: a.Rewindable && pol.GRPCMethodReplayable(out.URL.Path), Deadline: a.Deadline, Random: p.rand()}
 	switch {
+	case a.PerTryTimedOut: // a timeout, not a reset: retried when replayable
+		at.Err = retrypolicy.Ambiguous
 	case a.Refused:
 		at.Err = retrypolicy.Refused
 	case a.ConnectFailure:

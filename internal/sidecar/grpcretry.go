@@ -26,7 +26,9 @@ import (
 //	          (holdBack) until the trailers arrive; an answer that outgrows
 //	          the hold is committed: passed to the app, never retried
 //	attempt   each carries x-retry-attempt: N and, when the app sent
-//	          grpc-timeout, the time left as its own grpc-timeout
+//	          grpc-timeout, the time left as its own grpc-timeout; with a
+//	          perTryTimeout, min(time left, perTryTimeout), after which the
+//	          attempt's stream is reset
 //	app gone  the app's reset ends the call at once: nothing more is sent
 
 // grpcRetrier decides the attempts of the gRPC calls of policies. Its
@@ -68,6 +70,10 @@ type grpcAttempt struct {
 	// sent. Refused: the upstream refused the stream unprocessed
 	// (REFUSED_STREAM, or past a GOAWAY), on a cleartext upstream.
 	ConnectFailure, Refused bool
+	// PerTryTimedOut: the policy's perTryTimeout ended the attempt (the
+	// sidecar's timer, or the upstream's for the grpc-timeout it was sent);
+	// the server may have acted on the call.
+	PerTryTimedOut bool
 	// Rewindable: every message the app sent so far is kept, so the call can
 	// be sent again.
 	Rewindable bool
@@ -100,7 +106,8 @@ type grpcCall struct {
 	deadline time.Time
 	nested   bool
 	hold     bool
-	conn     string // the app connection, for its share of held bytes
+	conn     string        // the app connection, for its share of held bytes
+	out      *http.Request // the call's upstream request, attempts are made of
 	replay   *replayStream
 	timeout  bool // the app sent grpc-timeout: each attempt carries the time left
 }
@@ -121,17 +128,19 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 			}
 			return
 		}
-		a := c.attemptRequest(out, n)
+		a, cancel := c.attemptRequest(out, n)
 		att, held := g.attempt(a, n, c)
 		if held != nil && !held.complete { // outgrew the hold: committed
 			if c.replay != nil {
 				c.replay.commit()
 			}
 			defer func() { tk.Release(time.Now()) }() // when the answer ended: the gate measures the attempt
+			defer cancel()
 			defer held.close()
 			g.relay(w, r, ctx, held, g.committedOutcome(c, a, att), n) //nolint:bodyclose // held.close closes it
 			return
 		}
+		cancel()
 		tk.Release(time.Now())
 		g.metrics.grpcAttempt(pol.Name(), att)
 		v = g.retry.Decide(ctx, pol, a, att)
@@ -155,7 +164,7 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 // newCall fixes what holds for every attempt of the call r (out, its
 // upstream form) under pol.
 func (g *grpcForwarder) newCall(r, out *http.Request, pol *retrypolicy.Policy) *grpcCall {
-	c := &grpcCall{pol: pol, start: time.Now(), hold: g.retry.Holds(pol, out), conn: r.RemoteAddr}
+	c := &grpcCall{pol: pol, start: time.Now(), hold: g.retry.Holds(pol, out), conn: r.RemoteAddr, out: out}
 	c.deadline = c.start.Add(pol.Deadline())
 	if d, ok := out.Context().Deadline(); ok && d.Before(c.deadline) {
 		c.deadline = d
@@ -168,19 +177,52 @@ func (g *grpcForwarder) newCall(r, out *http.Request, pol *retrypolicy.Policy) *
 	return c
 }
 
+// errPerTryTimeout is the cause of an attempt ended by perTryTimeout.
+var errPerTryTimeout = errors.New("retry-sidecar: the attempt ran past perTryTimeout")
+
 // attemptRequest is attempt n of the call: its number, the time left, the
-// app's messages from the start.
-func (c *grpcCall) attemptRequest(out *http.Request, n int) *http.Request {
-	a := out.WithContext(out.Context())
+// app's messages from the start. With a perTryTimeout shorter than the time
+// left, the attempt's context ends after it (cause errPerTryTimeout) and
+// its grpc-timeout says so; cancel ends the attempt's stream.
+func (c *grpcCall) attemptRequest(out *http.Request, n int) (a *http.Request, cancel context.CancelFunc) {
+	ctx, cancel := out.Context(), context.CancelFunc(func() {})
+	if pt := c.pol.PerTryTimeout(); pt > 0 && pt < time.Until(c.deadline) {
+		ctx, cancel = context.WithTimeoutCause(ctx, pt, errPerTryTimeout)
+	}
+	a = out.WithContext(ctx)
 	a.Header = out.Header.Clone()
 	a.Header[retryhttp.HeaderAttempt] = []string{itoa(n)}
-	if deadline, ok := out.Context().Deadline(); ok && c.timeout {
+	if deadline, ok := ctx.Deadline(); ok && (c.timeout || ctx != out.Context()) {
 		a.Header["Grpc-Timeout"] = []string{formatGRPCTimeout(time.Until(deadline))}
 	}
 	if c.replay != nil {
 		a.Body = c.replay.attempt()
 	}
-	return a
+	return a, cancel
+}
+
+// grpcTimerSlack is how much earlier than the sidecar's perTryTimeout timer
+// the upstream's may end an attempt: it counts the grpc-timeout it was sent
+// from when the call arrived, and its answer can overtake the sidecar's timer.
+const grpcTimerSlack = 10 * time.Millisecond
+
+// endedByPerTryTimeout reports whether perTryTimeout ended the attempt a
+// that ended as att: the sidecar's timer fired, or the attempt failed or
+// came back DEADLINE_EXCEEDED as that timer was due (the upstream's timer
+// for the grpc-timeout it was sent). Never when the call itself ended.
+func endedByPerTryTimeout(a, out *http.Request, att grpcAttempt) bool {
+	ctx := a.Context()
+	if out.Context().Err() != nil {
+		return false
+	}
+	if errors.Is(context.Cause(ctx), errPerTryTimeout) {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	if !ok || ctx == out.Context() || time.Until(d) > grpcTimerSlack {
+		return false
+	}
+	return att.Err != nil || att.Status == itoa(grpcDeadlineExceeded)
 }
 
 // committedOutcome is the outcome of a call whose last answer was passed to
@@ -204,7 +246,7 @@ func (g *grpcForwarder) attempt(a *http.Request, n int, c *grpcCall) (grpcAttemp
 		var pe *retryhttp.PhaseError
 		att.ConnectFailure = errors.As(err, &pe) && (pe.Phase == retryhttp.PhaseConnect || pe.Phase == retryhttp.PhaseTLS)
 		att.Refused = errors.Is(err, errUnprocessed)
-		return att, nil
+		return c.perTry(a, att), nil
 	}
 	held := holdBack(resp, c.hold, g.holds, c.conn)
 	att.Rewindable = c.replay.rewindable()
@@ -213,12 +255,26 @@ func (g *grpcForwarder) attempt(a *http.Request, n int, c *grpcCall) (grpcAttemp
 	}
 	if held.err != nil {
 		att.Err = held.err
-		return att, held
+		return c.perTry(a, att), held
 	}
 	att.HTTPStatus = resp.StatusCode
 	att.Status = grpcStatusOf(resp)
 	att.Pushback = pushbackOf(resp)
-	return att, held
+	return c.perTry(a, att), held
+}
+
+// perTry marks att, an ended attempt a, as ended by perTryTimeout when it
+// was: a failure is then errPerTryTimeout, answered DEADLINE_EXCEEDED if it
+// is the last.
+func (c *grpcCall) perTry(a *http.Request, att grpcAttempt) grpcAttempt {
+	if !endedByPerTryTimeout(a, c.out, att) {
+		return att
+	}
+	att.PerTryTimedOut, att.ConnectFailure, att.Refused = true, false, false
+	if att.Err != nil {
+		att.Err = errPerTryTimeout
+	}
+	return att
 }
 
 // pushbackOf is the grpc-retry-pushback-ms of an answer read to its end: in
