@@ -16,6 +16,7 @@ import (
 
 	"github.com/retrydev/retry-operator/internal/sidecar/config"
 	"github.com/retrydev/retry-operator/internal/sidecar/h1client"
+	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
@@ -68,6 +69,10 @@ type grpcForwarder struct {
 	// (grpchold.go). Either nil: no bound.
 	replayMemory *retryhttp.ReplayMemory
 	holds        *holdShares
+	// tracing records a span per retried call, a child span per attempt
+	// (nil: off); policyName names a policy's RetryPolicy in them.
+	tracing    *tracing.Tracing
+	policyName func(*retrypolicy.Policy) string
 }
 
 // newH2CTransport is the upstream client of cleartext gRPC upstreams: one

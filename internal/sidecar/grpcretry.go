@@ -5,11 +5,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/httpdate"
 	"github.com/retrydev/retry-operator/internal/libhooks"
+	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
@@ -120,6 +122,10 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 	if c.replay != nil {
 		defer c.replay.Close()
 	}
+	span := g.startSpan(r, out, pol)
+	if span != nil {
+		defer func() { span.End(answered(w, r)) }()
+	}
 	for n := 1; ; n++ {
 		tk, v, err := g.retry.Admit(ctx, pol, n, c.deadline)
 		if err != nil {
@@ -129,11 +135,13 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 			return
 		}
 		a, cancel := c.attemptRequest(out, n)
+		span.StartAttempt(a.Header)
 		att, held := g.attempt(a, n, c)
 		if held != nil && !held.complete { // outgrew the hold: committed
 			if c.replay != nil {
 				c.replay.commit()
 			}
+			defer func() { code, _, _ := answered(w, r); span.EndAttempt(code, "") }()
 			defer func() { tk.Release(time.Now()) }() // when the answer ended: the gate measures the attempt
 			defer cancel()
 			defer held.close()
@@ -142,6 +150,7 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 		}
 		cancel()
 		tk.Release(time.Now())
+		span.EndAttempt(attemptSpanStatus(att))
 		g.metrics.grpcAttempt(pol.Name(), att)
 		v = g.retry.Decide(ctx, pol, a, att)
 		if v.Again && att.Rewindable && r.Context().Err() == nil {
@@ -159,6 +168,65 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 		g.finish(w, r, ctx, c, held, att, v, n)
 		return
 	}
+}
+
+// startSpan starts the span of the call r (out, its upstream form) under
+// pol when tracing records it; nil otherwise.
+func (g *grpcForwarder) startSpan(r, out *http.Request, pol *retrypolicy.Policy) *tracing.GRPCCall {
+	if g.tracing == nil {
+		return nil
+	}
+	policy := ""
+	if g.policyName != nil {
+		policy = g.policyName(pol)
+	}
+	return g.tracing.StartGRPC(r.Context(), r.Header, out.URL.Path, policy, pol.Name())
+}
+
+// answered is the status, x-retry-outcome and x-retry-attempts the app was
+// answered, read from what was written to w once the call ended (in the
+// headers of a Trailers-Only answer, else in the trailers); -1 and
+// canceled when the app was gone.
+func answered(w http.ResponseWriter, r *http.Request) (code int, outcome string, attempts int) {
+	if r.Context().Err() != nil {
+		return -1, string(retrypolicy.OutcomeCanceled), 0
+	}
+	h := w.Header()
+	get := func(k string) string {
+		if v := h[k]; len(v) > 0 {
+			return v[0]
+		}
+		if v := h[http.TrailerPrefix+k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	code = -1
+	if n, ok := grpcCode(get("Grpc-Status"), http.StatusOK); ok && get("Grpc-Status") != "" {
+		code = int(n)
+	}
+	attempts, _ = strconv.Atoi(get(retryhttp.HeaderAttempts))
+	return code, get(retryhttp.HeaderOutcome), attempts
+}
+
+// attemptSpanStatus is the status of an attempt for its span (-1: none came)
+// and its error.type: "timeout" when perTryTimeout cut it, else its class
+// when no status came.
+func attemptSpanStatus(att grpcAttempt) (code int, errorType string) {
+	switch {
+	case att.PerTryTimedOut && att.Err != nil:
+		return -1, "timeout"
+	case att.Refused:
+		return -1, retrypolicy.Refused.String()
+	case att.ConnectFailure:
+		return -1, retrypolicy.ConnectFailure.String()
+	case att.Err != nil:
+		return -1, retrypolicy.Ambiguous.String()
+	}
+	if n, ok := grpcCode(att.Status, att.HTTPStatus); ok {
+		return int(n), ""
+	}
+	return -1, "malformed"
 }
 
 // newCall fixes what holds for every attempt of the call r (out, its

@@ -24,6 +24,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/retrydev/retry-operator/internal/sidecar/config"
+	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
@@ -156,15 +157,17 @@ func retryingSidecar(t *testing.T, upstream string, retrier grpcRetrier, maxRepl
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sidecarWithPolicy(t, upstream, retrier, pol)
+	return sidecarWithPolicy(t, upstream, retrier, pol, nil)
 }
 
 // sidecarWithPolicy is retryingSidecar with the policy pol.
-func sidecarWithPolicy(t *testing.T, upstream string, retrier grpcRetrier, pol *retrypolicy.Policy) *grpc.ClientConn {
+// With tr, each call is traced.
+func sidecarWithPolicy(t *testing.T, upstream string, retrier grpcRetrier, pol *retrypolicy.Policy, tr *tracing.Tracing) *grpc.ClientConn {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	g := &grpcForwarder{routing: byURL, reloader: config.NewReloader(config.Sources{}, log, NewMetrics()),
-		h2c: newH2CTransport(DefaultOptions(), (&net.Dialer{}).DialContext), log: log, retry: retrier}
+		h2c: newH2CTransport(DefaultOptions(), (&net.Dialer{}).DialContext), log: log, retry: retrier,
+		tracing: tr, policyName: func(*retrypolicy.Policy) string { return "ns/pol" }}
 	t.Cleanup(g.h2c.CloseIdleConnections)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		out := r.WithContext(r.Context())
@@ -388,7 +391,7 @@ func TestGRPCPerTryTimeoutCutsAndRetriesAnAttempt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cc := sidecarWithPolicy(t, u.addr, &grpcPolicyRetrier{}, pol)
+			cc := sidecarWithPolicy(t, u.addr, &grpcPolicyRetrier{}, pol, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			start := time.Now()
