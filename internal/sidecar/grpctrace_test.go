@@ -1,21 +1,26 @@
 package sidecar
 
 import (
+	"cmp"
 	"context"
+	"encoding/hex"
 	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
 	"github.com/retrydev/retry-operator/internal/testing/otlpreceiver"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 )
 
 // A gRPC call through the sidecar is one SERVER span with the RPC
@@ -26,6 +31,21 @@ func TestGRPCCallsAreTracedWithTheirAttempts(t *testing.T) {
 		answer func(n int, st grpc.ServerStream) error
 		want   []string
 	}{
+		"an attempt cut by perTryTimeout: error.type timeout, then OK": {
+			answer: func(n int, st grpc.ServerStream) error {
+				if n == 1 {
+					<-st.Context().Done()
+					return st.Context().Err()
+				}
+				m := []byte("ok")
+				return st.SendMsg(&m)
+			},
+			want: []string{
+				"SERVER test.Retry/Call: retry.attempts=2 retry.outcome=success retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+				"  CLIENT test.Retry/Call: error.type=timeout rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+				"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			},
+		},
 		"an UNAVAILABLE retried, then OK: two attempt spans under the call's": {
 			answer: func(n int, st grpc.ServerStream) error {
 				if n == 1 {
@@ -63,9 +83,21 @@ func TestGRPCCallsAreTracedWithTheirAttempts(t *testing.T) {
 			if err != nil || tr == nil {
 				t.Fatalf("tracing: %v, %v", tr, err)
 			}
-			u := newScriptedUpstream(t, tc.answer)
+			var (
+				mu      sync.Mutex
+				parents []string // the span id of each attempt's traceparent, as the upstream got it
+			)
+			u := newScriptedUpstream(t, func(n int, st grpc.ServerStream) error {
+				md, _ := metadata.FromIncomingContext(st.Context())
+				if tp := md["traceparent"]; len(tp) == 1 && len(tp[0]) == 55 {
+					mu.Lock()
+					parents = append(parents, tp[0][36:52])
+					mu.Unlock()
+				}
+				return tc.answer(n, st)
+			})
 			pol, err := retrypolicy.Compile(retrypolicy.Config{Name: "up", Hosts: []string{u.addr}, MaxAttempts: 3,
-				Deadline: 10 * time.Second, RetryOnGRPCStatus: []uint32{14}, ReplayableMethods: []string{"/test.Retry/*"},
+				Deadline: 10 * time.Second, PerTryTimeout: 300 * time.Millisecond, RetryOnGRPCStatus: []uint32{14}, ReplayableMethods: []string{"/test.Retry/*"},
 				MaxReplayBodyBytes: 1 << 10,
 				Backoff:            retrypolicy.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: retrypolicy.JitterNone}})
 			if err != nil {
@@ -78,8 +110,20 @@ func TestGRPCCallsAreTracedWithTheirAttempts(t *testing.T) {
 			if err := tr.Shutdown(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got := spanLines(recv.Spans()); !slices.Equal(got, tc.want) {
+			spans := recv.Spans()
+			if got := spanLines(spans); !slices.Equal(got, tc.want) {
 				t.Errorf("spans:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+			var clients []string
+			for _, s := range spans {
+				if s.GetKind() == tracepb.Span_SPAN_KIND_CLIENT {
+					clients = append(clients, hex.EncodeToString(s.GetSpanId()))
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(parents, clients) {
+				t.Errorf("the upstream got the parents %v; want the attempt spans %v", parents, clients)
 			}
 		})
 	}
@@ -89,7 +133,7 @@ func TestGRPCCallsAreTracedWithTheirAttempts(t *testing.T) {
 // its children (indented) in the order they started.
 func spanLines(spans []otlpreceiver.Span) []string {
 	slices.SortFunc(spans, func(a, b otlpreceiver.Span) int {
-		return int(a.GetStartTimeUnixNano() - b.GetStartTimeUnixNano())
+		return cmp.Compare(a.GetStartTimeUnixNano(), b.GetStartTimeUnixNano())
 	})
 	ids := map[string]bool{}
 	for _, s := range spans {
