@@ -149,6 +149,12 @@ func (g *grpcForwarder) forward(w http.ResponseWriter, r, out *http.Request, pol
 		g.forwardRetrying(w, r, out, pol)
 		return
 	}
+	span := g.startSpan(r, out, pol)
+	if span != nil {
+		defer func() { span.End(answered(w, r)) }()
+		defer func() { code, _, _ := answered(w, r); span.EndAttempt(code, "") }()
+	}
+	span.StartAttempt(out.Header)
 	resp, err := g.roundTrip(out)
 	if pol == nil && g.metrics != nil {
 		if err != nil {
@@ -158,6 +164,7 @@ func (g *grpcForwarder) forward(w http.ResponseWriter, r, out *http.Request, pol
 		}
 	}
 	if err != nil {
+		span.EndAttempt(-1, "_OTHER") // no status came
 		g.answerError(w, r, ctx, pol, 1, "", err)
 		return
 	}

@@ -171,16 +171,19 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 }
 
 // startSpan starts the span of the call r (out, its upstream form) under
-// pol when tracing records it; nil otherwise.
+// pol (nil: passed through) when tracing records it; nil otherwise.
 func (g *grpcForwarder) startSpan(r, out *http.Request, pol *retrypolicy.Policy) *tracing.GRPCCall {
 	if g.tracing == nil {
 		return nil
 	}
-	policy := ""
-	if g.policyName != nil {
-		policy = g.policyName(pol)
+	policy, upstream := "", ""
+	if pol != nil {
+		upstream = pol.Name()
+		if g.policyName != nil {
+			policy = g.policyName(pol)
+		}
 	}
-	return g.tracing.StartGRPC(r.Context(), r.Header, out.URL.Path, policy, pol.Name())
+	return g.tracing.StartGRPC(r.Context(), r.Header, out.URL.Path, policy, upstream)
 }
 
 // answered is the status, x-retry-outcome and x-retry-attempts the app was

@@ -28,9 +28,18 @@ import (
 // attempt with the attempt's status, exported to a real OTLP receiver.
 func TestGRPCCallsAreTracedWithTheirAttempts(t *testing.T) {
 	for name, tc := range map[string]struct {
-		answer func(n int, st grpc.ServerStream) error
-		want   []string
+		answer      func(n int, st grpc.ServerStream) error
+		passthrough bool // a host without a policy
+		want        []string
 	}{
+		"a call passed through without a policy: one attempt, no retry attributes": {
+			answer:      func(int, grpc.ServerStream) error { return grpcstatus.Error(codes.Unavailable, "later") },
+			passthrough: true,
+			want: []string{
+				"SERVER test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+				"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			},
+		},
 		"an attempt cut by perTryTimeout: error.type timeout, then OK": {
 			answer: func(n int, st grpc.ServerStream) error {
 				if n == 1 {
@@ -102,6 +111,9 @@ func TestGRPCCallsAreTracedWithTheirAttempts(t *testing.T) {
 				Backoff:            retrypolicy.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: retrypolicy.JitterNone}})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.passthrough {
+				pol = nil
 			}
 			cc := sidecarWithPolicy(t, u.addr, &grpcPolicyRetrier{}, pol, tr)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

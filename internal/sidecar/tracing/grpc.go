@@ -47,9 +47,12 @@ func (t *Tracing) StartGRPC(ctx context.Context, h http.Header, path, policy, up
 	}
 	service, method := splitGRPCPath(path, t.valueLimit)
 	tr := t.provider.Tracer(DefaultServiceName)
-	ctx, span := tr.Start(ctx, service+"/"+method, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(retryotel.AttrPolicy.String(attrvalue.Clean(policy, t.valueLimit)),
-			retryotel.AttrUpstream.String(attrvalue.Clean(upstream, t.valueLimit))))
+	var attrs []attribute.KeyValue
+	if upstream != "" { // absent: passed through without a policy
+		attrs = []attribute.KeyValue{retryotel.AttrPolicy.String(attrvalue.Clean(policy, t.valueLimit)),
+			retryotel.AttrUpstream.String(attrvalue.Clean(upstream, t.valueLimit))}
+	}
+	ctx, span := tr.Start(ctx, service+"/"+method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 	return &GRPCCall{tracer: tr, span: span, ctx: ctx, service: service, method: method}
 }
 
