@@ -501,9 +501,9 @@ func TestGRPCCallsTheSidecarAnswersGetAGRPCStatus(t *testing.T) {
 		// within bounds how long the answer took.
 		within time.Duration
 	}{
-		"an upstream that refuses connections is UNAVAILABLE": {
+		"an upstream that refuses connections is UNAVAILABLE once the connect failures are retried": {
 			upstream: freePort, withPolicy: true, within: 5 * time.Second,
-			want: "200 application/grpc 14 retry-sidecar: upstream unavailable upstream-error 1"},
+			want: "200 application/grpc 14 retry-sidecar: upstream unavailable exhausted 3"},
 		"a passed-through upstream that refuses connections is UNAVAILABLE": {
 			upstream: freePort, within: 5 * time.Second,
 			want: "200 application/grpc 14 retry-sidecar: upstream unavailable upstream-error 1"},
@@ -559,7 +559,8 @@ func TestGRPCUpstreamDownIsUnavailableToAGRPCClient(t *testing.T) {
 	s := startSidecar(t, "--policy-file="+policyFile(t, down, fields()...))
 	cc := grpcClient(t, s.proxy, down, viaListen)
 	got := call(cc, mUnary, []byte("x"))
-	want := grpcResult{code: codes.Unavailable, message: "retry-sidecar: upstream unavailable", trailer: ` "" upstream-error 1`}
+	// Each of the 3 attempts failed to connect: nothing was sent.
+	want := grpcResult{code: codes.Unavailable, message: "retry-sidecar: upstream unavailable", trailer: ` "" exhausted 3`}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %+v; want %+v", got, want)
 	}

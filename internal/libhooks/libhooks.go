@@ -1,10 +1,10 @@
 // Package libhooks gives the sidecar the few methods of pkg/ it needs that
 // are not the library's API (docs/library.md): calling a retryhttp.Transport
-// with the policy already looked up, and building the sidecar's SERVER spans
-// with pkg/retryotel's span builder. Each variable is set by the package that
-// owns the method, in its init, so it is ready wherever that package is
-// linked in; a public package never names a type of this one
-// (TestPublicAPINamesNoInternalType in pkg/retrypolicy).
+// with the policy already looked up, sharing its replay memory, and building
+// the sidecar's SERVER spans with pkg/retryotel's span builder. Each
+// variable is set by the package that owns the method, in its init, so it is
+// ready wherever that package is linked in; a public package never names a
+// type of this one (TestPublicAPINamesNoInternalType in pkg/retrypolicy).
 //
 // It imports nothing pkg/retrypolicy's packages may not (retryhttp sets
 // RoundTripPolicy here), so OpenTelemetry's types appear as any.
@@ -24,6 +24,15 @@ import (
 // both act on the same answer even when a reload swaps the policies in
 // between. Set by package retryhttp.
 var RoundTripPolicy func(rt http.RoundTripper, req *http.Request, p *retrypolicy.Policy) (*http.Response, error)
+
+// TryReserveReplayMemory reserves n bytes of m, a *retryhttp.ReplayMemory
+// (nil: no cap), if they fit under its cap; ReleaseReplayMemory gives n back.
+// The sidecar's gRPC replay buffers (internal/sidecar) take their bytes from
+// the same --max-replay-memory as the HTTP path's. Set by package retryhttp.
+var (
+	TryReserveReplayMemory func(m any, n int64) bool
+	ReleaseReplayMemory    func(m any, n int64)
+)
 
 // NewTracer is pkg/retryotel's span builder over tp, a
 // trace.TracerProvider, with every attribute value taken from the network

@@ -16,6 +16,7 @@ import (
 
 	"github.com/retrydev/retry-operator/internal/sidecar/config"
 	"github.com/retrydev/retry-operator/internal/sidecar/h1client"
+	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
@@ -63,6 +64,15 @@ type grpcForwarder struct {
 	// retry decides whether an attempt is followed by another
 	// (grpcretry.go); nil: every call is one attempt.
 	retry grpcRetrier
+	// replayMemory is --max-replay-memory, shared with the HTTP path;
+	// holds bounds the held answer bytes of each app connection
+	// (grpchold.go). Either nil: no bound.
+	replayMemory *retryhttp.ReplayMemory
+	holds        *holdShares
+	// tracing records a span per retried call, a child span per attempt
+	// (nil: off); policyName names a policy's RetryPolicy in them.
+	tracing    *tracing.Tracing
+	policyName func(*retrypolicy.Policy) string
 }
 
 // newH2CTransport is the upstream client of cleartext gRPC upstreams: one
@@ -139,6 +149,12 @@ func (g *grpcForwarder) forward(w http.ResponseWriter, r, out *http.Request, pol
 		g.forwardRetrying(w, r, out, pol)
 		return
 	}
+	span := g.startSpan(r, out, pol)
+	if span != nil {
+		defer func() { span.End(answered(w, r)) }()
+		defer func() { code, _, _ := answered(w, r); span.EndAttempt(code, "") }()
+	}
+	span.StartAttempt(out.Header)
 	resp, err := g.roundTrip(out)
 	if pol == nil && g.metrics != nil {
 		if err != nil {
@@ -148,6 +164,7 @@ func (g *grpcForwarder) forward(w http.ResponseWriter, r, out *http.Request, pol
 		}
 	}
 	if err != nil {
+		span.EndAttempt(-1, "_OTHER") // no status came
 		g.answerError(w, r, ctx, pol, 1, "", err)
 		return
 	}
@@ -251,8 +268,10 @@ func (g *grpcForwarder) answerError(w http.ResponseWriter, r *http.Request, ctx 
 	switch {
 	case ctx.Err() != nil, outcome == retrypolicy.OutcomeDeadlineExceeded:
 		code, outcome, msg = grpcDeadlineExceeded, retrypolicy.OutcomeDeadlineExceeded, "retry-sidecar: deadline exceeded"
-	case errors.Is(err, errLoop):
-		msg = errLoop.Error()
+	case errors.Is(err, errPerTryTimeout):
+		code, msg = grpcDeadlineExceeded, err.Error()
+	case errors.Is(err, errLoop), errors.Is(err, errGRPCShed), errors.Is(err, errGRPCDeferred):
+		msg = err.Error()
 	case errors.Is(err, retryhttp.ErrUntrustedCertificate):
 		msg = "retry-sidecar: the upstream's TLS certificate did not verify: " + untrustedReason(err)
 	}

@@ -24,7 +24,9 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/retrydev/retry-operator/internal/sidecar/config"
+	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // The retry data path of gRPC calls (grpcretry.go) with a test retrier in
@@ -45,8 +47,25 @@ func (rawCodec) Name() string { return "raw" }
 // retryUnavailable retries every answer UNAVAILABLE (14) while the call can
 // be sent again, up to 3 attempts; it records what it was asked.
 type retryUnavailable struct {
+	admitEvery
 	mu    sync.Mutex
 	asked []string
+}
+
+// admitEvery admits every attempt and holds every answer: the test
+// retriers' part of grpcRetrier that is not their decision.
+type admitEvery struct{}
+
+func (admitEvery) Committed(_ *retrypolicy.Policy, _ *http.Request, a grpcAttempt) retrypolicy.Outcome {
+	if a.Status == "0" {
+		return retrypolicy.OutcomeSuccess
+	}
+	return retrypolicy.OutcomeNotRetryable
+}
+
+func (admitEvery) Holds(*retrypolicy.Policy, *http.Request) bool { return true }
+func (admitEvery) Admit(context.Context, *retrypolicy.Policy, int, time.Time) (limits.Ticket, grpcVerdict, error) {
+	return limits.Ticket{}, grpcVerdict{}, nil
 }
 
 func (*retryUnavailable) Retries(*retrypolicy.Policy, *http.Request) bool { return true }
@@ -138,9 +157,17 @@ func retryingSidecar(t *testing.T, upstream string, retrier grpcRetrier, maxRepl
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sidecarWithPolicy(t, upstream, retrier, pol, nil)
+}
+
+// sidecarWithPolicy is retryingSidecar with the policy pol.
+// With tr, each call is traced.
+func sidecarWithPolicy(t *testing.T, upstream string, retrier grpcRetrier, pol *retrypolicy.Policy, tr *tracing.Tracing) *grpc.ClientConn {
+	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	g := &grpcForwarder{routing: byURL, reloader: config.NewReloader(config.Sources{}, log, NewMetrics()),
-		h2c: newH2CTransport(DefaultOptions(), (&net.Dialer{}).DialContext), log: log, retry: retrier}
+		h2c: newH2CTransport(DefaultOptions(), (&net.Dialer{}).DialContext), log: log, retry: retrier,
+		tracing: tr, policyName: func(*retrypolicy.Policy) string { return "ns/pol" }}
 	t.Cleanup(g.h2c.CloseIdleConnections)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		out := r.WithContext(r.Context())
@@ -178,7 +205,12 @@ func retryingSidecar(t *testing.T, upstream string, retrier grpcRetrier, maxRepl
 // clientStream sends msgs, closes its side and reads every answer: their
 // sizes, the status and the trailers' outcome and attempts.
 func clientStream(ctx context.Context, cc *grpc.ClientConn, msgs ...[]byte) string {
-	s, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.Retry/Call")
+	return clientStreamTo(ctx, cc, "/test.Retry/Call", msgs...)
+}
+
+// clientStreamTo is clientStream to method.
+func clientStreamTo(ctx context.Context, cc *grpc.ClientConn, method string, msgs ...[]byte) string {
+	s, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method)
 	if err != nil {
 		return err.Error()
 	}
@@ -318,6 +350,68 @@ func TestGRPCRetryAttemptsCarryTheTimeLeft(t *testing.T) {
 	if first, second := u.left[0], u.left[1]; first > 5*time.Second || first < 4*time.Second ||
 		second > first-300*time.Millisecond || second < first-time.Second {
 		t.Errorf("the attempts had %v and %v left; want at most 5s, then 300ms to 1s less", first, second)
+	}
+}
+
+func TestGRPCPerTryTimeoutCutsAndRetriesAnAttempt(t *testing.T) {
+	t.Parallel()
+	const perTry = 200 * time.Millisecond
+	for name, tc := range map[string]struct {
+		method string
+		slow   int // attempts 1..slow outlast perTryTimeout
+		want   string
+		sent   int // attempts the server saw
+	}{
+		"an attempt that answers within perTryTimeout is the only one": {
+			method: "/test.Retry/Call", slow: 0, want: "[2] OK [success] [1]", sent: 1},
+		"the first attempt cut by perTryTimeout is retried for a listed method": {
+			method: "/test.Retry/Call", slow: 1, want: "[2] OK [success] [2]", sent: 2},
+		"every attempt cut ends the call as DEADLINE_EXCEEDED after maxAttempts": {
+			method: "/test.Retry/Call", slow: 3, want: "[] DeadlineExceeded [exhausted] [3]", sent: 3},
+		"an attempt cut for a method not listed is not sent again": {
+			method: "/test.Other/Call", slow: 1, want: "[] DeadlineExceeded [not-replayable] [1]", sent: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			u := newScriptedUpstream(t, func(n int, st grpc.ServerStream) error {
+				if n <= tc.slow {
+					select { // outlast perTryTimeout; the attempt's reset ends the wait
+					case <-st.Context().Done():
+					case <-time.After(5 * time.Second):
+					}
+					return st.Context().Err()
+				}
+				m := []byte("ok")
+				return st.SendMsg(&m)
+			})
+			pol, err := retrypolicy.Compile(retrypolicy.Config{Name: "up", Hosts: []string{u.addr}, MaxAttempts: 3,
+				Deadline: 10 * time.Second, PerTryTimeout: perTry, RetryOnGRPCStatus: []uint32{14},
+				ReplayableMethods: []string{"/test.Retry/*"}, MaxReplayBodyBytes: 1 << 10,
+				Backoff: retrypolicy.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: retrypolicy.JitterNone}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc := sidecarWithPolicy(t, u.addr, &grpcPolicyRetrier{}, pol, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			if got := clientStreamTo(ctx, cc, tc.method, []byte("x")); got != tc.want {
+				t.Errorf("app got %s; want %s", got, tc.want)
+			}
+			if took, most := time.Since(start), time.Duration(tc.slow+1)*perTry+time.Second; took > most {
+				t.Errorf("the call took %v; want at most %v", took, most)
+			}
+			u.mu.Lock()
+			defer u.mu.Unlock()
+			if len(u.got) != tc.sent {
+				t.Fatalf("the server saw %v; want %d attempts", u.got, tc.sent)
+			}
+			for i, left := range u.left {
+				if left > perTry || left < perTry-100*time.Millisecond {
+					t.Errorf("attempt %d had %v left by its grpc-timeout; want perTryTimeout (%v) less the way there", i+1, left, perTry)
+				}
+			}
+		})
 	}
 }
 
@@ -462,7 +556,7 @@ func TestGRPCAppCancelDuringARetryWaitSendsNothingMore(t *testing.T) {
 }
 
 // slowRetrier retries everything after a second.
-type slowRetrier struct{}
+type slowRetrier struct{ admitEvery }
 
 func (slowRetrier) Retries(*retrypolicy.Policy, *http.Request) bool { return true }
 func (slowRetrier) Decide(context.Context, *retrypolicy.Policy, *http.Request, grpcAttempt) grpcVerdict {
@@ -510,7 +604,7 @@ func TestReplayStream(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s := newReplayStream(io.NopCloser(strings.NewReader("abcdefgh")), c.limit)
+			s := newReplayStream(io.NopCloser(strings.NewReader("abcdefgh")), c.limit, nil)
 			defer s.Close()
 			if got := c.steps(s); got != c.want {
 				t.Errorf("got %s; want %s", got, c.want)

@@ -24,7 +24,7 @@ import (
 //	retry_sidecar_request_duration_seconds{upstream,outcome}    start of a logical request to its response head
 //	retry_sidecar_in_flight_attempts{upstream}                  attempts sent and not finished, now
 //	retry_sidecar_queued_requests{upstream}                     requests waiting for admission, now
-//	retry_sidecar_attempts_total{upstream,status}               transmissions by status (100–999, else other), or error class
+//	retry_sidecar_attempts_total{upstream,status}               transmissions by status (100–999, else other; a gRPC code's name), or error class
 //	retry_sidecar_retry_delay_seconds{upstream}                 planned wait before each retry
 //	retry_sidecar_budget_exhausted_total{upstream}              requests stopped by the outage budget (R6)
 //	retry_sidecar_shed_total{upstream}                          requests shed by admission (R7)
@@ -418,6 +418,8 @@ func (m *Metrics) status(u *upstreamMetrics, name string, key int) prometheus.Co
 	}
 	label := strconv.Itoa(key)
 	switch {
+	case key >= grpcStatusKeyBase:
+		label = grpcStatusLabel(key) // grpcmetrics.go
 	case key == statusOther:
 		label = "other"
 	case key <= 0:

@@ -44,6 +44,9 @@ type upstreamStack struct {
 	// h2c is the upstream client of gRPC calls to cleartext upstreams
 	// (grpc.go); those with tls go through client.
 	h2c *http2.Transport
+	// holds bounds the gRPC answer bytes each app connection holds back
+	// (grpchold.go), across the listeners.
+	holds *holdShares
 }
 
 // newUpstreamStack builds the stack over o's pool and dial settings; own are
@@ -73,6 +76,7 @@ func newUpstreamStack(o Options, log *slog.Logger, own []net.Addr, reloader *con
 	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
 	s.dial = self.dialContext(dialer.DialContext)
 	s.h2c = newH2CTransport(o, s.dial)
+	s.holds = newHoldShares(grpcConnHoldBytes)
 	return s
 }
 
@@ -98,7 +102,9 @@ func (s *upstreamStack) proxy(rt routing) *Proxy {
 		Tracing:    s.tracing,
 		PolicyName: s.reloader.PolicyName,
 
-		grpc: &grpcForwarder{routing: rt, reloader: s.reloader, h2c: s.h2c, tls: s.client, log: s.log, metrics: s.metrics},
+		grpc: &grpcForwarder{routing: rt, reloader: s.reloader, h2c: s.h2c, tls: s.client, log: s.log, metrics: s.metrics,
+			retry: &grpcPolicyRetrier{}, replayMemory: s.replayMemory, holds: s.holds,
+			tracing: s.tracing, policyName: s.reloader.PolicyName},
 	}
 }
 

@@ -30,9 +30,10 @@ type Counters struct {
 // Tracing records the sidecar's requests. A nil *Tracing records nothing
 // and costs nothing: tracing is off.
 type Tracing struct {
-	sampler  Sampler
-	tracer   libhooks.Tracer
-	provider *sdktrace.TracerProvider
+	sampler    Sampler
+	tracer     libhooks.Tracer
+	provider   *sdktrace.TracerProvider
+	valueLimit int
 }
 
 // New starts the export c asks for, or returns nil when c is not Enabled.
@@ -81,7 +82,7 @@ func newWithExporter(ctx context.Context, c Config, exp sdktrace.SpanExporter, c
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithResource(res),
 		sdktrace.WithRawSpanLimits(limits),
 		sdktrace.WithSpanProcessor(newQueue(exp, c.Queue, counters.Dropped, counters.Exported)))
-	return &Tracing{sampler: c.Sampler, tracer: libhooks.NewTracer(tp, c.ValueLimit), provider: tp}, nil
+	return &Tracing{sampler: c.Sampler, tracer: libhooks.NewTracer(tp, c.ValueLimit), provider: tp, valueLimit: c.ValueLimit}, nil
 }
 
 // Observer is the span builder as the upstream Transport's Observer (nil
@@ -109,12 +110,22 @@ func (t *Tracing) Start(ctx context.Context, h http.Header, method, policy, upst
 	if t == nil {
 		return ctx, nil
 	}
+	ctx, ok := t.parent(ctx, h)
+	if !ok {
+		return ctx, nil
+	}
+	return t.tracer.StartServer(ctx, method, policy, upstream)
+}
+
+// parent is ctx carrying the app's span context from h (traceparent,
+// tracestate), and whether the sampler records the request.
+func (t *Tracing) parent(ctx context.Context, h http.Header) (context.Context, bool) {
 	var parent trace.SpanContext
 	if v := h["Traceparent"]; len(v) == 1 {
 		parent = ParseTraceparent(v[0])
 	}
 	if !t.sampler.Sample(parent) {
-		return ctx, nil
+		return ctx, false
 	}
 	if parent.IsValid() {
 		if v := h["Tracestate"]; len(v) > 0 && len(v[0]) <= maxTraceState {
@@ -126,7 +137,7 @@ func (t *Tracing) Start(ctx context.Context, h http.Header, method, policy, upst
 		}
 		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
 	}
-	return t.tracer.StartServer(ctx, method, policy, upstream)
+	return ctx, true
 }
 
 // maxTraceState is the longest tracestate trace.ParseTraceState accepts: 32

@@ -1,6 +1,15 @@
 package retryhttp
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/retrydev/retry-operator/internal/libhooks"
+)
+
+func init() {
+	libhooks.TryReserveReplayMemory = func(m any, n int64) bool { return m.(*ReplayMemory).tryReserve(n) }
+	libhooks.ReleaseReplayMemory = func(m any, n int64) { m.(*ReplayMemory).release(n) }
+}
 
 // ReplayMemory caps the bytes that replay buffers hold at once, across every
 // request of a process (docs/retry-semantics.md#memory). A Transport reserves a
