@@ -23,75 +23,86 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 )
 
+// grpcTraceCases are the cases of TestGRPCCallsAreTracedWithTheirAttempts.
+var grpcTraceCases = map[string]struct {
+	answer      func(n int, st grpc.ServerStream) error
+	passthrough bool // a host without a policy
+	want        []string
+}{
+	"a call passed through without a policy: one attempt, no retry attributes": {
+		answer:      func(int, grpc.ServerStream) error { return grpcstatus.Error(codes.Unavailable, "later") },
+		passthrough: true,
+		want: []string{
+			"SERVER test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+		},
+	},
+	"an attempt cut by perTryTimeout: error.type timeout, then OK": {
+		answer: func(n int, st grpc.ServerStream) error {
+			if n == 1 {
+				<-st.Context().Done()
+				return st.Context().Err()
+			}
+			m := []byte("ok")
+			return st.SendMsg(&m)
+		},
+		want: []string{
+			"SERVER test.Retry/Call: retry.attempts=2 retry.outcome=success retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  CLIENT test.Retry/Call: error.type=timeout rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+		},
+	},
+	"an UNAVAILABLE retried, then OK: two attempt spans under the call's": {
+		answer: func(n int, st grpc.ServerStream) error {
+			if n == 1 {
+				return grpcstatus.Error(codes.Unavailable, "later")
+			}
+			m := []byte("ok")
+			return st.SendMsg(&m)
+		},
+		want: []string{
+			"SERVER test.Retry/Call: retry.attempts=2 retry.outcome=success retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+		},
+	},
+	"a status the policy does not retry: one attempt, its status on both spans": {
+		answer: func(int, grpc.ServerStream) error { return grpcstatus.Error(codes.InvalidArgument, "no") },
+		want: []string{
+			"SERVER test.Retry/Call: retry.attempts=1 retry.outcome=not-retryable retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=3 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  CLIENT test.Retry/Call: rpc.grpc.status_code=3 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+		},
+	},
+}
+
+// tracerToReceiver starts a real OTLP receiver and a sampling-everything
+// tracer that exports to it.
+func tracerToReceiver(t *testing.T) (*tracing.Tracing, *otlpreceiver.Receiver) {
+	t.Helper()
+	recv := otlpreceiver.New()
+	srv := httptest.NewServer(recv)
+	t.Cleanup(srv.Close)
+	t.Setenv(tracing.EnvTracesEndpoint, srv.URL+"/v1/traces")
+	t.Setenv(tracing.EnvTracesProtocol, "http/protobuf")
+	t.Setenv(tracing.EnvSampler, "always_on")
+	c, err := tracing.FromEnv(os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracing.New(context.Background(), c, tracing.Counters{})
+	if err != nil || tr == nil {
+		t.Fatalf("tracing: %v, %v", tr, err)
+	}
+	return tr, recv
+}
+
 // A gRPC call through the sidecar is one SERVER span with the RPC
 // conventions' attributes and the call's outcome, and one CLIENT span per
 // attempt with the attempt's status, exported to a real OTLP receiver.
 func TestGRPCCallsAreTracedWithTheirAttempts(t *testing.T) {
-	for name, tc := range map[string]struct {
-		answer      func(n int, st grpc.ServerStream) error
-		passthrough bool // a host without a policy
-		want        []string
-	}{
-		"a call passed through without a policy: one attempt, no retry attributes": {
-			answer:      func(int, grpc.ServerStream) error { return grpcstatus.Error(codes.Unavailable, "later") },
-			passthrough: true,
-			want: []string{
-				"SERVER test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-				"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-			},
-		},
-		"an attempt cut by perTryTimeout: error.type timeout, then OK": {
-			answer: func(n int, st grpc.ServerStream) error {
-				if n == 1 {
-					<-st.Context().Done()
-					return st.Context().Err()
-				}
-				m := []byte("ok")
-				return st.SendMsg(&m)
-			},
-			want: []string{
-				"SERVER test.Retry/Call: retry.attempts=2 retry.outcome=success retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-				"  CLIENT test.Retry/Call: error.type=timeout rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-				"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-			},
-		},
-		"an UNAVAILABLE retried, then OK: two attempt spans under the call's": {
-			answer: func(n int, st grpc.ServerStream) error {
-				if n == 1 {
-					return grpcstatus.Error(codes.Unavailable, "later")
-				}
-				m := []byte("ok")
-				return st.SendMsg(&m)
-			},
-			want: []string{
-				"SERVER test.Retry/Call: retry.attempts=2 retry.outcome=success retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-				"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-				"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-			},
-		},
-		"a status the policy does not retry: one attempt, its status on both spans": {
-			answer: func(int, grpc.ServerStream) error { return grpcstatus.Error(codes.InvalidArgument, "no") },
-			want: []string{
-				"SERVER test.Retry/Call: retry.attempts=1 retry.outcome=not-retryable retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=3 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-				"  CLIENT test.Retry/Call: rpc.grpc.status_code=3 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-			},
-		},
-	} {
+	for name, tc := range grpcTraceCases {
 		t.Run(name, func(t *testing.T) {
-			recv := otlpreceiver.New()
-			srv := httptest.NewServer(recv)
-			defer srv.Close()
-			t.Setenv(tracing.EnvTracesEndpoint, srv.URL+"/v1/traces")
-			t.Setenv(tracing.EnvTracesProtocol, "http/protobuf")
-			t.Setenv(tracing.EnvSampler, "always_on")
-			c, err := tracing.FromEnv(os.Getenv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tr, err := tracing.New(context.Background(), c, tracing.Counters{})
-			if err != nil || tr == nil {
-				t.Fatalf("tracing: %v, %v", tr, err)
-			}
+			tr, recv := tracerToReceiver(t)
 			var (
 				mu      sync.Mutex
 				parents []string // the span id of each attempt's traceparent, as the upstream got it
