@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -425,19 +426,81 @@ func TestHotReloadAppliesNewPolicyAndRefusesBrokenOne(t *testing.T) {
 	}
 }
 
+// A policy file the user named must load at start: a typo stops the sidecar
+// with the file and the problem, instead of a proxy passing traffic without
+// retries. (A broken edit later keeps the last good policy:
+// TestHotReloadAppliesNewPolicyAndRefusesBrokenOne.)
+func TestPolicyFileThatCannotLoadAtStartStopsTheSidecar(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		content string // "" : the file does not exist
+		want    string // in stderr, after the file's path
+	}{
+		"a file that does not exist": {
+			want: "no such file or directory",
+		},
+		"a file that is not YAML": {
+			content: "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: broken\n",
+			want:    "document 0: error converting YAML to JSON",
+		},
+		"a policy with an invalid value": {
+			content: policyYAML("test", "up", "127.0.0.1:1", "maxAttempts: 42"),
+			want:    "spec.upstreams[0].maxAttempts: Invalid value: 42",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "my-policy.yaml")
+			if tc.content != "" {
+				writeFile(t, path, tc.content)
+			}
+			var stderr strings.Builder
+			cmd := exec.Command(sidecarBin, "--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--stats-listen=", "--policy-file="+path)
+			cmd.Stderr = &stderr
+			err := runWithin(cmd, 10*time.Second)
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("exit: %v, want exit status 1\n%s", err, stderr.String())
+			}
+			last := lastLine(stderr.String())
+			if !strings.HasPrefix(last, "retry-sidecar: --policy-file") || !strings.Contains(last, path) || !strings.Contains(last, tc.want) {
+				t.Errorf("last stderr line %q; want the file %s and %q", last, path, tc.want)
+			}
+		})
+	}
+}
+
+// runWithin runs cmd and kills it if it has not exited after d.
+func runWithin(cmd *exec.Cmd, d time.Duration) error {
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	timer := time.AfterFunc(d, func() { _ = cmd.Process.Kill() })
+	defer timer.Stop()
+	return cmd.Wait()
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// Without --policy-file (in a pod) the sidecar starts with a broken
+// policies.json, not ready until the manager renders a valid one.
 func TestNotReadyUntilAValidConfigIsLoaded(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, sequence(status(503), status(200)))
-	path := filepath.Join(t.TempDir(), "policy.yaml")
-	writeFile(t, path, "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: broken}\nspec: {upstreams: []}\n")
-	s := startSidecar(t, "--policy-file="+path)
+	dir := t.TempDir()
+	kubeletWrite(t, dir, map[string]string{"policies.json": "{not json"})
+	s := startSidecar(t, "--config-dir="+dir)
 	if code, _ := s.adminGet("/readyz"); code != http.StatusServiceUnavailable {
-		t.Fatalf("readyz %d with only a broken policy; want 503", code)
+		t.Fatalf("readyz %d with only a broken policies.json; want 503", code)
 	}
 	if code, _ := s.adminGet("/healthz"); code != 200 {
 		t.Fatalf("healthz %d, want 200", code)
 	}
-	writeFile(t, path, policyYAML("test", "up", up.host(), fields()...))
+	kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 3, 1)})
 	deadline := time.Now().Add(10 * time.Second)
 	for code, _ := s.adminGet("/readyz"); code != 200; code, _ = s.adminGet("/readyz") {
 		if time.Now().After(deadline) {

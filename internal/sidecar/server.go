@@ -180,6 +180,11 @@ func Run(ctx context.Context, o Options) error {
 	reloader := config.NewReloader(o.Sources, log, metrics)
 	metrics.WatchLimits(reloader.EachLimits)
 	if err := reloader.Reload(); err != nil {
+		if len(o.Sources.PolicyFiles) > 0 {
+			// The user named the files: a typo must stop here, not leave a
+			// proxy passing traffic without retries (docs/sidecar.md).
+			return fmt.Errorf("%w; the sidecar does not start without its --policy-file (a broken edit later keeps the last good one)", err)
+		}
 		log.Warn("starting without a configuration: not ready until a valid one is loaded")
 	}
 	ls, err := listen(ctx, o)
