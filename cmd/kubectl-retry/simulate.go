@@ -181,6 +181,9 @@ func note(s retrysim.Step) string {
 	if s.Admission != "" {
 		parts = append(parts, "waited "+short(s.Admission)+" for admission (rateLimit/concurrency)")
 	}
+	if s.TimedOut != "" {
+		parts = append(parts, "timed out after "+short(s.TimedOut)+" ("+s.TimedOutBy+")")
+	}
 	if s.NotBefore != "" {
 		parts = append(parts, "not before +"+short(s.NotBefore))
 	}
