@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -60,7 +61,8 @@ func main() {
 	err := sidecar.Run(ctx, o)
 	stop()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "retry-sidecar: %v\n", err)
+		// One JSON line like every other log line, so a log pipeline keeps it.
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("retry-sidecar cannot start", "error", err.Error())
 		os.Exit(1)
 	}
 }

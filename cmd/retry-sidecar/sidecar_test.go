@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -455,35 +456,59 @@ func TestPolicyFileThatCannotLoadAtStartStopsTheSidecar(t *testing.T) {
 			if tc.content != "" {
 				writeFile(t, path, tc.content)
 			}
-			var stderr strings.Builder
-			cmd := exec.Command(sidecarBin, "--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--stats-listen=", "--policy-file="+path)
-			cmd.Stderr = &stderr
-			err := runWithin(cmd, 10*time.Second)
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-				t.Fatalf("exit: %v, want exit status 1\n%s", err, stderr.String())
-			}
-			last := lastLine(stderr.String())
-			if !strings.HasPrefix(last, "retry-sidecar: --policy-file") || !strings.Contains(last, path) || !strings.Contains(last, tc.want) {
-				t.Errorf("last stderr line %q; want the file %s and %q", last, path, tc.want)
+			got := startError(t, nil, "--policy-file="+path)
+			if !strings.HasPrefix(got, "--policy-file") || !strings.Contains(got, path) || !strings.Contains(got, tc.want) {
+				t.Errorf("error %q; want the file %s and %q", got, path, tc.want)
 			}
 		})
 	}
 }
 
-// runWithin runs cmd and kills it if it has not exited after d.
-func runWithin(cmd *exec.Cmd, d time.Duration) error {
+// startError runs the sidecar with env (KEY=value) and args, expects it to
+// exit 1 within 10 s, and returns the error of its last log line, a JSON
+// {"level":"ERROR","msg":"retry-sidecar cannot start","error":…}.
+func startError(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	var stderr strings.Builder
+	cmd := exec.Command(sidecarBin, append([]string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--stats-listen="}, args...)...)
+	cmd.Stderr = &stderr
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
-		return err
+		t.Fatal(err)
 	}
-	timer := time.AfterFunc(d, func() { _ = cmd.Process.Kill() })
+	timer := time.AfterFunc(10*time.Second, func() { _ = cmd.Process.Kill() })
 	defer timer.Stop()
-	return cmd.Wait()
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want exit status 1\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	var last struct{ Level, Msg, Error string }
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Level != "ERROR" || last.Msg != "retry-sidecar cannot start" {
+		t.Fatalf("last stderr line %q (%v); want the JSON line \"retry-sidecar cannot start\"", lines[len(lines)-1], err)
+	}
+	return last.Error
 }
 
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
+// An OTLP endpoint the exporter cannot use stops the sidecar
+// (docs/observability.md#tracing), and the first log lines say whether
+// tracing is on and where spans go.
+func TestTracingEndpointIsCheckedAndLoggedAtStart(t *testing.T) {
+	t.Parallel()
+	got := startError(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=127.0.0.1:4318"})
+	if want := `OTEL_EXPORTER_OTLP_ENDPOINT: "127.0.0.1:4318" is not a URL with scheme http or https: want e.g. http://127.0.0.1:4318`; got != want {
+		t.Errorf("error %q, want %q", got, want)
+	}
+	for env, want := range map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=":                                      `"msg":"tracing","enabled":false,"reason":"OTEL_EXPORTER_OTLP_ENDPOINT is not set"`,
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://u:s3cret@127.0.0.1:1/?k=s3cret": `"msg":"tracing","enabled":true,"endpoint":"http://127.0.0.1:1/","protocol":"http/protobuf"`,
+	} {
+		s := startSidecarEnv(t, []string{env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="})
+		if logs := s.logs.String(); !strings.Contains(logs, want) || strings.Contains(logs, "s3cret") {
+			t.Errorf("%s: log\n%s\nwant a line with %s and no credentials", env, logs, want)
+		}
+	}
 }
 
 // Without --policy-file (in a pod) the sidecar starts with a broken

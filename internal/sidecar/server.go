@@ -173,7 +173,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	metrics := NewMetrics()
-	tr, err := startTracing(ctx, metrics, o.TracingQueueBytes)
+	tr, err := startTracing(ctx, log, metrics, o.TracingQueueBytes)
 	if err != nil {
 		return err
 	}
@@ -217,11 +217,12 @@ const tracingShutdownTimeout = 500 * time.Millisecond
 // startTracing starts the OTLP export the OTEL_* environment asks for
 // (docs/observability.md#tracing), its queue holding at most queueBytes (0:
 // the default), or returns nil when it asks for none.
-func startTracing(ctx context.Context, metrics *Metrics, queueBytes int) (*tracing.Tracing, error) {
+func startTracing(ctx context.Context, log *slog.Logger, metrics *Metrics, queueBytes int) (*tracing.Tracing, error) {
 	c, err := tracing.FromEnv(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
+	log.Info("tracing", c.LogAttrs()...)
 	if queueBytes > 0 {
 		c.Queue.Bytes = queueBytes
 	}
