@@ -48,6 +48,7 @@ var goldenCases = map[string][]string{
 		"--responses", "timeout, 200", start},
 	"simulate-per-try-timeout-is-not-an-admission-wait-json": {"simulate", "-f", policies, "--upstream", "payments-api",
 		"--responses", "timeout, 200", start, "-o", "json"},
+	"simulate-deadline-without-unit": {"simulate", "-f", policies, "--upstream", "payments-api", "--deadline", "5", "--responses", "503", start},
 	"simulate-timeout-runs-into-the-deadline": {"simulate", "-f", policies, "--upstream", "slow-backoff",
 		"--deadline", "5s", "--responses", "timeout", start, "-o", "json"},
 	"simulate-ratelimit-headers-are-passed-on": {"simulate", "-f", policies, "--upstream", "payments-api",

@@ -427,6 +427,23 @@ func TestHotReloadAppliesNewPolicyAndRefusesBrokenOne(t *testing.T) {
 	}
 }
 
+// "retry-sidecar help" and "--help" print the same usage and succeed
+// (the usage itself: TestUsageListsEveryFlagSubcommandAndEnvironmentVariable).
+func TestHelpSubcommandAndFlagPrintTheSameUsage(t *testing.T) {
+	t.Parallel()
+	help, err := exec.Command(sidecarBin, "help").Output()
+	if err != nil {
+		t.Fatalf("retry-sidecar help: %v", err)
+	}
+	flagHelp, err := exec.Command(sidecarBin, "--help").Output()
+	if err != nil {
+		t.Fatalf("retry-sidecar --help: %v", err)
+	}
+	if string(help) != string(flagHelp) || !strings.HasPrefix(string(help), "retry-sidecar: the forward HTTP proxy") {
+		t.Errorf("help:\n%s\n--help:\n%s\nwant the same usage", help, flagHelp)
+	}
+}
+
 // A policy file the user named must load at start: a typo stops the sidecar
 // with the file and the problem, instead of a proxy passing traffic without
 // retries. (A broken edit later keeps the last good policy:
