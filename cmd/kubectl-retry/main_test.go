@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -158,4 +159,46 @@ func quoteArgs(args []string) string {
 		q[i] = a
 	}
 	return strings.Join(q, " ")
+}
+
+// The usage lists every flag of every subcommand (walked from each one's
+// -h), and simulate -h every kind of response token.
+func TestUsageListsEveryRegisteredFlag(t *testing.T) {
+	var top bytes.Buffer
+	if code := run([]string{"--help"}, &top, io.Discard); code != exitOK {
+		t.Fatalf("--help: exit %d", code)
+	}
+	for _, sub := range []string{"simulate", "rehearse", "explain", "check"} {
+		var help bytes.Buffer
+		if code := run([]string{sub, "-h"}, io.Discard, &help); code != exitOK {
+			t.Fatalf("%s -h: exit %d", sub, code)
+		}
+		_, flags, _ := strings.Cut(help.String(), "\nFlags of "+sub+":\n")
+		n := 0
+		for _, line := range strings.Split(flags, "\n") {
+			name, ok := strings.CutPrefix(line, "  -")
+			if !ok {
+				continue
+			}
+			name, _, _ = strings.Cut(name, " ")
+			n++
+			dashes := "--"
+			if len(name) == 1 {
+				dashes = "-"
+			}
+			if !strings.Contains(top.String(), dashes+name+" ") && !strings.Contains(top.String(), dashes+name+"|") {
+				t.Errorf("kubectl retry's usage lacks %s%s of %s:\n%s", dashes, name, sub, top.String())
+			}
+		}
+		if n < 4 {
+			t.Errorf("%s -h lists %d flags; the walk found nothing to check", sub, n)
+		}
+	}
+	var help bytes.Buffer
+	run([]string{"simulate", "-h"}, io.Discard, &help)
+	for _, token := range []string{"  200, 503", "  429 ra=2", `ra="Mon, 30 Nov 2026 12:00:05 GMT"`, "  date=", "  ratelimit-remaining=0 ratelimit-reset=30", "  timeout ", "  refused "} {
+		if !strings.Contains(help.String(), token) {
+			t.Errorf("simulate -h lacks the response token %q", token)
+		}
+	}
 }
