@@ -69,7 +69,7 @@ func main() {
 	stop()
 	if err != nil {
 		// One JSON line like every other log line, so a log pipeline keeps it.
-		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("retry-sidecar cannot start", "error", err.Error())
+		slog.New(sidecar.NewLogHandler(os.Stderr, slog.LevelInfo)).Error("retry-sidecar cannot start", "error", err.Error())
 		os.Exit(1)
 	}
 }

@@ -1064,12 +1064,12 @@ func TestClockSkewIsReportedWithoutRetryAfter(t *testing.T) {
 			if skew := s.metric(`retry_sidecar_clock_skew_seconds{upstream="up"}`); skew < 55 || skew > 65 {
 				t.Errorf("retry_sidecar_clock_skew_seconds{upstream=\"up\"} = %v, want about 60 (a Date one minute behind, no Retry-After)", skew)
 			}
-			m := regexp.MustCompile(`"skew":(-?[0-9]+)`).FindStringSubmatch(s.logs.String())
+			m := regexp.MustCompile(`"skew":"([^"]+)"`).FindStringSubmatch(s.logs.String())
 			if m == nil {
 				t.Fatalf("no skew field in the attempt log:\n%s", s.logs.String())
 			}
-			if ns, _ := strconv.ParseInt(m[1], 10, 64); time.Duration(ns) < 55*time.Second || time.Duration(ns) > 65*time.Second {
-				t.Errorf("log skew %v, want about 1m", time.Duration(ns))
+			if skew, err := time.ParseDuration(m[1]); err != nil || skew < 55*time.Second || skew > 65*time.Second {
+				t.Errorf("log skew %q, want about 1m", m[1])
 			}
 		})
 	}

@@ -163,7 +163,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Stderr == nil {
 		o.Stderr = os.Stderr
 	}
-	log := slog.New(slog.NewJSONHandler(o.Stderr, &slog.HandlerOptions{Level: o.LogLevel}))
+	log := slog.New(NewLogHandler(o.Stderr, o.LogLevel))
 	if err := checkLoopback("--listen", o.Listen); err != nil {
 		return err
 	}
