@@ -364,7 +364,7 @@ func TestSelfLoopIsRefusedInEverySpelling(t *testing.T) {
 			target := sp.target(port)
 			// A policy for the spelling: a loop through the retrying path would
 			// multiply, not just recurse.
-			pol := policyFile(t, target, fields("maxAttempts: 3")...)
+			pol := policyFile(t, strings.ToLower(target), fields("maxAttempts: 3")...) // a policy host is lower-case
 			s := startSidecar(t, "--listen="+addr, "--drain-timeout=200ms", "--policy-file="+pol)
 			if s.proxy != addr {
 				t.Fatalf("sidecar listens on %s, want %s", s.proxy, addr)
