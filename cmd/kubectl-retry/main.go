@@ -33,13 +33,34 @@ const usage = `kubectl retry: try a RetryPolicy before applying it, explain it a
 
 Usage:
   kubectl retry simulate -f POLICY.yaml [--upstream NAME] --responses "429 ra=2, 503, 200"
-                         [--seed N] [--deadline D] [--method M] [--header K=V] [-o json]
+                         [--seed N] [--deadline D] [--method M] [--header K=V]
+                         [--start TIME] [-o|--output json]
   kubectl retry rehearse -f POLICY.yaml --requests 600 --quota 120/m [--upstream NAME]
-                         [--concurrency C] [--latency 2s] [--seed N] [-o json]
-  kubectl retry explain pod/NAME [-n NS] [--host H] [-o json]
-  kubectl retry check [-o json]
+                         [--concurrency C] [--latency 2s] [--pods N] [--skew SKEW]
+                         [--seed N] [-o|--output json]
+  kubectl retry explain pod/NAME [-n|--namespace NS] [--host H]
+                         [--kubeconfig FILE] [--context NAME] [-o|--output json]
+  kubectl retry check [-n|--namespace NS]
+                         [--kubeconfig FILE] [--context NAME] [-o|--output json]
+
+  kubectl retry SUBCOMMAND -h lists its flags; durations are Go's (5s, 500ms, 1m30s).
 
 Exit codes: 0 ok, 1 findings, 2 usage. Manual: docs/kubectl-retry.md
+`
+
+// responseTokens is what --responses takes (docs/kubectl-retry.md#simulate).
+const responseTokens = `
+Response tokens of --responses, comma-separated, attempt n answered by token n:
+  200, 503, ...                      that status (100..599)
+  429 ra=2                           with Retry-After: 2 (verbatim: ra=soon is a malformed one)
+  503 ra="Mon, 30 Nov 2026 12:00:05 GMT"
+                                     a Retry-After HTTP-date (quoted: it has a comma)
+  date="Mon, 30 Nov 2026 11:59:58 GMT"
+                                     a Date header: the hint is measured against it (clock skew)
+  ratelimit-remaining=0 ratelimit-reset=30
+                                     RateLimit-Remaining / RateLimit-Reset headers
+  timeout                            no answer: the attempt runs into perTryTimeout or the deadline
+  refused                            the connection is refused (the request never left)
 `
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -109,6 +130,9 @@ func usageErr(stderr io.Writer, sub string, err error) int {
 		fmt.Fprintf(stderr, "\nFlags of %s:\n", sub)
 		h.fs.SetOutput(stderr)
 		h.fs.PrintDefaults()
+		if sub == "simulate" {
+			fmt.Fprint(stderr, responseTokens)
+		}
 		return exitOK
 	}
 	fmt.Fprintf(stderr, "kubectl retry %s: %v\n", sub, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -44,6 +45,11 @@ var goldenCases = map[string][]string{
 		"--method", "POST", "--header", "Idempotency-Key=order-42", "--responses", "503, 200", start, "-o", "json"},
 	"simulate-http-date-with-skew-refused-malformed-timeout": {"simulate", "-f", policies, "--upstream", "payments-api",
 		"--responses", `503 ra="Mon, 30 Nov 2026 12:00:05 GMT" date="Mon, 30 Nov 2026 11:59:58 GMT", refused, 503 ra=soon, timeout`, start},
+	"simulate-per-try-timeout-is-not-an-admission-wait": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", "timeout, 200", start},
+	"simulate-per-try-timeout-is-not-an-admission-wait-json": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", "timeout, 200", start, "-o", "json"},
+	"simulate-deadline-without-unit": {"simulate", "-f", policies, "--upstream", "payments-api", "--deadline", "5", "--responses", "503", start},
 	"simulate-timeout-runs-into-the-deadline": {"simulate", "-f", policies, "--upstream", "slow-backoff",
 		"--deadline", "5s", "--responses", "timeout", start, "-o", "json"},
 	"simulate-ratelimit-headers-are-passed-on": {"simulate", "-f", policies, "--upstream", "payments-api",
@@ -153,4 +159,46 @@ func quoteArgs(args []string) string {
 		q[i] = a
 	}
 	return strings.Join(q, " ")
+}
+
+// The usage lists every flag of every subcommand (walked from each one's
+// -h), and simulate -h every kind of response token.
+func TestUsageListsEveryRegisteredFlag(t *testing.T) {
+	var top bytes.Buffer
+	if code := run([]string{"--help"}, &top, io.Discard); code != exitOK {
+		t.Fatalf("--help: exit %d", code)
+	}
+	for _, sub := range []string{"simulate", "rehearse", "explain", "check"} {
+		var help bytes.Buffer
+		if code := run([]string{sub, "-h"}, io.Discard, &help); code != exitOK {
+			t.Fatalf("%s -h: exit %d", sub, code)
+		}
+		_, flags, _ := strings.Cut(help.String(), "\nFlags of "+sub+":\n")
+		n := 0
+		for _, line := range strings.Split(flags, "\n") {
+			name, ok := strings.CutPrefix(line, "  -")
+			if !ok {
+				continue
+			}
+			name, _, _ = strings.Cut(name, " ")
+			n++
+			dashes := "--"
+			if len(name) == 1 {
+				dashes = "-"
+			}
+			if !strings.Contains(top.String(), dashes+name+" ") && !strings.Contains(top.String(), dashes+name+"|") {
+				t.Errorf("kubectl retry's usage lacks %s%s of %s:\n%s", dashes, name, sub, top.String())
+			}
+		}
+		if n < 4 {
+			t.Errorf("%s -h lists %d flags; the walk found nothing to check", sub, n)
+		}
+	}
+	var help bytes.Buffer
+	run([]string{"simulate", "-h"}, io.Discard, &help)
+	for _, token := range []string{"  200, 503", "  429 ra=2", `ra="Mon, 30 Nov 2026 12:00:05 GMT"`, "  date=", "  ratelimit-remaining=0 ratelimit-reset=30", "  timeout ", "  refused "} {
+		if !strings.Contains(help.String(), token) {
+			t.Errorf("simulate -h lacks the response token %q", token)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/internal/retrysim"
+	"github.com/retrydev/retry-operator/internal/sidecar"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -21,7 +22,8 @@ func runRehearse(args []string, stdout, stderr io.Writer) int {
 	requests := fs.Int("requests", 20, "logical requests to send")
 	quota := fs.String("quota", "", "the upstream's quota per rolling window, e.g. 120/m (s, m or h)")
 	concurrency := fs.Int("concurrency", 10, "the app's workers: requests in progress at once")
-	latency := fs.Duration("latency", 100*time.Millisecond, "the upstream's answer time")
+	latency := new(time.Duration)
+	sidecar.DurationVar(fs, latency, "latency", 100*time.Millisecond, "the upstream's answer time")
 	seed := fs.Uint64("seed", 1, "seed of the jitter")
 	pods := fs.Int("pods", 1, "sidecars the requests go through: with a quotaRef they share its SharedQuota (given in -f), else each gets rateLimit ÷ pods")
 	skew := fs.String("skew", "1:1", "A:B: the first pod gets A shares of the requests and workers, every other pod B")

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/retrydev/retry-operator/internal/retrysim"
+	"github.com/retrydev/retry-operator/internal/sidecar"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
@@ -21,7 +22,8 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	pf.register(fs)
 	responses := fs.String("responses", "", `the upstream's answers in order, e.g. "429 ra=2, 503, 200"`)
 	seed := fs.Uint64("seed", 1, "seed of the jitter")
-	deadline := fs.Duration("deadline", 0, "deadline of the logical request (default: the upstream's deadline)")
+	deadline := new(time.Duration)
+	sidecar.DurationVar(fs, deadline, "deadline", 0, "deadline of the logical request (default: the upstream's deadline)")
 	method := fs.String("method", http.MethodGet, "request method")
 	var headers headerFlag
 	fs.Var(&headers, "header", "request header K=V (repeatable), e.g. Idempotency-Key=k1")
@@ -180,6 +182,9 @@ func note(s retrysim.Step) string {
 	var parts []string
 	if s.Admission != "" {
 		parts = append(parts, "waited "+short(s.Admission)+" for admission (rateLimit/concurrency)")
+	}
+	if s.TimedOut != "" {
+		parts = append(parts, "timed out after "+short(s.TimedOut)+" ("+s.TimedOutBy+")")
 	}
 	if s.NotBefore != "" {
 		parts = append(parts, "not before +"+short(s.NotBefore))

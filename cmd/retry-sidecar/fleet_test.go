@@ -98,7 +98,9 @@ func TestConfigRevisionNeverGoesBack(t *testing.T) {
 
 func TestConfigEndpointAnswersOnlyGETAndWaitsForAConfiguration(t *testing.T) {
 	t.Parallel()
-	s := startSidecar(t, "--policy-file="+filepath.Join(t.TempDir(), "later.yaml"))
+	dir := t.TempDir()
+	kubeletWrite(t, dir, map[string]string{"policies.json": "{not json"})
+	s := startSidecar(t, "--config-dir="+dir)
 	if code, _ := s.config(); code != http.StatusServiceUnavailable {
 		t.Fatalf("/config before any configuration: %d, want 503", code)
 	}

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -425,19 +427,122 @@ func TestHotReloadAppliesNewPolicyAndRefusesBrokenOne(t *testing.T) {
 	}
 }
 
+// "retry-sidecar help" and "--help" print the same usage and succeed
+// (the usage itself: TestUsageListsEveryFlagSubcommandAndEnvironmentVariable).
+func TestHelpSubcommandAndFlagPrintTheSameUsage(t *testing.T) {
+	t.Parallel()
+	help, err := exec.Command(sidecarBin, "help").Output()
+	if err != nil {
+		t.Fatalf("retry-sidecar help: %v", err)
+	}
+	flagHelp, err := exec.Command(sidecarBin, "--help").Output()
+	if err != nil {
+		t.Fatalf("retry-sidecar --help: %v", err)
+	}
+	if string(help) != string(flagHelp) || !strings.HasPrefix(string(help), "retry-sidecar: the forward HTTP proxy") {
+		t.Errorf("help:\n%s\n--help:\n%s\nwant the same usage", help, flagHelp)
+	}
+}
+
+// A policy file the user named must load at start: a typo stops the sidecar
+// with the file and the problem, instead of a proxy passing traffic without
+// retries. (A broken edit later keeps the last good policy:
+// TestHotReloadAppliesNewPolicyAndRefusesBrokenOne.)
+func TestPolicyFileThatCannotLoadAtStartStopsTheSidecar(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		content string // "" : the file does not exist
+		want    string // in stderr, after the file's path
+	}{
+		"a file that does not exist": {
+			want: "no such file or directory",
+		},
+		"a file that is not YAML": {
+			content: "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: broken\n",
+			want:    "document 0: error converting YAML to JSON",
+		},
+		"a policy with an invalid value": {
+			content: policyYAML("test", "up", "127.0.0.1:1", "maxAttempts: 42"),
+			want:    "spec.upstreams[0].maxAttempts: Invalid value: 42",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "my-policy.yaml")
+			if tc.content != "" {
+				writeFile(t, path, tc.content)
+			}
+			got := startError(t, nil, "--policy-file="+path)
+			if !strings.HasPrefix(got, "--policy-file") || !strings.Contains(got, path) || !strings.Contains(got, tc.want) {
+				t.Errorf("error %q; want the file %s and %q", got, path, tc.want)
+			}
+		})
+	}
+}
+
+// startError runs the sidecar with env (KEY=value) and args, expects it to
+// exit 1 within 10 s, and returns the error of its last log line, a JSON
+// {"level":"ERROR","msg":"retry-sidecar cannot start","error":…}.
+func startError(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	var stderr strings.Builder
+	cmd := exec.Command(sidecarBin, append([]string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--stats-listen="}, args...)...)
+	cmd.Stderr = &stderr
+	cmd.Env = append(os.Environ(), env...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.AfterFunc(10*time.Second, func() { _ = cmd.Process.Kill() })
+	defer timer.Stop()
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want exit status 1\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	var last struct{ Level, Msg, Error string }
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Level != "ERROR" || last.Msg != "retry-sidecar cannot start" {
+		t.Fatalf("last stderr line %q (%v); want the JSON line \"retry-sidecar cannot start\"", lines[len(lines)-1], err)
+	}
+	return last.Error
+}
+
+// An OTLP endpoint the exporter cannot use stops the sidecar
+// (docs/observability.md#tracing), and the first log lines say whether
+// tracing is on and where spans go.
+func TestTracingEndpointIsCheckedAndLoggedAtStart(t *testing.T) {
+	t.Parallel()
+	got := startError(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=127.0.0.1:4318"})
+	if want := `OTEL_EXPORTER_OTLP_ENDPOINT: "127.0.0.1:4318" is not a URL with scheme http or https: want e.g. http://127.0.0.1:4318`; got != want {
+		t.Errorf("error %q, want %q", got, want)
+	}
+	for env, want := range map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=":                                      `"msg":"tracing","enabled":false,"reason":"OTEL_EXPORTER_OTLP_ENDPOINT is not set"`,
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://u:s3cret@127.0.0.1:1/?k=s3cret": `"msg":"tracing","enabled":true,"endpoint":"http://127.0.0.1:1/","protocol":"http/protobuf"`,
+	} {
+		s := startSidecarEnv(t, []string{env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="})
+		if logs := s.logs.String(); !strings.Contains(logs, want) || strings.Contains(logs, "s3cret") {
+			t.Errorf("%s: log\n%s\nwant a line with %s and no credentials", env, logs, want)
+		}
+	}
+}
+
+// Without --policy-file (in a pod) the sidecar starts with a broken
+// policies.json, not ready until the manager renders a valid one.
 func TestNotReadyUntilAValidConfigIsLoaded(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, sequence(status(503), status(200)))
-	path := filepath.Join(t.TempDir(), "policy.yaml")
-	writeFile(t, path, "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: broken}\nspec: {upstreams: []}\n")
-	s := startSidecar(t, "--policy-file="+path)
+	dir := t.TempDir()
+	kubeletWrite(t, dir, map[string]string{"policies.json": "{not json"})
+	s := startSidecar(t, "--config-dir="+dir)
 	if code, _ := s.adminGet("/readyz"); code != http.StatusServiceUnavailable {
-		t.Fatalf("readyz %d with only a broken policy; want 503", code)
+		t.Fatalf("readyz %d with only a broken policies.json; want 503", code)
 	}
 	if code, _ := s.adminGet("/healthz"); code != 200 {
 		t.Fatalf("healthz %d, want 200", code)
 	}
-	writeFile(t, path, policyYAML("test", "up", up.host(), fields()...))
+	kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 3, 1)})
 	deadline := time.Now().Add(10 * time.Second)
 	for code, _ := s.adminGet("/readyz"); code != 200; code, _ = s.adminGet("/readyz") {
 		if time.Now().After(deadline) {

@@ -107,7 +107,7 @@ func (pf *policyFiles) add(raw []byte, where string) error {
 	}
 	if tm.APIVersion == "v1" && tm.Kind == "ConfigMap" {
 		var cm corev1.ConfigMap
-		if err := yaml.UnmarshalStrict(raw, &cm); err != nil {
+		if err := v1alpha1.DecodeStrict(raw, &cm); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		if cm.Namespace == "" {
@@ -139,7 +139,7 @@ func (pf *policyFiles) add(raw []byte, where string) error {
 // the API defaults and validates it.
 func decodePolicy(raw []byte, where string) (*v1alpha1.RetryPolicy, error) {
 	var p v1alpha1.RetryPolicy
-	if err := yaml.UnmarshalStrict(raw, &p); err != nil {
+	if err := v1alpha1.DecodeStrict(raw, &p); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	if p.APIVersion != v1alpha1.GroupVersion.String() || p.Kind != "RetryPolicy" {
@@ -163,7 +163,7 @@ func decodePolicy(raw []byte, where string) (*v1alpha1.RetryPolicy, error) {
 // the API defaults and validates it.
 func decodeQuota(raw []byte, where string) (*v1alpha1.SharedQuota, error) {
 	var q v1alpha1.SharedQuota
-	if err := yaml.UnmarshalStrict(raw, &q); err != nil {
+	if err := v1alpha1.DecodeStrict(raw, &q); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	if q.Name == "" {

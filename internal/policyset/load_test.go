@@ -96,7 +96,7 @@ func TestFromPolicyYAMLRejectsWhatTheAPIRejects(t *testing.T) {
 		},
 		"an unknown field is an error, as under strict field validation": {
 			yaml: "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], retries: 3}\n",
-			want: `document 0: error unmarshaling JSON: while decoding JSON: json: unknown field "retries"`,
+			want: "document 0: spec.upstreams[0].retries: unknown field; the fields here are name, hosts, maxAttempts, deadline, perTryTimeout, connectTimeout, backoff, retryOn, replayableMethods, idempotencyKey, maxReplayBodyBytes, retryAfter, budget, rateLimit, quotaRef, concurrency, pacing, tls",
 		},
 		"holdOnDeferral with a single attempt is refused: nothing is ever deferred": {
 			yaml: "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], maxAttempts: 1, pacing: {holdOnDeferral: true}}\n",

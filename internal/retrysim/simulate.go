@@ -67,8 +67,15 @@ type Step struct {
 	// Admission is how long the attempt waited for admission (a rateLimit token
 	// or a concurrency slot) before it was sent.
 	Admission string `json:"admission,omitempty"`
+	// TimedOut is how long the attempt ran before its timer ended it, with no
+	// answer (a "timeout" token): perTryTimeout, or what was left of the
+	// deadline when that came first (TimedOutBy).
+	TimedOut   string `json:"timedOut,omitempty"`
+	TimedOutBy string `json:"timedOutBy,omitempty"`
 
-	at, wait, notBefore time.Duration
+	// at is when the attempt was sent, end when it ended (its answer, or
+	// its timer).
+	at, end, wait, notBefore time.Duration
 }
 
 // SimulateResult is the timeline and what the app got back from the sidecar.
@@ -112,7 +119,7 @@ func Simulate(in SimulateInput) (SimulateResult, error) {
 	rec := &recorder{start: in.Start, clk: clk}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	up := &script{clk: clk, responses: in.Responses, rec: rec, abort: cancel}
+	up := &script{clk: clk, responses: in.Responses, rec: rec, abort: cancel, perTry: in.Policy.Config().PerTryTimeout}
 	rng := rand.New(rand.NewPCG(in.Seed, in.Seed^0x9e3779b97f4a7c15))
 	rt := &retryhttp.Transport{
 		Inner:    up,
@@ -178,6 +185,7 @@ type script struct {
 	rec       *recorder
 	abort     context.CancelFunc
 	ranOut    bool
+	perTry    time.Duration // the policy's perTryTimeout, 0 without one
 }
 
 func (s *script) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -198,11 +206,13 @@ func (s *script) RoundTrip(req *http.Request) (*http.Response, error) {
 		// No answer: time runs until the attempt's timer (perTryTimeout or the
 		// deadline) ends it.
 		ctx := req.Context()
+		sent := s.clk.Now()
 		for ctx.Err() == nil && s.clk.Next() {
 		}
 		if ctx.Err() == nil {
 			return nil, errors.New("retrysim: timeout with no timer pending")
 		}
+		s.rec.timedOut(s.next, s.clk.Now().Sub(sent), s.perTry)
 		return nil, ctx.Err()
 	}
 	body := "simulated " + strconv.Itoa(r.Status) + "\n"
@@ -246,10 +256,20 @@ func (r *recorder) sent(n int, resp Response) {
 	ready := time.Duration(0) // when the attempt could have been sent without admission
 	if n > 1 {
 		prev := r.steps[n-2]
-		ready = prev.at + prev.wait
+		ready = prev.end + prev.wait
 	}
 	if s.at > ready {
 		s.Admission = (s.at - ready).String()
+	}
+}
+
+// timedOut records that attempt n ran d with no answer until a timer ended it:
+// perTry (the policy's perTryTimeout) when d is that, else the deadline.
+func (r *recorder) timedOut(n int, d, perTry time.Duration) {
+	s := r.step(n)
+	s.TimedOut, s.TimedOutBy = d.String(), "deadline"
+	if perTry > 0 && d == perTry {
+		s.TimedOutBy = "perTryTimeout"
 	}
 }
 
@@ -263,6 +283,7 @@ func (r *recorder) Observe(e retryhttp.Event) {
 		s.at = r.clk.Now().Sub(r.start)
 		s.At = s.at.String()
 	}
+	s.end = r.clk.Now().Sub(r.start)
 	s.Decision = e.Action.String()
 	if e.Action == retrypolicy.Retry {
 		s.wait = e.Delay

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"io"
 	"log/slog"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
@@ -46,4 +47,18 @@ func ParseLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	err := l.UnmarshalText([]byte(s))
 	return l, err
+}
+
+// NewLogHandler is the sidecar's log format (docs/sidecar.md#logs): JSON
+// lines at level and above, durations in Go's notation, the API's ("500ms",
+// "2.5s"), where slog would write integer nanoseconds.
+func NewLogHandler(w io.Writer, level slog.Leveler) slog.Handler {
+	return slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: durationAsText})
+}
+
+func durationAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

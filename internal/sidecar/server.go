@@ -172,7 +172,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Stderr == nil {
 		o.Stderr = os.Stderr
 	}
-	log := slog.New(slog.NewJSONHandler(o.Stderr, &slog.HandlerOptions{Level: o.LogLevel}))
+	log := slog.New(NewLogHandler(o.Stderr, o.LogLevel))
 	if err := checkLoopback("--listen", o.Listen); err != nil {
 		return err
 	}
@@ -182,13 +182,18 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	metrics := NewMetrics()
-	tr, err := startTracing(ctx, metrics, o.TracingQueueBytes)
+	tr, err := startTracing(ctx, log, metrics, o.TracingQueueBytes)
 	if err != nil {
 		return err
 	}
 	reloader := config.NewReloader(o.Sources, log, metrics)
 	metrics.WatchLimits(reloader.EachLimits)
 	if err := reloader.Reload(); err != nil {
+		if len(o.Sources.PolicyFiles) > 0 {
+			// The user named the files: a typo must stop here, not leave a
+			// proxy passing traffic without retries (docs/sidecar.md).
+			return fmt.Errorf("%w; the sidecar does not start without its --policy-file (a broken edit later keeps the last good one)", err)
+		}
 		log.Warn("starting without a configuration: not ready until a valid one is loaded")
 	}
 	ls, err := listen(ctx, o)
@@ -221,11 +226,12 @@ const tracingShutdownTimeout = 500 * time.Millisecond
 // startTracing starts the OTLP export the OTEL_* environment asks for
 // (docs/observability.md#tracing), its queue holding at most queueBytes (0:
 // the default), or returns nil when it asks for none.
-func startTracing(ctx context.Context, metrics *Metrics, queueBytes int) (*tracing.Tracing, error) {
+func startTracing(ctx context.Context, log *slog.Logger, metrics *Metrics, queueBytes int) (*tracing.Tracing, error) {
 	c, err := tracing.FromEnv(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
+	log.Info("tracing", c.LogAttrs()...)
 	if queueBytes > 0 {
 		c.Queue.Bytes = queueBytes
 	}

@@ -7,6 +7,7 @@ package tracing
 
 import (
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -58,8 +59,13 @@ type Config struct {
 	// OTEL_TRACES_EXPORTER=none.
 	Enabled  bool
 	Protocol string
-	Sampler  Sampler
-	Queue    QueueConfig
+	// Endpoint is where spans go, as the start log line shows it: scheme,
+	// host and path, without credentials or query.
+	Endpoint string
+	// Off says why tracing is off, "" when it is on.
+	Off     string
+	Sampler Sampler
+	Queue   QueueConfig
 	// ValueLimit is the bytes an attribute value taken from the network is
 	// cut to (attrvalue.LimitFromEnv).
 	ValueLimit int
@@ -75,16 +81,59 @@ type QueueConfig struct {
 	ExportTimeout time.Duration
 }
 
+// checkEndpoint holds an OTLP endpoint to what both exporters need, a URL
+// with scheme http or https and a host (the SDK would otherwise take
+// "127.0.0.1:4318" as a scheme and a path, and send nowhere), and returns it
+// without credentials or query, for the start log line.
+func checkEndpoint(name, v string) (string, error) {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("%s: %q is not a URL with scheme http or https: want e.g. http://127.0.0.1:4318", name, redact(v))
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String(), nil
+}
+
+// redact cuts what may be a secret out of an endpoint that is not a URL:
+// everything up to an "@" and from a "?".
+func redact(v string) string {
+	v, _, _ = strings.Cut(v, "?")
+	if i := strings.LastIndex(v, "@"); i >= 0 {
+		v = "…" + v[i:]
+	}
+	return v
+}
+
+// LogAttrs are the attributes of the start log line that says whether
+// tracing is on and where spans go, or why it is off.
+func (c Config) LogAttrs() []any {
+	if !c.Enabled {
+		return []any{"enabled", false, "reason", c.Off}
+	}
+	return []any{"enabled", true, "endpoint", c.Endpoint, "protocol", c.Protocol}
+}
+
 // FromEnv reads the configuration through getenv (os.Getenv). Errors name the
 // variable and its allowed values.
 func FromEnv(getenv func(string) string) (Config, error) {
 	var c Config
-	endpoint := getenv(EnvTracesEndpoint)
+	endpointVar, endpoint := EnvTracesEndpoint, strings.TrimSpace(getenv(EnvTracesEndpoint))
 	if endpoint == "" {
-		endpoint = getenv(EnvEndpoint)
+		endpointVar, endpoint = EnvEndpoint, strings.TrimSpace(getenv(EnvEndpoint))
 	}
-	c.Enabled = endpoint != "" && !strings.EqualFold(strings.TrimSpace(getenv(EnvSDKDisabled)), "true") &&
-		strings.TrimSpace(getenv(EnvTracesExporter)) != "none"
+	switch {
+	case endpoint == "":
+		c.Off = EnvEndpoint + " is not set"
+	case strings.EqualFold(strings.TrimSpace(getenv(EnvSDKDisabled)), "true"):
+		c.Off = EnvSDKDisabled + "=true"
+	case strings.TrimSpace(getenv(EnvTracesExporter)) == "none":
+		c.Off = EnvTracesExporter + "=none"
+	default:
+		c.Enabled = true
+		var err error
+		if c.Endpoint, err = checkEndpoint(endpointVar, endpoint); err != nil {
+			return c, err
+		}
+	}
 	c.Protocol = strings.TrimSpace(getenv(EnvTracesProtocol))
 	if c.Protocol == "" {
 		c.Protocol = strings.TrimSpace(getenv(EnvProtocol))

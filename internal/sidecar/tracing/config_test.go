@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"fmt"
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
@@ -97,6 +98,11 @@ func TestFromEnv(t *testing.T) {
 		"an unknown sampler is refused":  {map[string]string{EnvSampler: "jaeger_remote"}, false, `OTEL_TRACES_SAMPLER: "jaeger_remote" is not supported: use one of always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio`},
 		"a ratio above 1 is refused":     {map[string]string{EnvSampler: "parentbased_traceidratio", EnvSamplerArg: "1.5"}, false, `OTEL_TRACES_SAMPLER_ARG: "1.5" must be a number from 0 to 1`},
 		"a queue size that is no number": {map[string]string{EnvQueueSize: "lots"}, false, `OTEL_BSP_MAX_QUEUE_SIZE: "lots" must be a positive integer`},
+		"an endpoint without a scheme is refused": {map[string]string{EnvEndpoint: "127.0.0.1:4318"}, false,
+			`OTEL_EXPORTER_OTLP_ENDPOINT: "127.0.0.1:4318" is not a URL with scheme http or https: want e.g. http://127.0.0.1:4318`},
+		"a traces endpoint without a host is refused, its credentials and query cut": {map[string]string{EnvTracesEndpoint: "user:s3cret@c:4318/v1/traces?token=s3cret"}, false,
+			`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "…@c:4318/v1/traces" is not a URL with scheme http or https: want e.g. http://127.0.0.1:4318`},
+		"an endpoint without a scheme is not judged while tracing is off": {map[string]string{EnvEndpoint: "127.0.0.1:4318", EnvSDKDisabled: "true"}, false, ""},
 		"an unlimited attribute value is refused": {map[string]string{EnvEndpoint: "http://c:4318", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "-1"}, false,
 			`OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT: "-1" must be a positive integer (bytes)`},
 	} {
@@ -107,6 +113,29 @@ func TestFromEnv(t *testing.T) {
 			}
 			if err == nil && c.Enabled != tc.enabled {
 				t.Errorf("Enabled %v, want %v", c.Enabled, tc.enabled)
+			}
+		})
+	}
+}
+
+func TestConfigLogAttrsSayWhereSpansGoWithoutCredentials(t *testing.T) {
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"no endpoint":          {map[string]string{}, "[enabled false reason OTEL_EXPORTER_OTLP_ENDPOINT is not set]"},
+		"OTEL_SDK_DISABLED":    {map[string]string{EnvEndpoint: "http://c:4318", EnvSDKDisabled: "TRUE"}, "[enabled false reason OTEL_SDK_DISABLED=true]"},
+		"OTEL_TRACES_EXPORTER": {map[string]string{EnvEndpoint: "http://c:4318", EnvTracesExporter: "none"}, "[enabled false reason OTEL_TRACES_EXPORTER=none]"},
+		"an endpoint with credentials and a query": {map[string]string{EnvEndpoint: "https://u:s3cret@c:4318/otlp?k=s3cret", EnvProtocol: "grpc"},
+			"[enabled true endpoint https://c:4318/otlp protocol grpc]"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := FromEnv(func(k string) string { return tc.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(c.LogAttrs()); got != tc.want {
+				t.Errorf("LogAttrs %s, want %s", got, tc.want)
 			}
 		})
 	}

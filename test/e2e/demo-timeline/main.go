@@ -34,7 +34,7 @@ type decision struct {
 	RequestID  string `json:"request_id"`
 	Attempt    int    `json:"attempt"`
 	Decision   string `json:"decision"`
-	Delay      int64  `json:"delay"` // nanoseconds
+	Delay      string `json:"delay"` // Go notation, "500ms" (docs/sidecar.md#logs)
 	Outcome    string `json:"outcome"`
 	RetryAfter string `json:"retry_after"`
 }
@@ -84,7 +84,9 @@ func run(reportFile, logFile string) error {
 				decided = "stop: " + d.Outcome
 			}
 			if d.Decision == "retry" {
-				planned = fmtDur(time.Duration(d.Delay))
+				if delay, err := time.ParseDuration(d.Delay); err == nil {
+					planned = fmtDur(delay)
+				}
 			}
 		}
 		if i+1 < len(r.Arrivals) {
