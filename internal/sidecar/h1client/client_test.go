@@ -1,7 +1,6 @@
 package h1client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -393,40 +392,10 @@ func closedIdle(*server) bool { time.Sleep(5 * time.Millisecond); return true }
 // A reused connection that dies after the request was written is ambiguous for
 // a non-idempotent request: it is reported, never resent.
 func TestAmbiguousFailureIsNotResent(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var got atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func(c net.Conn) {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for n := 0; ; n++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					got.Add(1)
-					if n == 1 {
-						return // read the second request, then drop the connection
-					}
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				}
-			}(c)
-		}
-	}()
+	url, got := dropsTheSecondRequest(t)
 	tr := newTransport(t)
-	url := "http://" + ln.Addr().String() + "/"
 	do(t, tr, newReq(t, "POST", url, opaque{strings.NewReader("one")}))
-	_, err = tr.RoundTrip(newReq(t, "POST", url, opaque{strings.NewReader("two")}))
+	_, err := tr.RoundTrip(newReq(t, "POST", url, opaque{strings.NewReader("two")}))
 	if err == nil {
 		t.Fatal("no error")
 	}

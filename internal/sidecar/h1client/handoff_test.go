@@ -107,7 +107,8 @@ func TestHandOffAllNeverResendsAWrittenRequest(t *testing.T) {
 	}
 }
 
-// dropsTheSecondRequest is a server that answers the first request of each
+// dropsTheSecondRequest is a server (TestAmbiguousFailureIsNotResent, the
+// hand-off tests) that answers the first request of each
 // connection and drops the connection after reading its second; got counts
 // the requests it read.
 func dropsTheSecondRequest(t *testing.T) (string, *atomic.Int32) {
