@@ -115,6 +115,7 @@ func startSidecarEnv(t *testing.T, env []string, args ...string) *sidecar {
 				t.Fatal(err)
 			}
 			s.proxy, s.admin, s.stats, s.transparent = r.Listen, r.Admin, r.Stats, r.Transparent
+			s.waitStartLogs()
 			return s
 		}
 		select {
@@ -126,6 +127,17 @@ func startSidecarEnv(t *testing.T, env []string, args ...string) *sidecar {
 			t.Fatalf("sidecar not listening after 15s\n%s", s.logs.String())
 		}
 	}
+}
+
+// waitStartLogs waits until the "listening" line, logged just before the
+// ready file is written, has been copied from the process's stderr pipe:
+// exec copies it on a goroutine, so a test reading s.logs right after start
+// could otherwise see none of the startup lines.
+func (s *sidecar) waitStartLogs() {
+	s.t.Helper()
+	polltest.UntilTrue(s.t, 5*time.Second, func() bool {
+		return strings.Contains(s.logs.String(), `"msg":"retry-sidecar listening"`)
+	})
 }
 
 // client sends through the sidecar as HTTP_PROXY would.
