@@ -117,6 +117,7 @@ func TestEndToEnd(t *testing.T) {
 	s.run(t, "a POST without an Idempotency-Key is not replayed", s.postNotReplayed)
 	s.run(t, "a POST with an Idempotency-Key is replayed with the same key up to maxAttempts", s.postWithKeyReplayed)
 	s.run(t, "an outage (always 503) stops after maxAttempts (4) transmissions", s.outageBounded)
+	s.run(t, "an injected gRPC app in transparent mode: UNAVAILABLE and RESOURCE_EXHAUSTED retried in Trailers-Only and after headers, pushback honoured, a non-replayable method sent once, counted at the upstream", s.grpcRetried)
 	s.run(t, "editing maxAttempts 4 to 2 reaches the running sidecar without a pod restart within 5 s, over 5 edits", s.policyEditPropagates)
 	s.run(t, "the RetryPolicy status reaches 1/1 pods run the edited generation", s.statusCountsProgrammedPods)
 	s.run(t, "invalid edits are rejected by the API server and the running behaviour is unchanged", s.invalidEditRejected)

@@ -13,6 +13,11 @@
 // starts rate GETs a second for seconds (open loop: a slow answer does not slow the
 // starts; at most maxInFlight at once), waits for every answer and answers JSON
 // (wire.LoadReport): how many were sent and their answers by status and outcome.
+//
+//	GET /grpc-call?target=flaky-upstream.demo.svc:9090&method=/e2e.Flaky/Get&steps=UNAVAILABLE,OK
+//
+// makes one unary gRPC call, dialled directly (grpc.go), and answers JSON
+// (wire.GRPCReport) joined with the upstream's arrivals for it.
 package main
 
 import (
@@ -47,6 +52,7 @@ func main() {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /call", callHandler(log, viaProxy, direct))
 	mux.HandleFunc("GET /load", loadHandler(log, viaProxy))
+	mux.HandleFunc("GET /grpc-call", grpcCallHandler(log, direct))
 	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	log.Info("demo-app listening", "addr", *listen)
 	if err := srv.ListenAndServe(); err != nil {

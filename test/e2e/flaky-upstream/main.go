@@ -21,6 +21,10 @@
 // With --tls-cert-dir holding tls.crt and tls.key (a mounted kubernetes.io/tls
 // Secret), the same paths are also served over TLS on --tls-listen, sharing the
 // recorded arrivals: the upstream of the TLS origination case (docs/tls.md).
+//
+// With --grpc-listen, every gRPC method is served there too, scripted by the
+// call's metadata (grpc.go) and recorded under the method's name as the path:
+// the upstream of the gRPC case (docs/grpc.md).
 package main
 
 import (
@@ -79,9 +83,18 @@ func main() {
 	listen := flag.String("listen", ":8080", "address to serve on")
 	tlsListen := flag.String("tls-listen", ":8443", "address to serve TLS on, when --tls-cert-dir has a certificate")
 	tlsDir := flag.String("tls-cert-dir", "", "directory with tls.crt and tls.key; empty or absent: no TLS listener")
+	grpcListen := flag.String("grpc-listen", "", "address to serve gRPC on (cleartext HTTP/2); empty: none")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	rec := &recorder{log: map[string][]wire.Arrival{}}
+	if *grpcListen != "" {
+		go func() {
+			if err := serveGRPC(*grpcListen, rec, log); err != nil {
+				log.Error("serve gRPC", "err", err)
+				os.Exit(1)
+			}
+		}()
+	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })

@@ -20,6 +20,9 @@ type Arrival struct {
 	// originated TLS, docs/tls.md) and the SNI it carried.
 	TLS bool   `json:"tls,omitempty"`
 	SNI string `json:"sni,omitempty"`
+	// GRPCCode is the status a gRPC arrival was answered with (its
+	// canonical name, e.g. "UNAVAILABLE"); Status is then 200, as on the wire.
+	GRPCCode string `json:"grpcCode,omitempty"`
 }
 
 // Report is the demo app's answer to GET /call: the caller's view of one logical
@@ -51,4 +54,21 @@ type LoadReport struct {
 	// Outcomes counts the answers by "<status> <X-Retry-Outcome>", e.g.
 	// "200 success", "503 shed"; "error" is a call that got no answer.
 	Outcomes map[string]int `json:"outcomes"`
+}
+
+// GRPCReport is the demo app's answer to GET /grpc-call: the caller's view of
+// one unary gRPC call, joined with the upstream's arrivals for the same
+// x-request-id.
+type GRPCReport struct {
+	RequestID string `json:"requestId"`
+	Method    string `json:"method"` // the full method, /package.Service/Method
+	Target    string `json:"target"` // host:port dialled
+	// Code and Message are the call's status as the app received it.
+	Code    string `json:"code"`
+	Message string `json:"message,omitempty"`
+	// Trailers holds the x-retry-* and grpc-retry-pushback-ms trailers.
+	Trailers      map[string]string `json:"trailers"`
+	ElapsedMillis int64             `json:"elapsedMillis"`
+	StartedAt     time.Time         `json:"startedAt"`
+	Arrivals      []Arrival         `json:"arrivals,omitempty"`
 }
