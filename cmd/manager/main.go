@@ -213,8 +213,16 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 	// Lists and watches that find the API server away wait for it in the
 	// dial, so client-go's informers come back the moment it listens again
 	// instead of after their doubling backoff.
+	// When one comes back from a restart, the term's manager starts afresh
+	// (Terms.Refresh: its informers would list again only after a backoff
+	// that grows with every restart).
+	var refresh atomic.Pointer[manager.Terms]
 	cfg.Dial = manager.PatientDial(&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
-		250*time.Millisecond, 30*time.Second)
+		250*time.Millisecond, 30*time.Second, func() {
+			if t := refresh.Load(); t != nil {
+				t.Refresh()
+			}
+		})
 	mgr, err := ctrl.NewManager(cfg, o.managerOptions(certDir))
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
@@ -231,6 +239,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		QuotaLease:              lease,
 	}
 	terms := o.terms(cfg, setup, webhooksEnabled, certDir)
+	refresh.Store(terms)
 	if err := mgr.Add(terms); err != nil {
 		return err
 	}

@@ -20,11 +20,19 @@ import (
 // 1.4–17.2 s later (docs/operations.md#what-survives-a-fault). A round that
 // waits in the dial instead does not fail: it lists the moment the API server
 // listens again, and the backoff stays at its first step.
-func PatientDial(d *net.Dialer, every, within time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+//
+// returned, if not nil, is called when a dial that found the API server away
+// connects: a restarted API server answers every watch at an older
+// resourceVersion with 410 Expired, so each informer lists again after a
+// step of that backoff all the same (Terms.Refresh is the answer).
+func PatientDial(d *net.Dialer, every, within time.Duration, returned func()) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		deadline := time.Now().Add(within)
-		for {
+		for waited := false; ; waited = true {
 			conn, err := d.DialContext(ctx, network, addr)
+			if err == nil && waited && returned != nil {
+				returned()
+			}
 			if err == nil || !away(err) || time.Now().Add(every).After(deadline) {
 				return conn, err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,7 +51,17 @@ type Terms struct {
 	leading atomic.Bool
 	terms   atomic.Int64
 	current atomic.Pointer[ctrl.Manager] // the running term's, nil between terms
+
+	mu      sync.Mutex
+	stop    context.CancelFunc // ends the running term's manager; nil if none
+	started time.Time          // when it started
+	fresh   atomic.Int64       // managers built afresh by Refresh
 }
+
+// refreshMinInterval is the least time between two managers Refresh builds:
+// the concurrent dials that find the API server back all call Refresh, and
+// one fresh manager answers them all.
+const refreshMinInterval = 2 * time.Second
 
 // Current is the manager of the term running now, nil if none.
 func (t *Terms) Current() ctrl.Manager {
@@ -68,6 +79,47 @@ func (t *Terms) Leading() bool { return t.leading.Load() }
 
 // Count is the number of terms begun so far.
 func (t *Terms) Count() int64 { return t.terms.Load() }
+
+// Refreshed is the number of managers Refresh has had built afresh.
+func (t *Terms) Refreshed() int64 { return t.fresh.Load() }
+
+// Refresh ends the running term's manager, keeping the Lease, so that serve
+// builds a fresh one at once. Call it when the API server returns from a
+// restart: it answers every watch at an older resourceVersion with 410
+// Expired, and each client-go informer then lists again only after the next
+// step of a backoff that doubles from 800 ms to 30 s (jittered up to twice
+// that) and resets only after 2 min without a failure. Restarts a minute
+// apart left the first edit unrendered for up to 24 s
+// (docs/operations.md#what-survives-a-fault); a fresh manager's informers
+// list at once. No term, or one that started less than refreshMinInterval
+// ago: nothing to do.
+func (t *Terms) Refresh() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stop == nil || time.Since(t.started) < refreshMinInterval {
+		return
+	}
+	t.Log.Info("the API server is back: the term's manager starts afresh", "term", t.terms.Load())
+	t.stop()
+	t.stop = nil
+}
+
+// run starts mgr until ctx ends or Refresh stops it, and reports whether
+// Refresh did.
+func (t *Terms) run(ctx context.Context, mgr ctrl.Manager) (refreshed bool, err error) {
+	mctx, stop := context.WithCancel(ctx)
+	defer stop()
+	t.mu.Lock()
+	t.stop, t.started = stop, time.Now()
+	t.mu.Unlock()
+	t.current.Store(&mgr)
+	err = mgr.Start(mctx)
+	t.current.Store(nil)
+	t.mu.Lock()
+	t.stop = nil
+	t.mu.Unlock()
+	return mctx.Err() != nil && ctx.Err() == nil, err
+}
 
 // Start campaigns, serves terms and campaigns again until ctx ends.
 func (t *Terms) Start(ctx context.Context) error {
@@ -116,7 +168,7 @@ func (t *Terms) Start(ctx context.Context) error {
 
 // serve runs one term until lctx ends (the Lease lost or the replica
 // stopping). A term whose manager cannot be built or fails is built again
-// a second later while the Lease is held.
+// a second later while the Lease is held; one Refresh ended, at once.
 func (t *Terms) serve(lctx context.Context) {
 	n := t.terms.Add(1)
 	t.leading.Store(true)
@@ -125,9 +177,11 @@ func (t *Terms) serve(lctx context.Context) {
 	for lctx.Err() == nil {
 		mgr, err := t.NewTerm()
 		if err == nil {
-			t.current.Store(&mgr)
-			err = mgr.Start(lctx)
-			t.current.Store(nil)
+			var refreshed bool
+			if refreshed, err = t.run(lctx, mgr); refreshed {
+				t.fresh.Add(1)
+				continue
+			}
 		}
 		if err != nil && lctx.Err() == nil {
 			t.Log.Error(err, "the term's manager stopped; building it again", "term", n)

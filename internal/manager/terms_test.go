@@ -2,6 +2,8 @@ package manager
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -136,3 +138,56 @@ func TestTermsSurviveAnAPIServerAwayLongerThanTheLease(t *testing.T) {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// Refresh ends the running term's manager and serve builds a fresh one at
+// once, in the same term; calls within refreshMinInterval of its start (the
+// other dials that found the API server back) do nothing.
+func TestRefreshBuildsTheTermsManagerAfresh(t *testing.T) {
+	cfg := &rest.Config{Host: "https://127.0.0.1:1"} // never asked: no informer is started
+	log := &termLog{}
+	built := 0
+	var mu sync.Mutex
+	terms := &Terms{Alone: true, Log: ctrl.Log.WithName("refresh"),
+		NewTerm: func() (ctrl.Manager, error) {
+			mu.Lock()
+			built++
+			who := fmt.Sprintf("manager %d", built)
+			mu.Unlock()
+			m, err := ctrl.NewManager(cfg, ctrl.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+			if err != nil {
+				return nil, err
+			}
+			return m, m.Add(log.runnable(who))
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = terms.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		for start := time.Now(); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("%s: not within 10 s (%v)", what, log.spans)
+			}
+		}
+	}
+	has := func(span string) func() bool {
+		return func() bool { log.mu.Lock(); defer log.mu.Unlock(); return slices.Contains(log.spans, span) }
+	}
+	until("the first manager", has("manager 1 began"))
+	terms.Refresh() // within refreshMinInterval of its start: ignored
+	time.Sleep(refreshMinInterval + 100*time.Millisecond)
+	terms.Refresh()
+	until("a fresh manager", has("manager 2 began"))
+	terms.Refresh() // the fresh one just started: ignored
+
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	want := []string{"manager 1 began", "manager 1 ended", "manager 2 began"}
+	if !slices.Equal(log.spans, want) || log.overlap {
+		t.Errorf("spans %v (overlap %t), want %v and no overlap", log.spans, log.overlap, want)
+	}
+	if terms.Count() != 1 || terms.Refreshed() != 1 {
+		t.Errorf("%d terms, %d refreshed; want 1 term, refreshed once", terms.Count(), terms.Refreshed())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,6 +78,9 @@ type chaosWorld struct {
 	app             podDirect // the e2e app pod, whose sidecar carries the retries
 	cuts            int       // network cuts so far: they alternate leader and follower
 	traffic         *chaosTraffic
+	// handover, after a leader kill, says how the Lease changed hands
+	// (watchHandover); nil otherwise.
+	handover <-chan string
 }
 
 // chaosRow is one cycle's line of the table.
@@ -190,6 +194,10 @@ func (s *suite) chaosCycle(t *testing.T, cycle int, f chaosFault, w *chaosWorld)
 	row.took = ended.Sub(begin)
 	row.admit = s.chaosAdmission(t, ended)
 	row.edit = s.chaosEdit(t, cycle, w)
+	if w.handover != nil {
+		t.Logf("chaos: cycle %d: %s", cycle, <-w.handover)
+		w.handover = nil
+	}
 	if err := <-load; err != nil {
 		row.problems = append(row.problems, "quota load: "+err.Error())
 	}
@@ -254,7 +262,7 @@ func (s *suite) chaosAPIServer(t *testing.T, _ *chaosWorld) {
 
 // chaosLeaderKilled deletes the leader's pod without a grace period while a
 // burst of edits is being reconciled.
-func (s *suite) chaosLeaderKilled(t *testing.T, _ *chaosWorld) {
+func (s *suite) chaosLeaderKilled(t *testing.T, w *chaosWorld) {
 	leader := s.leaderPod(t)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -266,8 +274,74 @@ func (s *suite) chaosLeaderKilled(t *testing.T, _ *chaosWorld) {
 		}
 	}()
 	time.Sleep(150 * time.Millisecond)
+	running := map[string]bool{}
+	for _, p := range s.managerPods(t) {
+		running[p.Name] = p.Name != leader
+	}
+	killed := time.Now()
 	s.kubectlOut(t, nil, "delete", "pod", "-n", operatorNamespace, leader, "--grace-period=0", "--force", "--wait=false")
+	w.handover = s.watchHandover(leader, running, killed)
 	wg.Wait()
+}
+
+// watchHandover follows the Lease from the kill of leader's pod at killed
+// until another replica holds it, at most 30 s, and says how it went: whether
+// the killed leader released it (the holder emptied, ReleaseOnCancel) or it
+// had to expire, and whether a replica that was running took it or the pod
+// that replaced the killed one (others: the replicas running besides the
+// leader before the kill). A slow edit after a leader kill is one of
+// these, and they have different causes.
+func (s *suite) watchHandover(leader string, others map[string]bool, killed time.Time) <-chan string {
+	out := make(chan string, 1)
+	go func() {
+		var released time.Duration
+		for time.Since(killed) < 30*time.Second {
+			var lease coordinationv1.Lease
+			err := s.c.Get(context.Background(), types.NamespacedName{Namespace: operatorNamespace, Name: manager.LeaderElectionID}, &lease)
+			holder := ""
+			if err == nil && lease.Spec.HolderIdentity != nil {
+				holder, _, _ = strings.Cut(*lease.Spec.HolderIdentity, "_")
+			}
+			if err == nil && holder == "" && released == 0 {
+				released = time.Since(killed)
+			}
+			if holder != "" && holder != leader {
+				how := "not released (expired)"
+				if released > 0 {
+					how = fmt.Sprintf("released after %s", released.Round(10*time.Millisecond))
+				}
+				who := "the pod that replaced it"
+				if others[holder] {
+					who = "the replica that was running"
+				}
+				took := time.Since(killed)
+				msg := fmt.Sprintf("lease of the killed leader %s: %s; taken by %s (%s) %s after the kill",
+					leader, how, holder, who, took.Round(10*time.Millisecond))
+				if took > 5*time.Second {
+					msg += s.replicaLogs(others)
+				}
+				out <- msg
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		out <- fmt.Sprintf("lease of the killed leader %s: no other holder 30 s after the kill", leader)
+	}()
+	return out
+}
+
+// replicaLogs is the last minute of the logs of the replicas named true in
+// pods: what a replica that should have taken the Lease was doing instead.
+func (s *suite) replicaLogs(pods map[string]bool) string {
+	var b strings.Builder
+	for name, ok := range pods {
+		if !ok {
+			continue
+		}
+		out, err := exec.Command(s.kubectl, "logs", "-n", operatorNamespace, name, "--since=60s", "--tail=60").CombinedOutput()
+		fmt.Fprintf(&b, "\n----- %s, the last minute (err %v):\n%s", name, err, out)
+	}
+	return b.String()
 }
 
 // chaosSidecarKilled kills the e2e app's sidecar (SIGKILL) while the steady
@@ -414,44 +488,65 @@ func (s *suite) chaosAdmission(t *testing.T, ended time.Time) time.Duration {
 
 // chaosEdit changes the e2e policy's deadline and returns the time from the
 // accepted edit until it is Programmed, at its generation, on every selected
-// pod, and the app's sidecar runs the ConfigMap's revision.
+// pod, and the app's sidecar runs the ConfigMap's revision. It logs when each
+// hop was first seen done: a slow edit says which hop held it.
 func (s *suite) chaosEdit(t *testing.T, cycle int, w *chaosWorld) time.Duration {
 	t.Helper()
+	before := s.renderedRevision()
 	s.patchPolicy(t, fmt.Sprintf(`[{"op":"replace","path":"/spec/upstreams/0/deadline","value":"%ds"}]`, 10+cycle%2))
 	accepted := time.Now()
+	var hops [3]time.Duration // rendered, on the app's sidecar, Programmed in the status
 	for {
-		if s.chaosProgrammed(w) {
+		done := s.chaosHops(w, before)
+		for i, ok := range done {
+			if ok && hops[i] == 0 {
+				hops[i] = time.Since(accepted)
+			}
+		}
+		if done[0] && done[1] && done[2] {
+			t.Logf("chaos: cycle %d: the edit rendered into the ConfigMap %s after it was accepted, on the app's sidecar %s, Programmed on every pod %s",
+				cycle, hops[0].Round(10*time.Millisecond), hops[1].Round(10*time.Millisecond), hops[2].Round(10*time.Millisecond))
 			return time.Since(accepted)
 		}
 		if time.Since(accepted) > 2*time.Minute {
-			t.Fatalf("the edit of cycle %d is not programmed 2 min later", cycle)
+			t.Fatalf("the edit of cycle %d is not programmed 2 min later (hops seen: %v)", cycle, hops)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-func (s *suite) chaosProgrammed(w *chaosWorld) bool {
-	ctx := context.Background()
-	var rp v1alpha1.RetryPolicy
-	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: policyName}, &rp); err != nil {
-		return false
-	}
-	c := meta.FindStatusCondition(rp.Status.Conditions, string(v1alpha1.ConditionProgrammed))
-	if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != rp.Generation || rp.Status.ProgrammedPods != rp.Status.SelectedPods {
-		return false
-	}
+// renderedRevision is the revision of the e2e namespace's policies.json, 0
+// when it cannot be read.
+func (s *suite) renderedRevision() int64 {
 	var cm corev1.ConfigMap
-	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: v1alpha1.PoliciesConfigMapName}, &cm); err != nil {
-		return false
+	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: v1alpha1.PoliciesConfigMapName}, &cm); err != nil {
+		return 0
 	}
 	var doc struct {
 		Revision int64 `json:"revision"`
 	}
-	if json.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]), &doc) != nil {
-		return false
+	_ = json.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey]), &doc) // unreadable: 0
+	return doc.Revision
+}
+
+// chaosHops says which hops of an edit made after revision before are done:
+// a newer revision rendered into the ConfigMap, the app's sidecar running the
+// ConfigMap's revision, and the policy Programmed at its generation on every
+// selected pod.
+func (s *suite) chaosHops(w *chaosWorld, before int64) [3]bool {
+	var done [3]bool
+	rendered := s.renderedRevision()
+	done[0] = rendered > before
+	if got, err := w.app.config(); err == nil {
+		done[1] = done[0] && got.Revision >= rendered
 	}
-	got, err := w.app.config()
-	return err == nil && got.Revision >= doc.Revision
+	var rp v1alpha1.RetryPolicy
+	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: policyName}, &rp); err == nil {
+		c := meta.FindStatusCondition(rp.Status.Conditions, string(v1alpha1.ConditionProgrammed))
+		done[2] = c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == rp.Generation &&
+			rp.Status.ProgrammedPods == rp.Status.SelectedPods
+	}
+	return done
 }
 
 // maxInOneSecond is the most arrivals in any window of one second.
