@@ -239,6 +239,9 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		QuotaLease:              lease,
 	}
 	terms := o.terms(cfg, setup, webhooksEnabled, certDir)
+	if terms.Ready, err = manager.APIServerReady(cfg, 100*time.Millisecond, 30*time.Second); err != nil {
+		return err
+	}
 	refresh.Store(terms)
 	if err := mgr.Add(terms); err != nil {
 		return err

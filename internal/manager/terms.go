@@ -43,6 +43,12 @@ type Terms struct {
 	// runnables. It must not bind ports (metrics and probes: "0"): the
 	// replica's own manager serves those.
 	NewTerm func() (ctrl.Manager, error)
+	// Ready, if set, returns once the API server is ready to serve (its
+	// /readyz): a manager built afresh by Refresh waits for it, since an API
+	// server accepts connections before its authorizer is ready and
+	// answers 403 to every request until then, and each failed list would
+	// cost the fresh informers a step of their backoff.
+	Ready func(ctx context.Context) error
 	// Alone skips the election: one term for the life of the replica (a
 	// single replica run without --leader-elect).
 	Alone bool
@@ -180,6 +186,11 @@ func (t *Terms) serve(lctx context.Context) {
 			var refreshed bool
 			if refreshed, err = t.run(lctx, mgr); refreshed {
 				t.fresh.Add(1)
+				if t.Ready != nil {
+					if err := t.Ready(lctx); err != nil && lctx.Err() == nil {
+						t.Log.Error(err, "the API server is not ready; building the term's manager all the same", "term", n)
+					}
+				}
 				continue
 			}
 		}
