@@ -145,7 +145,7 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 			defer func() { tk.Release(time.Now()) }() // when the answer ended: the gate measures the attempt
 			defer cancel()
 			defer held.close()
-			g.relay(w, r, ctx, held, g.committedOutcome(c, a, att), n) //nolint:bodyclose // held.close closes it
+			g.relayCommitted(w, r, ctx, c, a, att, held) //nolint:bodyclose // held.close closes it
 			return
 		}
 		cancel()
@@ -308,6 +308,33 @@ func (g *grpcForwarder) committedOutcome(c *grpcCall, a *http.Request, att grpcA
 		return o
 	}
 }
+
+// relayCommitted passes the committed answer held of attempt a (att) to the
+// app as it comes. The call and the attempt are counted once: by the status
+// in its trailers, or, when the answer ended without them (the app gone, the
+// answer cut off upstream), as the attempt with no status it was
+// (ambiguous) and the call with the outcome the app was told (canceled when
+// it was gone).
+func (g *grpcForwarder) relayCommitted(w http.ResponseWriter, r *http.Request, ctx context.Context,
+	c *grpcCall, a *http.Request, att grpcAttempt, held *heldAnswer) {
+	counted := false
+	byStatus := g.committedOutcome(c, a, att) //nolint:bodyclose // it reads an answer the caller closes (held.close)
+	g.relay(w, r, ctx, held, func(resp *http.Response) retrypolicy.Outcome {
+		counted = true
+		return byStatus(resp)
+	}, att.N)
+	if counted {
+		return
+	}
+	_, outcome, _ := answered(w, r)
+	att.Err = errAnswerCutOff
+	g.metrics.grpcAttempt(c.pol.Name(), att)
+	g.metrics.grpcCall(c.pol.Name(), retrypolicy.Outcome(outcome), time.Since(c.start))
+}
+
+// errAnswerCutOff is the end of a committed answer that came without its
+// trailers.
+var errAnswerCutOff = errors.New("retry-sidecar: the answer ended before its trailers")
 
 // attempt sends a, the n-th attempt, and holds back its answer.
 func (g *grpcForwarder) attempt(a *http.Request, n int, c *grpcCall) (grpcAttempt, *heldAnswer) {

@@ -164,10 +164,24 @@ func retryingSidecar(t *testing.T, upstream string, retrier grpcRetrier, maxRepl
 // With tr, each call is traced.
 func sidecarWithPolicy(t *testing.T, upstream string, retrier grpcRetrier, pol *retrypolicy.Policy, tr *tracing.Tracing) *grpc.ClientConn {
 	t.Helper()
+	g := testForwarder(retrier)
+	g.tracing = tr
+	return serveForwarder(t, upstream, g, pol)
+}
+
+// testForwarder is a forwarder of the calls routed by their URL, counting
+// nothing, tracing nothing, retrying by retrier.
+func testForwarder(retrier grpcRetrier) *grpcForwarder {
 	log := slog.New(slog.DiscardHandler)
-	g := &grpcForwarder{routing: byURL, reloader: config.NewReloader(config.Sources{}, log, NewMetrics()),
+	return &grpcForwarder{routing: byURL, reloader: config.NewReloader(config.Sources{}, log, NewMetrics()),
 		h2c: newH2CTransport(DefaultOptions(), (&net.Dialer{}).DialContext), log: log, retry: retrier,
-		tracing: tr, policyName: func(*retrypolicy.Policy) string { return "ns/pol" }}
+		policyName: func(*retrypolicy.Policy) string { return "ns/pol" }}
+}
+
+// serveForwarder serves g, forwarding every call under pol, behind an HTTP/2
+// listener and returns a grpc-go client of upstream through it.
+func serveForwarder(t *testing.T, upstream string, g *grpcForwarder, pol *retrypolicy.Policy) *grpc.ClientConn {
+	t.Helper()
 	t.Cleanup(g.h2c.CloseIdleConnections)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		out := r.WithContext(r.Context())
