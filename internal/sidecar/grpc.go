@@ -270,7 +270,7 @@ func (g *grpcForwarder) answerError(w http.ResponseWriter, r *http.Request, ctx 
 		code, outcome, msg = grpcDeadlineExceeded, retrypolicy.OutcomeDeadlineExceeded, "retry-sidecar: deadline exceeded"
 	case errors.Is(err, errPerTryTimeout):
 		code, msg = grpcDeadlineExceeded, err.Error()
-	case errors.Is(err, errLoop), errors.Is(err, errGRPCShed), errors.Is(err, errGRPCDeferred):
+	case errors.Is(err, errLoop), errors.Is(err, errGRPCShed), errors.Is(err, errGRPCDeferred), errors.Is(err, errGRPCHeld):
 		msg = err.Error()
 	case errors.Is(err, retryhttp.ErrUntrustedCertificate):
 		msg = "retry-sidecar: the upstream's TLS certificate did not verify: " + untrustedReason(err)

@@ -114,7 +114,7 @@ func TestGRPCPolicyRetrierAdmits(t *testing.T) {
 		{"the second attempt within its second is shed", context.Background(), shedding, soon, "shed " + errGRPCShed.Error()},
 	}
 	for _, c := range cases { // in order: the rate limit's state carries over
-		tk, v, err := r.Admit(c.ctx, c.pol, 1, c.deadline)
+		tk, v, err := r.Admit(c.ctx, c.pol, "/test.Retry/Call", 1, c.deadline)
 		tk.Release(time.Now())
 		if got := fmt.Sprint(v.Outcome, " ", err); got != c.want {
 			t.Errorf("%s: got %q; want %q", c.name, got, c.want)

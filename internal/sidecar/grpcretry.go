@@ -46,7 +46,7 @@ type grpcRetrier interface {
 	Holds(pol *retrypolicy.Policy, out *http.Request) bool
 	// Admit clears attempt n before it is sent; an error ends the call
 	// with the verdict's outcome.
-	Admit(ctx context.Context, pol *retrypolicy.Policy, n int, deadline time.Time) (limits.Ticket, grpcVerdict, error)
+	Admit(ctx context.Context, pol *retrypolicy.Policy, path string, n int, deadline time.Time) (limits.Ticket, grpcVerdict, error)
 	// Decide is asked after every attempt whose answer ended before
 	// anything of it reached the app.
 	Decide(ctx context.Context, pol *retrypolicy.Policy, out *http.Request, a grpcAttempt) grpcVerdict
@@ -68,6 +68,9 @@ type grpcAttempt struct {
 	Status, Pushback string
 	// HTTPStatus is the answer's HTTP status; 0 with Err.
 	HTTPStatus int
+	// Answer is the answer read to its end, its trailers in, for its
+	// rate-limit metadata (pacing); nil with Err.
+	Answer *http.Response
 	// ConnectFailure: Err is a failed dial or TLS handshake, nothing was
 	// sent. Refused: the upstream refused the stream unprocessed
 	// (REFUSED_STREAM, or past a GOAWAY), on a cleartext upstream.
@@ -127,7 +130,7 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 		defer func() { span.End(answered(w, r)) }()
 	}
 	for n := 1; ; n++ {
-		tk, v, err := g.retry.Admit(ctx, pol, n, c.deadline)
+		tk, v, err := g.retry.Admit(ctx, pol, out.URL.Path, n, c.deadline)
 		if err != nil {
 			if r.Context().Err() == nil {
 				g.finish(w, r, ctx, c, nil, grpcAttempt{Err: err}, v, n-1)
@@ -300,7 +303,7 @@ func endedByPerTryTimeout(a, out *http.Request, att grpcAttempt) bool {
 // the app as it came: counted by its status once its trailers came.
 func (g *grpcForwarder) committedOutcome(c *grpcCall, a *http.Request, att grpcAttempt) func(*http.Response) retrypolicy.Outcome {
 	return func(resp *http.Response) retrypolicy.Outcome {
-		att.Status, att.HTTPStatus = grpcStatusOf(resp), resp.StatusCode
+		att.Status, att.HTTPStatus, att.Answer = grpcStatusOf(resp), resp.StatusCode, resp
 		att.Pushback = pushbackOf(resp)
 		o := g.retry.Committed(c.pol, a, att)
 		g.metrics.grpcAttempt(c.pol.Name(), att)
@@ -355,7 +358,7 @@ func (g *grpcForwarder) attempt(a *http.Request, n int, c *grpcCall) (grpcAttemp
 		att.Err = held.err
 		return c.perTry(a, att), held
 	}
-	att.HTTPStatus = resp.StatusCode
+	att.HTTPStatus, att.Answer = resp.StatusCode, resp
 	att.Status = grpcStatusOf(resp)
 	att.Pushback = pushbackOf(resp)
 	return c.perTry(a, att), held

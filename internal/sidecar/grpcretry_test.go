@@ -64,7 +64,7 @@ func (admitEvery) Committed(_ *retrypolicy.Policy, _ *http.Request, a grpcAttemp
 }
 
 func (admitEvery) Holds(*retrypolicy.Policy, *http.Request) bool { return true }
-func (admitEvery) Admit(context.Context, *retrypolicy.Policy, int, time.Time) (limits.Ticket, grpcVerdict, error) {
+func (admitEvery) Admit(context.Context, *retrypolicy.Policy, string, int, time.Time) (limits.Ticket, grpcVerdict, error) {
 	return limits.Ticket{}, grpcVerdict{}, nil
 }
 
