@@ -154,7 +154,7 @@ func (g *grpcForwarder) forward(w http.ResponseWriter, r, out *http.Request, pol
 		defer func() { span.End(answered(w, r)) }()
 		defer func() { code, _, _ := answered(w, r); span.EndAttempt(code, "") }()
 	}
-	span.StartAttempt(out.Header)
+	span.StartAttempt(out.Header, out.URL.Host)
 	resp, err := g.roundTrip(out)
 	if pol == nil && g.metrics != nil {
 		if err != nil {

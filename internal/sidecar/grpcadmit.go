@@ -35,8 +35,9 @@ func (p *grpcPolicyRetrier) Admit(ctx context.Context, pol *retrypolicy.Policy, 
 	if !now.Before(deadline) {
 		return limits.Ticket{}, grpcVerdict{Outcome: retrypolicy.OutcomeDeadlineExceeded, NotBefore: now}, errGRPCDeadline
 	}
-	if v, err := p.awaitHold(ctx, pol, path, n, deadline); err != nil {
-		return limits.Ticket{}, v, err // the upstream is held (grpcpacing.go)
+	paced, err := p.awaitHold(ctx, pol, path, n, deadline)
+	if err != nil {
+		return limits.Ticket{}, paced, err // the upstream is held (grpcpacing.go)
 	}
 	now = time.Now()
 	lim := pol.Limits()
@@ -49,7 +50,7 @@ func (p *grpcPolicyRetrier) Admit(ctx context.Context, pol *retrypolicy.Policy, 
 		if n == 1 {
 			lim.Budget().RecordFirstAt(time.Now())
 		}
-		return tk, grpcVerdict{}, nil
+		return tk, paced, nil
 	case errors.Is(err, limits.ErrShed):
 		return tk, grpcVerdict{Outcome: retrypolicy.OutcomeShed, NotBefore: time.Now().Add(wait)}, errGRPCShed
 	case errors.Is(err, limits.ErrQuotaDenied):

@@ -27,7 +27,7 @@ import (
 var errGRPCHeld = errors.New("retry-sidecar: the upstream is held (pacing) past the call's deadline")
 
 // awaitHold is called before attempt n (of the call to path): nil when it
-// may go; errGRPCHeld with the verdict's not-before when the hold ends too
+// may go (the verdict's Paced: how long it waited in line); errGRPCHeld with the verdict's not-before when the hold ends too
 // late for the deadline; the context's error when the app gave up in line.
 func (p *grpcPolicyRetrier) awaitHold(ctx context.Context, pol *retrypolicy.Policy, path string, n int, deadline time.Time) (grpcVerdict, error) {
 	lim := pol.Limits()
@@ -59,6 +59,7 @@ func (p *grpcPolicyRetrier) awaitHold(ctx context.Context, pol *retrypolicy.Poli
 	case queued:
 		ev.Delay = time.Since(start)
 		p.observe(ev)
+		return grpcVerdict{Paced: ev.Delay}, nil
 	}
 	return grpcVerdict{}, nil
 }

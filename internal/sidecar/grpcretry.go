@@ -12,6 +12,7 @@ import (
 	"github.com/retrydev/retry-operator/internal/httpdate"
 	"github.com/retrydev/retry-operator/internal/libhooks"
 	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
+	"github.com/retrydev/retry-operator/pkg/retryotel"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
@@ -98,6 +99,9 @@ type grpcVerdict struct {
 	// is sent as x-retry-not-before (deferred, deadline-exceeded).
 	Outcome   retrypolicy.Outcome
 	NotBefore time.Time
+	// Paced is how long admission kept the attempt in line for a pacing
+	// hold (Admit's verdict of an admitted attempt).
+	Paced time.Duration
 }
 
 // grpcHoldBytes is how much of an answer is held back while its trailers may
@@ -137,8 +141,9 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 			}
 			return
 		}
+		span.Admitted(time.Now(), v.Paced, tk.Waited)
 		a, cancel := c.attemptRequest(out, n)
-		span.StartAttempt(a.Header)
+		span.StartAttempt(a.Header, a.URL.Host)
 		att, held := g.attempt(a, n, c)
 		if held != nil && !held.complete { // outgrew the hold: committed
 			if c.replay != nil {
@@ -160,6 +165,7 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 			if held != nil {
 				held.close()
 			}
+			span.Wait(time.Now(), v.Wait, waitReason(att))
 			if sleepCtx(ctx, v.Wait) {
 				continue
 			}
@@ -171,6 +177,16 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 		g.finish(w, r, ctx, c, held, att, v, n)
 		return
 	}
+}
+
+// waitReason is why the wait before the retry after att lasts: the
+// pushback when att had a valid one (the wait is at least the server's, as
+// after an HTTP Retry-After), else the backoff.
+func waitReason(att grpcAttempt) retryotel.Reason {
+	if _, err := retrypolicy.ParseGRPCPushback(att.Pushback); att.Pushback != "" && err == nil {
+		return retryotel.ReasonRetryAfter
+	}
+	return retryotel.ReasonBackoff
 }
 
 // startSpan starts the span of the call r (out, its upstream form) under
