@@ -3,7 +3,6 @@ package main_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -13,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/retrydev/retry-operator/internal/testing/grpctest"
 )
 
 // Pacing of gRPC calls (docs/grpc.md#pacing, docs/pacing.md): an answer
@@ -31,12 +32,8 @@ type pacedUpstream struct {
 }
 
 func newPacedUpstream(t *testing.T, script func(n int, st grpc.ServerStream) error) *pacedUpstream {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &pacedUpstream{addr: ln.Addr().String(), script: script}
-	srv := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, st grpc.ServerStream) error {
+	u := &pacedUpstream{script: script}
+	u.addr = grpctest.Serve(t, func(_ any, st grpc.ServerStream) error {
 		var m []byte
 		if err := st.RecvMsg(&m); err != nil {
 			return err
@@ -46,9 +43,7 @@ func newPacedUpstream(t *testing.T, script func(n int, st grpc.ServerStream) err
 		n := len(u.at)
 		u.mu.Unlock()
 		return u.script(n, st)
-	}))
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
+	})
 	return u
 }
 

@@ -3,23 +3,20 @@ package main_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/retrydev/retry-operator/internal/testing/grpctest"
 	"github.com/retrydev/retry-operator/internal/testing/polltest"
 )
 
@@ -117,15 +114,8 @@ type stUpstream struct {
 }
 
 func newSTUpstream(t *testing.T, fail func(c string, st grpc.ServerStream) error) *stUpstream {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &stUpstream{addr: ln.Addr().String(), fail: fail, cases: map[string][][][]byte{},
-		ended: make(chan string, 64), ready: make(chan string, 64)}
-	srv := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(u.serve))
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
+	u := &stUpstream{fail: fail, cases: map[string][][][]byte{}, ended: make(chan string, 64), ready: make(chan string, 64)}
+	u.addr = grpctest.Serve(t, u.serve)
 	return u
 }
 
@@ -147,7 +137,7 @@ func (u *stUpstream) record(c string, n int, m []byte) {
 // each message it reads (a client stream: one message, "ok"), then OK.
 func (u *stUpstream) serve(_ any, st grpc.ServerStream) error {
 	md, _ := metadata.FromIncomingContext(st.Context())
-	c := first(md["x-case"])
+	c := first(md[grpctest.CaseKey])
 	u.mu.Lock()
 	u.cases[c] = append(u.cases[c], nil)
 	n := len(u.cases[c])
@@ -297,7 +287,7 @@ func TestGRPCStreamingCallsAreRetriedByTheRules(t *testing.T) {
 	for name, c := range cells {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-case", name), 20*time.Second)
+			ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), grpctest.CaseKey, name), 20*time.Second)
 			defer cancel()
 			msgs := stMessages(c.shape)
 			if got, want := stCall(ctx, cc, c.shape, stMethod(c.shape, c.replayable), msgs), c.want(); got != want {
@@ -327,161 +317,28 @@ func TestGRPCStreamingCallsAreRetriedByTheRules(t *testing.T) {
 	}
 }
 
-// refusingH2Upstream is a raw HTTP/2 server that refuses the first stream of
-// each case (x-case) with RST_STREAM REFUSED_STREAM, as a server at its
-// stream limit does, and answers every later one, once the app's side
-// ended, with one message ("ok") and OK. It keeps the DATA bytes of each
-// stream it answered and counts the streams of each case.
-type refusingH2Upstream struct {
-	addr    string
-	mu      sync.Mutex
-	streams map[string]int
-	data    map[string][]byte // the bytes of the case's last answered stream
-}
-
-func newRefusingH2Upstream(t *testing.T) *refusingH2Upstream {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	u := &refusingH2Upstream{addr: ln.Addr().String(), streams: map[string]int{}, data: map[string][]byte{}}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go u.serveConn(c)
-		}
-	}()
-	return u
-}
-
-func (u *refusingH2Upstream) serveConn(c net.Conn) {
-	defer c.Close()
-	if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err != nil {
-		return
-	}
-	fr := http2.NewFramer(c, c)
-	dec := hpack.NewDecoder(4096, nil)
-	cases := map[uint32]string{}  // the case of each stream answered
-	bodies := map[uint32][]byte{} // what each has sent
-	_ = fr.WriteSettings()
-	for {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			return
-		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				_ = fr.WriteSettingsAck()
-			}
-		case *http2.HeadersFrame:
-			id := u.open(dec, f)
-			if id == "" {
-				_ = fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream)
-				continue
-			}
-			cases[f.StreamID] = id
-			if f.StreamEnded() {
-				u.answer(fr, f.StreamID, id, nil)
-			}
-		case *http2.DataFrame:
-			if n := uint32(len(f.Data())); n > 0 {
-				_ = fr.WriteWindowUpdate(0, n)
-				if _, ok := cases[f.StreamID]; ok {
-					_ = fr.WriteWindowUpdate(f.StreamID, n)
-				}
-			}
-			id, ok := cases[f.StreamID]
-			if !ok {
-				continue // a refused stream's
-			}
-			bodies[f.StreamID] = append(bodies[f.StreamID], f.Data()...)
-			if f.StreamEnded() {
-				u.answer(fr, f.StreamID, id, bodies[f.StreamID])
-			}
-		}
-	}
-}
-
-// open counts a new stream of its case and returns the case, or "" for the
-// case's first stream, to be refused.
-func (u *refusingH2Upstream) open(dec *hpack.Decoder, f *http2.HeadersFrame) string {
-	fields, _ := dec.DecodeFull(f.HeaderBlockFragment())
-	id := ""
-	for _, hf := range fields {
-		if hf.Name == "x-case" {
-			id = hf.Value
-		}
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.streams[id]++
-	if u.streams[id] == 1 {
-		return ""
-	}
-	return id
-}
-
-// answer records body as the case's and answers the stream with "ok", OK.
-func (u *refusingH2Upstream) answer(fr *http2.Framer, stream uint32, id string, body []byte) {
-	u.mu.Lock()
-	u.data[id] = body
-	u.mu.Unlock()
-	block := func(kv ...string) []byte {
-		var buf bytes.Buffer
-		enc := hpack.NewEncoder(&buf)
-		for i := 0; i < len(kv); i += 2 {
-			_ = enc.WriteField(hpack.HeaderField{Name: kv[i], Value: kv[i+1]})
-		}
-		return buf.Bytes()
-	}
-	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, EndHeaders: true,
-		BlockFragment: block(":status", "200", "content-type", "application/grpc")})
-	_ = fr.WriteData(stream, false, grpcFrame([]byte("ok")))
-	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, EndHeaders: true, EndStream: true,
-		BlockFragment: block("grpc-status", "0")})
-}
-
-// grpcFrame is m as a gRPC message on the wire: uncompressed, its length
-// before it.
-func grpcFrame(msgs ...[]byte) []byte {
-	var b []byte
-	for _, m := range msgs {
-		b = append(b, 0)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(m)))
-		b = append(b, m...)
-	}
-	return b
-}
-
 func TestGRPCStreamsRefusedUnprocessedAreRetriedForEveryMethod(t *testing.T) {
 	t.Parallel()
-	u := newRefusingH2Upstream(t)
-	s := startSidecar(t, "--policy-file="+policyFile(t, u.addr, fields("maxAttempts: 3",
+	u := grpctest.NewRefusing(t)
+	s := startSidecar(t, "--policy-file="+policyFile(t, u.Addr, fields("maxAttempts: 3",
 		"maxReplayBodyBytes: 1048576", "retryOn: {grpcStatusCodes: [UNAVAILABLE]}", stPolicyReplayable)...))
-	cc := grpcClient(t, s.proxy, u.addr, viaListen)
+	cc := grpcClient(t, s.proxy, u.Addr, viaListen)
 	for _, shape := range []string{shapeClient, shapeServer, shapeBidi} {
 		for _, replayable := range []bool{true, false} {
 			name := fmt.Sprintf("a refused %s call of a %s method is sent again, its messages replayed", shape,
 				map[bool]string{true: "replayable", false: "non-replayable"}[replayable])
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-case", name), 20*time.Second)
+				ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), grpctest.CaseKey, name), 20*time.Second)
 				defer cancel()
 				msgs := stMessages(shape)
 				if got, want := stCall(ctx, cc, shape, stMethod(shape, replayable), msgs), "[2] OK success 2"; got != want {
 					t.Errorf("app got %s; want %s", got, want)
 				}
-				u.mu.Lock()
-				defer u.mu.Unlock()
-				if n := u.streams[name]; n != 2 {
+				if n := u.Streams(name); n != 2 {
 					t.Errorf("the server saw %d streams; want 2 (one refused, one answered)", n)
 				}
-				if got, want := u.data[name], grpcFrame(msgs...); !bytes.Equal(got, want) {
+				if got, want := u.Data(name), grpctest.Frame(msgs...); !bytes.Equal(got, want) {
 					t.Errorf("the answered stream carried %d bytes; want the app's %d, byte-equal", len(got), len(want))
 				}
 			})
@@ -534,7 +391,7 @@ func TestGRPCAppCancellingMidStreamStopsEverythingUpstream(t *testing.T) {
 	cc := grpcClient(t, s.proxy, u.addr, viaListen)
 	for i, c := range cases { // one at a time: each waits for its call to be counted
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-case", c.name), 20*time.Second)
+			ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), grpctest.CaseKey, c.name), 20*time.Second)
 			defer cancel()
 			st, err := cc.NewStream(ctx, stDesc(c.shape), stMethod(c.shape, true))
 			if err != nil {
