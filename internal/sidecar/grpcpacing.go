@@ -37,8 +37,9 @@ func (p *grpcPolicyRetrier) awaitHold(ctx context.Context, pol *retrypolicy.Poli
 	}
 	if q := lim.Quota(); q != nil {
 		// A hold another pod drawing on the same quota saw (docs/quota.md).
-		if now := time.Now(); !q.HoldUntil(now).IsZero() {
-			p.holdLocal(pol, pc, now, q.HoldUntil(now), limits.HoldRateLimit)
+		now := time.Now()
+		if until := q.HoldUntil(now); !until.IsZero() {
+			p.holdLocal(pol, pc, now, until, limits.HoldRateLimit)
 		}
 	}
 	if !pc.Active() {
