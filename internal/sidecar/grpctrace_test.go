@@ -30,8 +30,27 @@ var grpcTraceCases = map[string]struct {
 	answer      func(n int, st grpc.ServerStream) error
 	passthrough bool                    // a host without a policy
 	rateLimit   *limits.RateLimitConfig // the policy's, if any
+	pacing      limits.PacingConfig
 	want        []string
 }{
+	"a retry that waits in line for a pacing hold: the backoff's wait, then the hold's": {
+		answer: func(n int, st grpc.ServerStream) error {
+			if n == 1 { // no quota left for a second: the upstream is held
+				st.SetTrailer(metadata.Pairs("ratelimit", `"default";r=0;t=1`))
+				return grpcstatus.Error(codes.Unavailable, "later")
+			}
+			m := []byte("ok")
+			return st.SendMsg(&m)
+		},
+		pacing: limits.PacingConfig{RateLimitHeaders: true},
+		want: []string{
+			"SERVER test.Retry/Call: retry.attempts=2 retry.outcome=success retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  event retry.wait: retry.delay=0.01 retry.reason=backoff",
+			"  event retry.wait: retry.delay=(>0) retry.reason=pacing",
+			"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
+			"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
+		},
+	},
 	"an UNAVAILABLE with a pushback: the wait before the retry is the pushback's": {
 		answer: func(n int, st grpc.ServerStream) error {
 			if n == 1 {
@@ -156,7 +175,7 @@ func TestGRPCCallsAreTracedWithTheirAttempts(t *testing.T) {
 			})
 			pol, err := retrypolicy.Compile(retrypolicy.Config{Name: "up", Hosts: []string{u.addr}, MaxAttempts: 3,
 				Deadline: 10 * time.Second, PerTryTimeout: 300 * time.Millisecond, RetryOnGRPCStatus: []uint32{14}, ReplayableMethods: []string{"/test.Retry/*"},
-				MaxReplayBodyBytes: 1 << 10, RetryAfterMaxWait: time.Second, RateLimit: tc.rateLimit,
+				MaxReplayBodyBytes: 1 << 10, RetryAfterMaxWait: time.Second, RateLimit: tc.rateLimit, Pacing: tc.pacing,
 				Backoff: retrypolicy.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: retrypolicy.JitterNone}})
 			if err != nil {
 				t.Fatal(err)
