@@ -33,7 +33,7 @@ const (
 	shapeBidi   = "bidi"
 )
 
-// stMethods are a replayable and a non-replayable method of each shape.
+// stMethod is the replayable or the non-replayable method of a shape.
 func stMethod(shape string, replayable bool) string {
 	if replayable {
 		return "/test.Replayable/" + shape
