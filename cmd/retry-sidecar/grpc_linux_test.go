@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/retrydev/retry-operator/internal/testing/grpctest"
 )
 
 // TestTransparentInterceptionForwardsGRPC: an app that knows nothing of the
@@ -40,10 +40,7 @@ func TestTransparentInterceptionForwardsGRPC(t *testing.T) {
 		}
 		return c, err
 	}
-	cc, err := grpc.NewClient("passthrough:///"+apiHost, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(dial), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
-	must(t, err)
-	defer cc.Close()
+	cc := grpctest.Client(t, apiHost, dial)
 
 	got := []grpcResult{call(cc, mUnary, payload(100, 'u')), call(cc, mFail, []byte("x")),
 		stream(cc, mStream, payload(512<<10, 'a'), payload(1, 'b'))}

@@ -22,30 +22,17 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/retrydev/retry-operator/internal/testing/grpctest"
 	"github.com/retrydev/retry-operator/internal/testing/polltest"
 )
 
 // gRPC through the sidecar (docs/sidecar.md#grpc-and-http2): real grpc-go
 // clients and servers, a raw-bytes codec so that no generated code is needed,
 // and one hand-written service whose methods each answer one way.
-
-// rawCodec sends a *[]byte as the message bytes, unchanged.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
-}
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize()
-	return nil
-}
-func (rawCodec) Name() string { return "raw" }
 
 // grpcArrival is a call the upstream received.
 type grpcArrival struct {
@@ -74,9 +61,7 @@ func newGRPCUpstream(t *testing.T, opts ...grpc.ServerOption) *grpcUpstream {
 // serveGRPC serves the test service on ln until the test ends.
 func serveGRPC(t *testing.T, ln net.Listener, opts ...grpc.ServerOption) *grpcUpstream {
 	u := &grpcUpstream{addr: ln.Addr().String(), canceled: make(chan string, 1024)}
-	srv := grpc.NewServer(append(opts, grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(u.serve))...)
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
+	grpctest.ServeOn(t, ln, u.serve, opts...)
 	return u
 }
 
@@ -196,13 +181,7 @@ func grpcClient(t *testing.T, proxy, target string, entry grpcEntry) *grpc.Clien
 		}
 		return connectThrough(c, target)
 	}
-	cc, err := grpc.NewClient("passthrough:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(dial), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return cc
+	return grpctest.Client(t, target, dial)
 }
 
 // connectThrough opens a CONNECT tunnel to target on c, a connection to the

@@ -3,7 +3,6 @@ package main_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/retrydev/retry-operator/internal/testing/grpctest"
 )
 
 // The gRPC retry matrix (docs/grpc.md#what-is-retried-when): a real grpc-go
@@ -122,14 +123,8 @@ type mxState struct {
 }
 
 func newMXUpstream(t *testing.T) *mxUpstream {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &mxUpstream{addr: ln.Addr().String(), cells: map[string]*mxState{}}
-	srv := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(u.serve))
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
+	u := &mxUpstream{cells: map[string]*mxState{}}
+	u.addr = grpctest.Serve(t, u.serve)
 	return u
 }
 

@@ -154,7 +154,7 @@ func (g *grpcForwarder) forward(w http.ResponseWriter, r, out *http.Request, pol
 		defer func() { span.End(answered(w, r)) }()
 		defer func() { code, _, _ := answered(w, r); span.EndAttempt(code, "") }()
 	}
-	span.StartAttempt(out.Header)
+	span.StartAttempt(out.Header, out.URL.Host)
 	resp, err := g.roundTrip(out)
 	if pol == nil && g.metrics != nil {
 		if err != nil {
@@ -270,7 +270,7 @@ func (g *grpcForwarder) answerError(w http.ResponseWriter, r *http.Request, ctx 
 		code, outcome, msg = grpcDeadlineExceeded, retrypolicy.OutcomeDeadlineExceeded, "retry-sidecar: deadline exceeded"
 	case errors.Is(err, errPerTryTimeout):
 		code, msg = grpcDeadlineExceeded, err.Error()
-	case errors.Is(err, errLoop), errors.Is(err, errGRPCShed), errors.Is(err, errGRPCDeferred):
+	case errors.Is(err, errLoop), errors.Is(err, errGRPCShed), errors.Is(err, errGRPCDeferred), errors.Is(err, errGRPCHeld):
 		msg = err.Error()
 	case errors.Is(err, retryhttp.ErrUntrustedCertificate):
 		msg = "retry-sidecar: the upstream's TLS certificate did not verify: " + untrustedReason(err)

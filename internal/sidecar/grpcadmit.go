@@ -22,11 +22,12 @@ var (
 	errGRPCCanceled = errors.New("retry-sidecar: the call was canceled")
 )
 
-// Admit clears attempt n of a call whose deadline is deadline: the app is
-// still there, the deadline leaves room, admission gives a slot in time. On
+// Admit clears attempt n of a call to path whose deadline is deadline: the
+// app is still there, the deadline leaves room, the upstream is not held
+// (pacing), admission gives a slot in time. On
 // refusal the verdict says how the call ends (shed and deferred with the
 // time capacity returns) and the error why.
-func (*grpcPolicyRetrier) Admit(ctx context.Context, pol *retrypolicy.Policy, n int, deadline time.Time) (limits.Ticket, grpcVerdict, error) {
+func (p *grpcPolicyRetrier) Admit(ctx context.Context, pol *retrypolicy.Policy, path string, n int, deadline time.Time) (limits.Ticket, grpcVerdict, error) {
 	if ctx.Err() != nil {
 		return admitCanceled(ctx)
 	}
@@ -34,6 +35,11 @@ func (*grpcPolicyRetrier) Admit(ctx context.Context, pol *retrypolicy.Policy, n 
 	if !now.Before(deadline) {
 		return limits.Ticket{}, grpcVerdict{Outcome: retrypolicy.OutcomeDeadlineExceeded, NotBefore: now}, errGRPCDeadline
 	}
+	paced, err := p.awaitHold(ctx, pol, path, n, deadline)
+	if err != nil {
+		return limits.Ticket{}, paced, err // the upstream is held (grpcpacing.go)
+	}
+	now = time.Now()
 	lim := pol.Limits()
 	tk, wait, err := lim.Admit(ctx, clock.Real{}, sleepErr, deadline.Sub(now)-pol.Reserve())
 	switch {
@@ -44,7 +50,7 @@ func (*grpcPolicyRetrier) Admit(ctx context.Context, pol *retrypolicy.Policy, n 
 		if n == 1 {
 			lim.Budget().RecordFirstAt(time.Now())
 		}
-		return tk, grpcVerdict{}, nil
+		return tk, paced, nil
 	case errors.Is(err, limits.ErrShed):
 		return tk, grpcVerdict{Outcome: retrypolicy.OutcomeShed, NotBefore: time.Now().Add(wait)}, errGRPCShed
 	case errors.Is(err, limits.ErrQuotaDenied):

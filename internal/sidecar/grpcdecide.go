@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
 )
 
 // grpcPolicyRetrier is the sidecar's grpcRetrier (docs/grpc.md#what-is-retried-when):
@@ -19,6 +20,9 @@ import (
 type grpcPolicyRetrier struct {
 	// random is the jitter's source; nil: math/rand/v2.
 	random func() float64
+	// observer is told of pacing holds and of calls waiting for them
+	// (grpcpacing.go), as the HTTP path's Observer is; nil: nothing.
+	observer retryhttp.Observer
 }
 
 // Retries: every call of a policy goes through the retrying path, so that
@@ -57,6 +61,7 @@ func (p *grpcPolicyRetrier) Decide(ctx context.Context, pol *retrypolicy.Policy,
 		return grpcVerdict{Outcome: retrypolicy.OutcomeNotRetryable}
 	}
 	d := pol.DecideAt(now, at)
+	p.startHolds(pol, a, now, d)
 	if d.Action == retrypolicy.Retry && !pol.Limits().Budget().TryRetryAt(now) {
 		return grpcVerdict{Outcome: retrypolicy.OutcomeBudgetExhausted}
 	}
@@ -77,7 +82,10 @@ func (p *grpcPolicyRetrier) Committed(pol *retrypolicy.Policy, out *http.Request
 	if !ok {
 		return retrypolicy.OutcomeNotRetryable
 	}
-	if d := pol.DecideAt(time.Now(), at); d.Action == retrypolicy.Stop {
+	now := time.Now()
+	d := pol.DecideAt(now, at)
+	p.startHolds(pol, a, now, d)
+	if d.Action == retrypolicy.Stop {
 		return d.Outcome
 	}
 	return retrypolicy.OutcomeNotRetryable

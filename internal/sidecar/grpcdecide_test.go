@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/testing/grpctest"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
@@ -114,7 +115,7 @@ func TestGRPCPolicyRetrierAdmits(t *testing.T) {
 		{"the second attempt within its second is shed", context.Background(), shedding, soon, "shed " + errGRPCShed.Error()},
 	}
 	for _, c := range cases { // in order: the rate limit's state carries over
-		tk, v, err := r.Admit(c.ctx, c.pol, 1, c.deadline)
+		tk, v, err := r.Admit(c.ctx, c.pol, "/test.Retry/Call", 1, c.deadline)
 		tk.Release(time.Now())
 		if got := fmt.Sprint(v.Outcome, " ", err); got != c.want {
 			t.Errorf("%s: got %q; want %q", c.name, got, c.want)
@@ -127,16 +128,16 @@ func TestGRPCPolicyRetrierAdmits(t *testing.T) {
 
 func TestGRPCRefusedStreamIsRetriedByThePolicyForAMethodItDoesNotList(t *testing.T) {
 	t.Parallel()
-	refusing, seen := refusingUpstream(t)
-	cc := retryingSidecar(t, refusing, &grpcPolicyRetrier{random: func() float64 { return 0 }}, 1<<10)
+	refusing := grpctest.NewRefusing(t)
+	cc := retryingSidecar(t, refusing.Addr, &grpcPolicyRetrier{random: func() float64 { return 0 }}, 1<<10)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// retryingSidecar's policy lists no gRPC method: only a stream the
 	// upstream refused unprocessed may be sent again.
-	if got, want := clientStream(ctx, cc, []byte("x")), "[] OK [success] [2]"; got != want {
+	if got, want := clientStream(ctx, cc, []byte("x")), "[2] OK [success] [2]"; got != want {
 		t.Errorf("app got %s; want %s", got, want)
 	}
-	if got := seen(); got != 2 {
+	if got := refusing.Streams(""); got != 2 {
 		t.Errorf("upstream saw %d streams; want 2 (the refused one, then the retry)", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/retrydev/retry-operator/internal/httpdate"
 	"github.com/retrydev/retry-operator/internal/libhooks"
 	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
+	"github.com/retrydev/retry-operator/pkg/retryotel"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/retryhttp"
@@ -46,7 +47,7 @@ type grpcRetrier interface {
 	Holds(pol *retrypolicy.Policy, out *http.Request) bool
 	// Admit clears attempt n before it is sent; an error ends the call
 	// with the verdict's outcome.
-	Admit(ctx context.Context, pol *retrypolicy.Policy, n int, deadline time.Time) (limits.Ticket, grpcVerdict, error)
+	Admit(ctx context.Context, pol *retrypolicy.Policy, path string, n int, deadline time.Time) (limits.Ticket, grpcVerdict, error)
 	// Decide is asked after every attempt whose answer ended before
 	// anything of it reached the app.
 	Decide(ctx context.Context, pol *retrypolicy.Policy, out *http.Request, a grpcAttempt) grpcVerdict
@@ -68,6 +69,9 @@ type grpcAttempt struct {
 	Status, Pushback string
 	// HTTPStatus is the answer's HTTP status; 0 with Err.
 	HTTPStatus int
+	// Answer is the answer read to its end, its trailers in, for its
+	// rate-limit metadata (pacing); nil with Err.
+	Answer *http.Response
 	// ConnectFailure: Err is a failed dial or TLS handshake, nothing was
 	// sent. Refused: the upstream refused the stream unprocessed
 	// (REFUSED_STREAM, or past a GOAWAY), on a cleartext upstream.
@@ -95,6 +99,9 @@ type grpcVerdict struct {
 	// is sent as x-retry-not-before (deferred, deadline-exceeded).
 	Outcome   retrypolicy.Outcome
 	NotBefore time.Time
+	// Paced is how long admission kept the attempt in line for a pacing
+	// hold (Admit's verdict of an admitted attempt).
+	Paced time.Duration
 }
 
 // grpcHoldBytes is how much of an answer is held back while its trailers may
@@ -127,15 +134,16 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 		defer func() { span.End(answered(w, r)) }()
 	}
 	for n := 1; ; n++ {
-		tk, v, err := g.retry.Admit(ctx, pol, n, c.deadline)
+		tk, v, err := g.retry.Admit(ctx, pol, out.URL.Path, n, c.deadline)
 		if err != nil {
 			if r.Context().Err() == nil {
 				g.finish(w, r, ctx, c, nil, grpcAttempt{Err: err}, v, n-1)
 			}
 			return
 		}
+		span.Admitted(time.Now(), v.Paced, tk.Waited)
 		a, cancel := c.attemptRequest(out, n)
-		span.StartAttempt(a.Header)
+		span.StartAttempt(a.Header, a.URL.Host)
 		att, held := g.attempt(a, n, c)
 		if held != nil && !held.complete { // outgrew the hold: committed
 			if c.replay != nil {
@@ -145,7 +153,7 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 			defer func() { tk.Release(time.Now()) }() // when the answer ended: the gate measures the attempt
 			defer cancel()
 			defer held.close()
-			g.relay(w, r, ctx, held, g.committedOutcome(c, a, att), n) //nolint:bodyclose // held.close closes it
+			g.relayCommitted(w, r, ctx, c, a, att, held) //nolint:bodyclose // held.close closes it
 			return
 		}
 		cancel()
@@ -157,6 +165,7 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 			if held != nil {
 				held.close()
 			}
+			span.Wait(time.Now(), v.Wait, waitReason(att))
 			if sleepCtx(ctx, v.Wait) {
 				continue
 			}
@@ -168,6 +177,16 @@ func (g *grpcForwarder) forwardRetrying(w http.ResponseWriter, r, out *http.Requ
 		g.finish(w, r, ctx, c, held, att, v, n)
 		return
 	}
+}
+
+// waitReason is why the wait before the retry after att lasts: the
+// pushback when att had a valid one (the wait is at least the server's, as
+// after an HTTP Retry-After), else the backoff.
+func waitReason(att grpcAttempt) retryotel.Reason {
+	if _, err := retrypolicy.ParseGRPCPushback(att.Pushback); att.Pushback != "" && err == nil {
+		return retryotel.ReasonRetryAfter
+	}
+	return retryotel.ReasonBackoff
 }
 
 // startSpan starts the span of the call r (out, its upstream form) under
@@ -300,7 +319,7 @@ func endedByPerTryTimeout(a, out *http.Request, att grpcAttempt) bool {
 // the app as it came: counted by its status once its trailers came.
 func (g *grpcForwarder) committedOutcome(c *grpcCall, a *http.Request, att grpcAttempt) func(*http.Response) retrypolicy.Outcome {
 	return func(resp *http.Response) retrypolicy.Outcome {
-		att.Status, att.HTTPStatus = grpcStatusOf(resp), resp.StatusCode
+		att.Status, att.HTTPStatus, att.Answer = grpcStatusOf(resp), resp.StatusCode, resp
 		att.Pushback = pushbackOf(resp)
 		o := g.retry.Committed(c.pol, a, att)
 		g.metrics.grpcAttempt(c.pol.Name(), att)
@@ -308,6 +327,33 @@ func (g *grpcForwarder) committedOutcome(c *grpcCall, a *http.Request, att grpcA
 		return o
 	}
 }
+
+// relayCommitted passes the committed answer held of attempt a (att) to the
+// app as it comes. The call and the attempt are counted once: by the status
+// in its trailers, or, when the answer ended without them (the app gone, the
+// answer cut off upstream), as the attempt with no status it was
+// (ambiguous) and the call with the outcome the app was told (canceled when
+// it was gone).
+func (g *grpcForwarder) relayCommitted(w http.ResponseWriter, r *http.Request, ctx context.Context,
+	c *grpcCall, a *http.Request, att grpcAttempt, held *heldAnswer) {
+	counted := false
+	byStatus := g.committedOutcome(c, a, att) //nolint:bodyclose // it reads an answer the caller closes (held.close)
+	g.relay(w, r, ctx, held, func(resp *http.Response) retrypolicy.Outcome {
+		counted = true
+		return byStatus(resp)
+	}, att.N)
+	if counted {
+		return
+	}
+	_, outcome, _ := answered(w, r)
+	att.Err = errAnswerCutOff
+	g.metrics.grpcAttempt(c.pol.Name(), att)
+	g.metrics.grpcCall(c.pol.Name(), retrypolicy.Outcome(outcome), time.Since(c.start))
+}
+
+// errAnswerCutOff is the end of a committed answer that came without its
+// trailers.
+var errAnswerCutOff = errors.New("retry-sidecar: the answer ended before its trailers")
 
 // attempt sends a, the n-th attempt, and holds back its answer.
 func (g *grpcForwarder) attempt(a *http.Request, n int, c *grpcCall) (grpcAttempt, *heldAnswer) {
@@ -328,7 +374,7 @@ func (g *grpcForwarder) attempt(a *http.Request, n int, c *grpcCall) (grpcAttemp
 		att.Err = held.err
 		return c.perTry(a, att), held
 	}
-	att.HTTPStatus = resp.StatusCode
+	att.HTTPStatus, att.Answer = resp.StatusCode, resp
 	att.Status = grpcStatusOf(resp)
 	att.Pushback = pushbackOf(resp)
 	return c.perTry(a, att), held

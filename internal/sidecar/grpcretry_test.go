@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,16 +14,14 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/retrydev/retry-operator/internal/sidecar/config"
 	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
+	"github.com/retrydev/retry-operator/internal/testing/grpctest"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
@@ -32,17 +29,6 @@ import (
 // The retry data path of gRPC calls (grpcretry.go) with a test retrier in
 // place of the policy's decision: real grpc-go clients and servers on
 // 127.0.0.1, the forwarder between them behind an HTTP/2 server.
-
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
-}
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize()
-	return nil
-}
-func (rawCodec) Name() string { return "raw" }
 
 // retryUnavailable retries every answer UNAVAILABLE (14) while the call can
 // be sent again, up to 3 attempts; it records what it was asked.
@@ -64,7 +50,7 @@ func (admitEvery) Committed(_ *retrypolicy.Policy, _ *http.Request, a grpcAttemp
 }
 
 func (admitEvery) Holds(*retrypolicy.Policy, *http.Request) bool { return true }
-func (admitEvery) Admit(context.Context, *retrypolicy.Policy, int, time.Time) (limits.Ticket, grpcVerdict, error) {
+func (admitEvery) Admit(context.Context, *retrypolicy.Policy, string, int, time.Time) (limits.Ticket, grpcVerdict, error) {
 	return limits.Ticket{}, grpcVerdict{}, nil
 }
 
@@ -106,14 +92,8 @@ type scriptedUpstream struct {
 }
 
 func newScriptedUpstream(t *testing.T, script func(n int, st grpc.ServerStream) error) *scriptedUpstream {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &scriptedUpstream{addr: ln.Addr().String(), script: script}
-	srv := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(u.serve))
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
+	u := &scriptedUpstream{script: script}
+	u.addr = grpctest.Serve(t, u.serve)
 	return u
 }
 
@@ -164,10 +144,24 @@ func retryingSidecar(t *testing.T, upstream string, retrier grpcRetrier, maxRepl
 // With tr, each call is traced.
 func sidecarWithPolicy(t *testing.T, upstream string, retrier grpcRetrier, pol *retrypolicy.Policy, tr *tracing.Tracing) *grpc.ClientConn {
 	t.Helper()
+	g := testForwarder(retrier)
+	g.tracing = tr
+	return serveForwarder(t, upstream, g, pol)
+}
+
+// testForwarder is a forwarder of the calls routed by their URL, counting
+// nothing, tracing nothing, retrying by retrier.
+func testForwarder(retrier grpcRetrier) *grpcForwarder {
 	log := slog.New(slog.DiscardHandler)
-	g := &grpcForwarder{routing: byURL, reloader: config.NewReloader(config.Sources{}, log, NewMetrics()),
+	return &grpcForwarder{routing: byURL, reloader: config.NewReloader(config.Sources{}, log, NewMetrics()),
 		h2c: newH2CTransport(DefaultOptions(), (&net.Dialer{}).DialContext), log: log, retry: retrier,
-		tracing: tr, policyName: func(*retrypolicy.Policy) string { return "ns/pol" }}
+		policyName: func(*retrypolicy.Policy) string { return "ns/pol" }}
+}
+
+// serveForwarder serves g, forwarding every call under pol, behind an HTTP/2
+// listener and returns a grpc-go client of upstream through it.
+func serveForwarder(t *testing.T, upstream string, g *grpcForwarder, pol *retrypolicy.Policy) *grpc.ClientConn {
+	t.Helper()
 	t.Cleanup(g.h2c.CloseIdleConnections)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		out := r.WithContext(r.Context())
@@ -191,15 +185,7 @@ func sidecarWithPolicy(t *testing.T, upstream string, retrier grpcRetrier, pol *
 			go srv.ServeConn(c, &http2.ServeConnOpts{Handler: h})
 		}
 	}()
-	cc, err := grpc.NewClient("passthrough:///"+upstream, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "tcp", ln.Addr().String())
-		}), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return cc
+	return grpctest.Client(t, upstream, grpctest.DialTo(ln.Addr().String()))
 }
 
 // clientStream sends msgs, closes its side and reads every answer: their
@@ -431,68 +417,9 @@ func TestFormatGRPCTimeout(t *testing.T) {
 	}
 }
 
-// refusingUpstream is a raw HTTP/2 server that refuses the first stream
-// (RST_STREAM REFUSED_STREAM, as a server at its stream limit does) and
-// answers every later one OK, Trailers-Only. It returns its address and
-// how many streams it saw.
-func refusingUpstream(t *testing.T) (string, func() int) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var mu sync.Mutex
-	streams := 0
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				preface := make([]byte, len(http2.ClientPreface))
-				if _, err := io.ReadFull(c, preface); err != nil {
-					return
-				}
-				fr := http2.NewFramer(c, c)
-				_ = fr.WriteSettings()
-				for {
-					f, err := fr.ReadFrame()
-					if err != nil {
-						return
-					}
-					switch f := f.(type) {
-					case *http2.SettingsFrame:
-						if !f.IsAck() {
-							_ = fr.WriteSettingsAck()
-						}
-					case *http2.HeadersFrame:
-						mu.Lock()
-						streams++
-						n := streams
-						mu.Unlock()
-						if n == 1 {
-							_ = fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream)
-							continue
-						}
-						var buf bytes.Buffer
-						enc := hpack.NewEncoder(&buf)
-						for _, kv := range [][2]string{{":status", "200"}, {"content-type", "application/grpc"}, {"grpc-status", "0"}} {
-							_ = enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
-						}
-						_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: buf.Bytes(), EndHeaders: true, EndStream: true})
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return streams }
-}
-
 func TestGRPCRetryAttemptsSayWhyNoAnswerCame(t *testing.T) {
 	t.Parallel()
-	refusing, seen := refusingUpstream(t)
+	refusing := grpctest.NewRefusing(t)
 	down, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -505,8 +432,8 @@ func TestGRPCRetryAttemptsSayWhyNoAnswerCame(t *testing.T) {
 		asked    string // what the retrier was asked
 	}{
 		"a refused stream is refused, sent again as a new attempt": {
-			upstream: refusing,
-			want:     "[] OK [success] [2]",
+			upstream: refusing.Addr,
+			want:     "[2] OK [success] [2]",
 			asked:    "[1::true:connect=false:refused=true 2:0:true]"},
 		"a refused connection is a connect failure": {
 			upstream: downAddr,
@@ -529,7 +456,7 @@ func TestGRPCRetryAttemptsSayWhyNoAnswerCame(t *testing.T) {
 			}
 		})
 	}
-	if n := seen(); n != 2 {
+	if n := refusing.Streams(""); n != 2 {
 		t.Errorf("the refusing upstream saw %d streams; want 2 (one refused, one answered)", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/hex"
+	"net"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -20,21 +21,75 @@ import (
 	"github.com/retrydev/retry-operator/internal/sidecar/tracing"
 	"github.com/retrydev/retry-operator/internal/testing/otlpreceiver"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 )
 
 // grpcTraceCases are the cases of TestGRPCCallsAreTracedWithTheirAttempts.
 var grpcTraceCases = map[string]struct {
 	answer      func(n int, st grpc.ServerStream) error
-	passthrough bool // a host without a policy
+	passthrough bool                    // a host without a policy
+	rateLimit   *limits.RateLimitConfig // the policy's, if any
+	pacing      limits.PacingConfig
 	want        []string
 }{
+	"a retry that waits in line for a pacing hold: the backoff's wait, then the hold's": {
+		answer: func(n int, st grpc.ServerStream) error {
+			if n == 1 { // no quota left for a second: the upstream is held
+				st.SetTrailer(metadata.Pairs("ratelimit", `"default";r=0;t=1`))
+				return grpcstatus.Error(codes.Unavailable, "later")
+			}
+			m := []byte("ok")
+			return st.SendMsg(&m)
+		},
+		pacing: limits.PacingConfig{RateLimitHeaders: true},
+		want: []string{
+			"SERVER test.Retry/Call: retry.attempts=2 retry.outcome=success retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  event retry.wait: retry.delay=0.01 retry.reason=backoff",
+			"  event retry.wait: retry.delay=(>0) retry.reason=pacing",
+			"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
+			"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
+		},
+	},
+	"an UNAVAILABLE with a pushback: the wait before the retry is the pushback's": {
+		answer: func(n int, st grpc.ServerStream) error {
+			if n == 1 {
+				st.SetTrailer(metadata.Pairs("grpc-retry-pushback-ms", "50"))
+				return grpcstatus.Error(codes.Unavailable, "later")
+			}
+			m := []byte("ok")
+			return st.SendMsg(&m)
+		},
+		want: []string{
+			"SERVER test.Retry/Call: retry.attempts=2 retry.outcome=success retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  event retry.wait: retry.delay=0.05 retry.reason=retry_after",
+			"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
+			"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
+		},
+	},
+	"a retry that waits for a rate-limit token: the backoff's wait, then the token's": {
+		answer: func(n int, st grpc.ServerStream) error {
+			if n == 1 {
+				return grpcstatus.Error(codes.Unavailable, "later")
+			}
+			m := []byte("ok")
+			return st.SendMsg(&m)
+		},
+		rateLimit: &limits.RateLimitConfig{RequestsPerSecond: 1, Burst: 1}, // the second token comes 1 s after the first
+		want: []string{
+			"SERVER test.Retry/Call: retry.attempts=2 retry.outcome=success retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  event retry.wait: retry.delay=0.01 retry.reason=backoff",
+			"  event retry.wait: retry.delay=(>0) retry.reason=rate_limit",
+			"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
+			"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
+		},
+	},
 	"a call passed through without a policy: one attempt, no retry attributes": {
 		answer:      func(int, grpc.ServerStream) error { return grpcstatus.Error(codes.Unavailable, "later") },
 		passthrough: true,
 		want: []string{
 			"SERVER test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-			"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
 		},
 	},
 	"an attempt cut by perTryTimeout: error.type timeout, then OK": {
@@ -48,8 +103,9 @@ var grpcTraceCases = map[string]struct {
 		},
 		want: []string{
 			"SERVER test.Retry/Call: retry.attempts=2 retry.outcome=success retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-			"  CLIENT test.Retry/Call: error.type=timeout rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-			"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  event retry.wait: retry.delay=0.01 retry.reason=backoff",
+			"  CLIENT test.Retry/Call: error.type=timeout rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
+			"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
 		},
 	},
 	"an UNAVAILABLE retried, then OK: two attempt spans under the call's": {
@@ -62,15 +118,16 @@ var grpcTraceCases = map[string]struct {
 		},
 		want: []string{
 			"SERVER test.Retry/Call: retry.attempts=2 retry.outcome=success retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-			"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-			"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  event retry.wait: retry.delay=0.01 retry.reason=backoff",
+			"  CLIENT test.Retry/Call: rpc.grpc.status_code=14 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
+			"  CLIENT test.Retry/Call: http.request.resend_count=1 rpc.grpc.status_code=0 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
 		},
 	},
 	"a status the policy does not retry: one attempt, its status on both spans": {
 		answer: func(int, grpc.ServerStream) error { return grpcstatus.Error(codes.InvalidArgument, "no") },
 		want: []string{
 			"SERVER test.Retry/Call: retry.attempts=1 retry.outcome=not-retryable retry.policy=ns/pol retry.upstream=up rpc.grpc.status_code=3 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
-			"  CLIENT test.Retry/Call: rpc.grpc.status_code=3 rpc.method=Call rpc.service=test.Retry rpc.system=grpc",
+			"  CLIENT test.Retry/Call: rpc.grpc.status_code=3 rpc.method=Call rpc.service=test.Retry rpc.system=grpc server.address=127.0.0.1 server.port=PORT",
 		},
 	},
 }
@@ -118,8 +175,8 @@ func TestGRPCCallsAreTracedWithTheirAttempts(t *testing.T) {
 			})
 			pol, err := retrypolicy.Compile(retrypolicy.Config{Name: "up", Hosts: []string{u.addr}, MaxAttempts: 3,
 				Deadline: 10 * time.Second, PerTryTimeout: 300 * time.Millisecond, RetryOnGRPCStatus: []uint32{14}, ReplayableMethods: []string{"/test.Retry/*"},
-				MaxReplayBodyBytes: 1 << 10,
-				Backoff:            retrypolicy.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: retrypolicy.JitterNone}})
+				MaxReplayBodyBytes: 1 << 10, RetryAfterMaxWait: time.Second, RateLimit: tc.rateLimit, Pacing: tc.pacing,
+				Backoff: retrypolicy.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: retrypolicy.JitterNone}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,8 +191,13 @@ func TestGRPCCallsAreTracedWithTheirAttempts(t *testing.T) {
 				t.Fatal(err)
 			}
 			spans := recv.Spans()
-			if got := spanLines(spans); !slices.Equal(got, tc.want) {
-				t.Errorf("spans:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			_, port, _ := net.SplitHostPort(u.addr)
+			want := slices.Clone(tc.want)
+			for i := range want {
+				want[i] = strings.ReplaceAll(want[i], "PORT", port)
+			}
+			if got := spanLines(spans); !slices.Equal(got, want) {
+				t.Errorf("spans:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
 			var clients []string
 			for _, s := range spans {
@@ -177,11 +239,38 @@ func spanLines(spans []otlpreceiver.Span) []string {
 			continue
 		}
 		out = append(out, line(root, ""))
+		out = append(out, eventLines(root)...)
 		for _, c := range spans {
 			if string(c.GetParentSpanId()) == string(root.GetSpanId()) {
 				out = append(out, line(c, "  "))
 			}
 		}
+	}
+	return out
+}
+
+// eventLines renders the events of s as "  event name: attributes"; the
+// retry.delay of a wait whose length the machine decides (admission's, not
+// the policy's backoff or the server's pushback) as "(>0)".
+func eventLines(s otlpreceiver.Span) []string {
+	var out []string
+	for _, e := range s.GetEvents() {
+		var kv []string
+		exact := false
+		for _, a := range e.GetAttributes() {
+			v := otlpreceiver.Value(a.GetValue())
+			if a.GetKey() == "retry.reason" {
+				exact = v == "backoff" || v == "retry_after"
+			}
+			kv = append(kv, a.GetKey()+"="+v)
+		}
+		for i, a := range kv {
+			if d, ok := strings.CutPrefix(a, "retry.delay="); ok && !exact && d != "0" {
+				kv[i] = "retry.delay=(>0)"
+			}
+		}
+		slices.Sort(kv)
+		out = append(out, "  event "+e.GetName()+": "+strings.Join(kv, " "))
 	}
 	return out
 }

@@ -273,6 +273,14 @@ func (s *suite) chaosLeaderKilled(t *testing.T, w *chaosWorld) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
+	// The dying leader's last words, followed live: its pod and logs are
+	// gone as soon as it exits.
+	var last syncLog
+	follow := exec.Command(s.kubectl, "logs", "-f", "-n", operatorNamespace, leader, "--since=2s")
+	follow.Stdout, follow.Stderr = &last, &last
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(150 * time.Millisecond)
 	running := map[string]bool{}
 	for _, p := range s.managerPods(t) {
@@ -280,9 +288,27 @@ func (s *suite) chaosLeaderKilled(t *testing.T, w *chaosWorld) {
 	}
 	killed := time.Now()
 	s.kubectlOut(t, nil, "delete", "pod", "-n", operatorNamespace, leader, "--grace-period=0", "--force", "--wait=false")
-	w.handover = s.watchHandover(leader, running, killed)
+	w.handover = s.watchHandover(leader, running, killed, func() string {
+		_ = follow.Process.Kill()
+		_ = follow.Wait()
+		return last.String()
+	})
 	wg.Wait()
 }
+
+// syncLog is a buffer a command writes to while a test reads it.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // watchHandover follows the Lease from the kill of leader's pod at killed
 // until another replica holds it, at most 30 s, and says how it went: whether
@@ -290,10 +316,13 @@ func (s *suite) chaosLeaderKilled(t *testing.T, w *chaosWorld) {
 // had to expire, and whether a replica that was running took it or the pod
 // that replaced the killed one (others: the replicas running besides the
 // leader before the kill). A slow edit after a leader kill is one of
-// these, and they have different causes.
-func (s *suite) watchHandover(leader string, others map[string]bool, killed time.Time) <-chan string {
+// these, and they have different causes; for one, the message carries the
+// killed leader's last log lines (lastWords, which also stops following
+// them) and the other replicas'.
+func (s *suite) watchHandover(leader string, others map[string]bool, killed time.Time, lastWords func() string) <-chan string {
 	out := make(chan string, 1)
 	go func() {
+		defer func() { _ = lastWords() }() // stops following the leader's log
 		var released time.Duration
 		for time.Since(killed) < 30*time.Second {
 			var lease coordinationv1.Lease
@@ -318,7 +347,7 @@ func (s *suite) watchHandover(leader string, others map[string]bool, killed time
 				msg := fmt.Sprintf("lease of the killed leader %s: %s; taken by %s (%s) %s after the kill",
 					leader, how, holder, who, took.Round(10*time.Millisecond))
 				if took > 5*time.Second {
-					msg += s.replicaLogs(others)
+					msg += "\n----- the killed leader's log from 2 s before the kill:\n" + lastWords() + s.replicaLogs(others)
 				}
 				out <- msg
 				return

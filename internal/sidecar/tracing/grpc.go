@@ -2,8 +2,11 @@ package tracing
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/retrydev/retry-operator/internal/sidecar/tracing/attrvalue"
 	"github.com/retrydev/retry-operator/pkg/retryotel"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
 )
 
 // The attributes of gRPC spans (OpenTelemetry's RPC conventions), beside
@@ -32,6 +36,7 @@ type GRPCCall struct {
 	ctx             context.Context
 	sends           int
 	service, method string
+	valueLimit      int
 }
 
 // StartGRPC starts the span of the gRPC call to path (/package.Service/Method)
@@ -53,7 +58,7 @@ func (t *Tracing) StartGRPC(ctx context.Context, h http.Header, path, policy, up
 			retryotel.AttrUpstream.String(attrvalue.Clean(upstream, t.valueLimit))}
 	}
 	ctx, span := tr.Start(ctx, service+"/"+method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
-	return &GRPCCall{tracer: tr, span: span, ctx: ctx, service: service, method: method}
+	return &GRPCCall{tracer: tr, span: span, ctx: ctx, service: service, method: method, valueLimit: t.valueLimit}
 }
 
 // splitGRPCPath is the service and method of a gRPC :path, cleaned for
@@ -63,16 +68,62 @@ func splitGRPCPath(path string, limit int) (service, method string) {
 	return attrvalue.Clean(service, limit), attrvalue.Clean(method, limit)
 }
 
-// StartAttempt opens the CLIENT span of the next attempt and sets its
+// StartAttempt opens the CLIENT span of the next attempt to addr (the
+// upstream's host:port, its server.address and server.port) and sets its
 // traceparent (and tracestate) in h, the attempt's own header map.
-func (c *GRPCCall) StartAttempt(h http.Header) {
+func (c *GRPCCall) StartAttempt(h http.Header, addr string) {
 	if c == nil {
 		return
 	}
 	c.EndAttempt(-1, "") // never left open
-	ctx, span := c.tracer.Start(c.ctx, c.service+"/"+c.method, trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := c.tracer.Start(c.ctx, c.service+"/"+c.method, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(c.serverAttrs(addr)...))
 	c.attempt = span
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// serverAttrs are server.address and server.port of addr, as HTTP's
+// attempts have them: the host alone when addr has no valid port.
+func (c *GRPCCall) serverAttrs(addr string) []attribute.KeyValue {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		host, port = addr, ""
+	}
+	if host == "" {
+		return nil
+	}
+	a := []attribute.KeyValue{retryotel.AttrServerAddr.String(attrvalue.Clean(host, c.valueLimit))}
+	if n, err := strconv.Atoi(port); err == nil && n > 0 && n < 65536 {
+		a = append(a, retryotel.AttrServerPort.Int(n))
+	}
+	return a
+}
+
+// Wait records on the call's span a wait of d that started at start, for
+// reason (retry.wait, as HTTP's requests record theirs).
+func (c *GRPCCall) Wait(start time.Time, d time.Duration, reason retryotel.Reason) {
+	if c == nil || d <= 0 {
+		return
+	}
+	c.span.AddEvent(retryotel.EventWait, trace.WithTimestamp(start), trace.WithAttributes(
+		retryotel.AttrDelay.Float64(d.Seconds()), retryotel.AttrReason.String(string(reason))))
+}
+
+// Admitted records the waits of an admission that ended at end, one event
+// per wait, in the order admission passed them: in line for a pacing hold
+// (paced), then the rate limit, the shared quota, the concurrency queue.
+func (c *GRPCCall) Admitted(end time.Time, paced time.Duration, w limits.Waits) {
+	if c == nil {
+		return
+	}
+	start := end.Add(-paced - w.RateLimit - w.Quota - w.Queue)
+	for _, wait := range [...]struct {
+		d      time.Duration
+		reason retryotel.Reason
+	}{{paced, retryotel.ReasonPacing}, {w.RateLimit, retryotel.ReasonRateLimit}, {w.Quota, retryotel.ReasonQuota}, {w.Queue, retryotel.ReasonQueue}} {
+		c.Wait(start, wait.d, wait.reason)
+		start = start.Add(max(wait.d, 0))
+	}
 }
 
 // EndAttempt ends the attempt in flight, if any, with its gRPC status (-1:
