@@ -347,16 +347,19 @@ func grpcMatch(p *retrypolicy.Policy, method string) *GRPCMatch {
 func (g *GRPCMatch) sentence() string {
 	codes := "retries no gRPC status (retryOn.grpcStatusCodes is empty)"
 	if len(g.StatusCodes) > 0 {
-		codes = "retried on " + strings.Join(g.StatusCodes, ", ")
+		codes = "retries " + strings.Join(g.StatusCodes, ", ")
 	}
 	switch {
 	case g.Method == "":
-		return fmt.Sprintf("gRPC calls: %s, for the methods %s", codes, "["+strings.Join(g.Methods, ", ")+"]")
+		return fmt.Sprintf("gRPC calls: the upstream %s of the methods [%s]", codes, strings.Join(g.Methods, ", "))
+	case !g.Replayable && len(g.StatusCodes) == 0:
+		return fmt.Sprintf("gRPC %s: not replayable (no gRPC pattern of replayableMethods matches it), and the upstream %s",
+			g.Method, codes)
 	case !g.Replayable:
-		return fmt.Sprintf("gRPC %s: not replayable (no gRPC pattern of replayableMethods matches it), "+
-			"never sent twice after an answer; the upstream %s", g.Method, codes)
+		return fmt.Sprintf("gRPC %s: not replayable (no gRPC pattern of replayableMethods matches it): never sent twice, "+
+			"%s given back as not-replayable", g.Method, strings.Join(g.StatusCodes, ", "))
 	case len(g.StatusCodes) == 0:
 		return fmt.Sprintf("gRPC %s: replayable, but the upstream %s", g.Method, codes)
 	}
-	return fmt.Sprintf("gRPC %s: replayable, %s", g.Method, codes)
+	return fmt.Sprintf("gRPC %s: replayable, the upstream %s", g.Method, codes)
 }
