@@ -5,6 +5,7 @@
 //
 //	go install github.com/retrydev/retry-operator/cmd/kubectl-retry@latest
 //	kubectl retry simulate -f policy.yaml --responses "429 ra=2, 503, 200"
+//	kubectl retry simulate -f policy.yaml --grpc-method /shop.v1.Payments/Get --responses "UNAVAILABLE pushback=800, OK"
 //
 // Exit codes: 0 ok, 1 findings (an invalid policy, a failed check), 2 usage.
 package main
@@ -254,4 +255,25 @@ func (f *policyFlags) policyFile() (*retrysim.PolicyFile, *retrypolicy.Policy, e
 	}
 	p, err := retrysim.PickUpstream(file.Set, f.upstream)
 	return file, p, err
+}
+
+// checkGRPCMethodName checks the form of a --grpc-method, if one is given:
+// a gRPC call's :path.
+func checkGRPCMethodName(grpcMethod string) error {
+	svc, m, ok := strings.Cut(strings.TrimPrefix(grpcMethod, "/"), "/")
+	if grpcMethod != "" && (!strings.HasPrefix(grpcMethod, "/") || !ok || svc == "" || m == "" || strings.Contains(m, "/")) {
+		return fmt.Errorf("--grpc-method %q: want /package.Service/Method", grpcMethod)
+	}
+	return nil
+}
+
+// grpcPatterns are the gRPC method patterns among replayableMethods.
+func grpcPatterns(methods []string) []string {
+	var out []string
+	for _, m := range methods {
+		if strings.HasPrefix(m, "/") {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -125,16 +125,6 @@ func grpcMethodOf(fs *flag.FlagSet, grpcTokens bool, grpcMethod, method string, 
 	return grpcMethod, checkGRPCMethodName(grpcMethod)
 }
 
-// checkGRPCMethodName checks the form of a --grpc-method, if one is given:
-// a gRPC call's :path.
-func checkGRPCMethodName(grpcMethod string) error {
-	svc, m, ok := strings.Cut(strings.TrimPrefix(grpcMethod, "/"), "/")
-	if grpcMethod != "" && (!strings.HasPrefix(grpcMethod, "/") || !ok || svc == "" || m == "" || strings.Contains(m, "/")) {
-		return fmt.Errorf("--grpc-method %q: want /package.Service/Method", grpcMethod)
-	}
-	return nil
-}
-
 func parseHeaders(hs []string) (http.Header, error) {
 	h := http.Header{}
 	for _, kv := range hs {
@@ -411,17 +401,6 @@ func grpcCodeNames(codes []uint32) string {
 		s[i] = string(v1alpha1.GRPCStatusCodeOf(n))
 	}
 	return "[" + strings.Join(s, ",") + "]"
-}
-
-// grpcPatterns are the gRPC method patterns among replayableMethods.
-func grpcPatterns(methods []string) []string {
-	var out []string
-	for _, m := range methods {
-		if strings.HasPrefix(m, "/") {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 // grpcNote says why a gRPC attempt's wait is what it is, or why the call
