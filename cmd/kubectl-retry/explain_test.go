@@ -107,3 +107,32 @@ func TestExplainGRPCMethodUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// An upstream that names gRPC methods but no status retries no gRPC call,
+// and explain says so rather than "replayable" alone.
+func TestExplainGRPCMethodOfAnUpstreamWithoutStatuses(t *testing.T) {
+	doc, err := policyset.FromPolicyYAML([]byte(`apiVersion: policy.retry.dev/v1alpha1
+kind: RetryPolicy
+metadata: {name: health, namespace: shop}
+spec:
+  upstreams:
+  - name: health
+    hosts: ["health.shop.svc:50051"]
+    replayableMethods: [/grpc.health.v1.Health/*]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := matchHost(doc.Policies, call{host: "health.shop.svc:50051", grpcMethod: "/grpc.health.v1.Health/Check"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := HostMatch{Host: "health.shop.svc:50051", Policy: "health", Upstream: "health", Pattern: "health.shop.svc:50051",
+		GRPC: &GRPCMatch{Method: "/grpc.health.v1.Health/Check", Replayable: true, StatusCodes: []string{},
+			Methods: []string{"/grpc.health.v1.Health/*"}},
+		Detail: `RetryPolicy health, upstream health, by host pattern "health.shop.svc:50051"; gRPC ` +
+			"/grpc.health.v1.Health/Check: replayable, but the upstream retries no gRPC status (retryOn.grpcStatusCodes is empty)"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}

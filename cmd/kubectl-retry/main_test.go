@@ -238,7 +238,8 @@ func TestUsageListsEveryRegisteredFlag(t *testing.T) {
 	}
 	var help bytes.Buffer
 	run([]string{"simulate", "-h"}, io.Discard, &help)
-	for _, token := range []string{"  200, 503", "  429 ra=2", `ra="Mon, 30 Nov 2026 12:00:05 GMT"`, "  date=", "  ratelimit-remaining=0 ratelimit-reset=30", "  timeout ", "  refused "} {
+	for _, token := range []string{"  200, 503", "  429 ra=2", `ra="Mon, 30 Nov 2026 12:00:05 GMT"`, "  date=", "  ratelimit-remaining=0 ratelimit-reset=30", "  timeout ", "  refused ",
+		"  OK, UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED", "  UNAVAILABLE pushback=800 ", "--grpc-method"} {
 		if !strings.Contains(help.String(), token) {
 			t.Errorf("simulate -h lacks the response token %q", token)
 		}

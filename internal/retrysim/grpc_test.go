@@ -101,6 +101,19 @@ var grpcCases = map[string]grpcCase{
 		},
 		outcome: "success", status: "OK", trailers: map[string]string{"x-retry-attempts": "2", "x-retry-outcome": "success"},
 	},
+	"an attempt admission cannot fit before the deadline is not sent: shed": {
+		responses: "UNAVAILABLE, OK",
+		config: func(c *retrypolicy.Config) {
+			c.Deadline = time.Second
+			c.RateLimit = &limits.RateLimitConfig{RequestsPerSecond: 1, Burst: 1}
+		},
+		steps: []Step{
+			{N: 1, At: "0s", Response: "UNAVAILABLE", Decision: "retry", Wait: "100ms", Backoff: "100ms", WaitBy: "backoff"},
+			{N: 2, At: "100ms", Response: "(not sent)", Decision: "stop", Outcome: "shed", NotBefore: "1s"},
+		},
+		outcome: "shed", status: "UNAVAILABLE", trailers: map[string]string{"x-retry-attempts": "1", "x-retry-outcome": "shed",
+			"x-retry-not-before": "Mon, 30 Nov 2026 12:00:01 GMT"},
+	},
 }
 
 func TestSimulateGRPC(t *testing.T) {
