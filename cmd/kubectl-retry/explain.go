@@ -21,6 +21,7 @@ import (
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
+	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 )
 
 func runExplain(args []string, stdout, stderr io.Writer) int {
@@ -29,6 +30,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	var cf clusterFlags
 	cf.register(fs)
 	host := fs.String("host", "", "a host (host, host:port or URL) the pod calls: which policy and upstream apply")
+	grpcMethod := fs.String("grpc-method", "", "with --host (the :authority): a gRPC method /package.Service/Method the pod calls")
 	output := outputFlag(fs)
 	pos, err := parseCommand(fs, args, output)
 	if err != nil {
@@ -44,13 +46,19 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if !ok || name == "" {
 		return usageErr(stderr, sub, fmt.Errorf("%q: want pod/NAME", pos[0]))
 	}
+	if *grpcMethod != "" && *host == "" {
+		return usageErr(stderr, sub, fmt.Errorf("--grpc-method: name the call's :authority with --host too"))
+	}
+	if err := checkGRPCMethodName(*grpcMethod); err != nil {
+		return usageErr(stderr, sub, err)
+	}
 	c, ns, err := cf.client()
 	if err != nil {
 		return failed(stderr, sub, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ex, err := explainPod(ctx, c, ns, name, *host)
+	ex, err := explainPod(ctx, c, ns, name, call{host: *host, grpcMethod: *grpcMethod})
 	if err != nil {
 		return failed(stderr, sub, err)
 	}
@@ -154,12 +162,31 @@ type HostMatch struct {
 	Policy   string `json:"policy,omitempty"`
 	Upstream string `json:"upstream,omitempty"`
 	Pattern  string `json:"pattern,omitempty"`
-	Detail   string `json:"detail"`
+	// GRPC is what the upstream retries of gRPC calls: set when it lists
+	// gRPC statuses or methods, or when --grpc-method names a call.
+	GRPC   *GRPCMatch `json:"grpc,omitempty"`
+	Detail string     `json:"detail"`
 }
+
+// GRPCMatch is what an upstream does with gRPC calls (docs/grpc.md).
+type GRPCMatch struct {
+	// Method is --grpc-method, and Replayable whether a gRPC pattern of
+	// replayableMethods matches it (so a listed status is retried).
+	Method     string `json:"method,omitempty"`
+	Replayable bool   `json:"replayable"`
+	// StatusCodes are retryOn.grpcStatusCodes; Methods the gRPC patterns of
+	// replayableMethods.
+	StatusCodes []string `json:"statusCodes"`
+	Methods     []string `json:"methods"`
+}
+
+// call is what explain is asked about a call of the pod: its host (or
+// :authority), and for a gRPC call its method.
+type call struct{ host, grpcMethod string }
 
 // explainPod gathers the pod, its namespace, the policies and the rendered
 // ConfigMap, and explains them with the project's own pure functions.
-func explainPod(ctx context.Context, c client.Client, ns, name, host string) (Explanation, error) {
+func explainPod(ctx context.Context, c client.Client, ns, name string, to call) (Explanation, error) {
 	var pod corev1.Pod
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pod); err != nil {
 		return Explanation{}, err
@@ -183,8 +210,8 @@ func explainPod(ctx context.Context, c client.Client, ns, name, host string) (Ex
 		return Explanation{}, err
 	}
 	ex.Policies = append(ex.Policies, policiesSelecting(rps.Items, pod.Labels, selected)...)
-	if host != "" {
-		m, err := matchHost(selected, host)
+	if to.host != "" {
+		m, err := matchHost(selected, to)
 		if err != nil {
 			return Explanation{}, err
 		}
@@ -268,7 +295,8 @@ func policiesSelecting(policies []v1alpha1.RetryPolicy, podLabels map[string]str
 
 // matchHost finds the upstream the sidecar would use for host, with the
 // sidecar's own compilation and host matching (retrypolicy.Set).
-func matchHost(selected []policyset.Policy, host string) (HostMatch, error) {
+func matchHost(selected []policyset.Policy, to call) (HostMatch, error) {
+	host := to.host
 	scheme, authority := "http", host
 	if u, err := url.Parse(host); err == nil && u.Host != "" {
 		scheme, authority = u.Scheme, u.Host
@@ -293,5 +321,45 @@ func matchHost(selected []policyset.Policy, host string) (HostMatch, error) {
 		}
 	}
 	m.Detail = fmt.Sprintf("RetryPolicy %s, upstream %s, by host pattern %q", m.Policy, m.Upstream, m.Pattern)
+	if m.GRPC = grpcMatch(p, to.grpcMethod); m.GRPC != nil {
+		m.Detail += "; " + m.GRPC.sentence()
+	}
 	return m, nil
+}
+
+// grpcMatch is what policy p retries of gRPC calls, of method's if one is
+// named; nil when p has no gRPC status or pattern and no method is named.
+func grpcMatch(p *retrypolicy.Policy, method string) *GRPCMatch {
+	c := p.Config()
+	g := &GRPCMatch{Method: method, StatusCodes: []string{}, Methods: []string{}}
+	for _, n := range c.RetryOnGRPCStatus {
+		g.StatusCodes = append(g.StatusCodes, string(v1alpha1.GRPCStatusCodeOf(n)))
+	}
+	g.Methods = append(g.Methods, grpcPatterns(c.ReplayableMethods)...)
+	if method == "" && len(g.StatusCodes) == 0 && len(g.Methods) == 0 {
+		return nil
+	}
+	g.Replayable = method != "" && p.GRPCMethodReplayable(method)
+	return g
+}
+
+// sentence says it for people, in the terms of docs/grpc.md.
+func (g *GRPCMatch) sentence() string {
+	codes := "retries no gRPC status (retryOn.grpcStatusCodes is empty)"
+	if len(g.StatusCodes) > 0 {
+		codes = "retries " + strings.Join(g.StatusCodes, ", ")
+	}
+	switch {
+	case g.Method == "":
+		return fmt.Sprintf("gRPC calls: the upstream %s of the methods [%s]", codes, strings.Join(g.Methods, ", "))
+	case !g.Replayable && len(g.StatusCodes) == 0:
+		return fmt.Sprintf("gRPC %s: not replayable (no gRPC pattern of replayableMethods matches it), and the upstream %s",
+			g.Method, codes)
+	case !g.Replayable:
+		return fmt.Sprintf("gRPC %s: not replayable (no gRPC pattern of replayableMethods matches it): never sent twice, "+
+			"%s given back as not-replayable", g.Method, strings.Join(g.StatusCodes, ", "))
+	case len(g.StatusCodes) == 0:
+		return fmt.Sprintf("gRPC %s: replayable, but the upstream %s", g.Method, codes)
+	}
+	return fmt.Sprintf("gRPC %s: replayable, the upstream %s", g.Method, codes)
 }

@@ -5,6 +5,7 @@
 //
 //	go install github.com/retrydev/retry-operator/cmd/kubectl-retry@latest
 //	kubectl retry simulate -f policy.yaml --responses "429 ra=2, 503, 200"
+//	kubectl retry simulate -f policy.yaml --grpc-method /shop.v1.Payments/Get --responses "UNAVAILABLE pushback=800, OK"
 //
 // Exit codes: 0 ok, 1 findings (an invalid policy, a failed check), 2 usage.
 package main
@@ -35,10 +36,12 @@ Usage:
   kubectl retry simulate -f POLICY.yaml [--upstream NAME] --responses "429 ra=2, 503, 200"
                          [--seed N] [--deadline D] [--method M] [--header K=V]
                          [--start TIME] [-o|--output json]
+  kubectl retry simulate -f POLICY.yaml [--upstream NAME] --responses "UNAVAILABLE, OK"
+                         [--grpc-method /package.Service/Method] (and the flags above)
   kubectl retry rehearse -f POLICY.yaml --requests 600 --quota 120/m [--upstream NAME]
                          [--concurrency C] [--latency 2s] [--pods N] [--skew SKEW]
                          [--seed N] [-o|--output json]
-  kubectl retry explain pod/NAME [-n|--namespace NS] [--host H]
+  kubectl retry explain pod/NAME [-n|--namespace NS] [--host H [--grpc-method /pkg.Svc/M]]
                          [--kubeconfig FILE] [--context NAME] [-o|--output json]
   kubectl retry check [-n|--namespace NS]
                          [--kubeconfig FILE] [--context NAME] [-o|--output json]
@@ -61,6 +64,13 @@ Response tokens of --responses, comma-separated, attempt n answered by token n:
                                      RateLimit-Remaining / RateLimit-Reset headers
   timeout                            no answer: the attempt runs into perTryTimeout or the deadline
   refused                            the connection is refused (the request never left)
+
+A gRPC call's answers instead (all tokens gRPC, or none; docs/grpc.md):
+  OK, UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ...
+                                     that grpc-status, by its canonical (upper-case) name
+  UNAVAILABLE pushback=800           with grpc-retry-pushback-ms: 800, the exact minimum wait
+                                     (verbatim: pushback=-1 or pushback=soon asks for no retry)
+  The call's method is --grpc-method (default: the first gRPC method of replayableMethods).
 `
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -245,4 +255,25 @@ func (f *policyFlags) policyFile() (*retrysim.PolicyFile, *retrypolicy.Policy, e
 	}
 	p, err := retrysim.PickUpstream(file.Set, f.upstream)
 	return file, p, err
+}
+
+// checkGRPCMethodName checks the form of a --grpc-method, if one is given:
+// a gRPC call's :path.
+func checkGRPCMethodName(grpcMethod string) error {
+	svc, m, ok := strings.Cut(strings.TrimPrefix(grpcMethod, "/"), "/")
+	if grpcMethod != "" && (!strings.HasPrefix(grpcMethod, "/") || !ok || svc == "" || m == "" || strings.Contains(m, "/")) {
+		return fmt.Errorf("--grpc-method %q: want /package.Service/Method", grpcMethod)
+	}
+	return nil
+}
+
+// grpcPatterns are the gRPC method patterns among replayableMethods.
+func grpcPatterns(methods []string) []string {
+	var out []string
+	for _, m := range methods {
+		if strings.HasPrefix(m, "/") {
+			out = append(out, m)
+		}
+	}
+	return out
 }

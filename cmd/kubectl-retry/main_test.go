@@ -60,7 +60,39 @@ var goldenCases = map[string][]string{
 	"simulate-retries-wait-for-rate-limit-tokens": {"simulate", "-f", policies, "--upstream", "paced",
 		"--responses", "503, 503, 200", start},
 
+	// gRPC calls (docs/grpc.md): the example of docs/kubectl-retry.md, then
+	// every row of docs/grpc.md#what-is-retried-when.
+	"simulate-grpc-unavailable-then-pushback-800-then-ok":      grpcSim("/shop.v1.Payments/GetPayment", "UNAVAILABLE, UNAVAILABLE pushback=800, OK"),
+	"simulate-grpc-backoff-longer-than-pushback-sets-the-wait": grpcSim("/shop.v1.Catalogue/List", "UNAVAILABLE, UNAVAILABLE, UNAVAILABLE pushback=0, OK"),
+	"simulate-grpc-pushback-over-max-wait-is-deferred":         grpcSim("/shop.v1.Catalogue/List", "UNAVAILABLE pushback=3000"),
+	"simulate-grpc-pushback-past-the-deadline-is-deferred": append(grpcSim("/shop.v1.Catalogue/List", "UNAVAILABLE pushback=1500"),
+		"--deadline", "1500ms"),
+	"simulate-grpc-backoff-past-the-deadline-is-deadline-exceeded": append(grpcSim("/shop.v1.Catalogue/List", "UNAVAILABLE"),
+		"--deadline", "150ms"),
+	"simulate-grpc-negative-pushback-is-not-retried":     grpcSim("/shop.v1.Catalogue/List", "UNAVAILABLE pushback=-1, OK"),
+	"simulate-grpc-garbage-pushback-is-not-retried":      grpcSim("/shop.v1.Catalogue/List", "UNAVAILABLE pushback=soon, OK"),
+	"simulate-grpc-method-not-replayable-is-not-retried": grpcSim("/shop.v1.Payments/Charge", "UNAVAILABLE, OK"),
+	"simulate-grpc-status-not-listed-is-not-retried":     grpcSim("/shop.v1.Payments/GetPayment", "RESOURCE_EXHAUSTED pushback=100, OK"),
+	"simulate-grpc-four-unavailable-is-exhausted":        grpcSim("/shop.v1.Payments/GetPayment", "UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE"),
+	"simulate-grpc-nested-call-is-not-multiplied": append(grpcSim("/shop.v1.Payments/GetPayment", "UNAVAILABLE, OK"),
+		"--header", "X-Retry-Attempt=1"),
+	"simulate-grpc-method-defaults-to-the-first-replayable-one": grpcSim("", "UNAVAILABLE, OK"),
+	"simulate-grpc-method-flag-takes-a-grpc-path": append(grpcSim("", "UNAVAILABLE pushback=0, OK"),
+		"--method", "/shop.v1.Catalogue/List"),
+	"simulate-grpc-pushback-800-json": append(grpcSim("/shop.v1.Payments/GetPayment", "UNAVAILABLE pushback=800, OK"), "-o", "json"),
+
 	// Usage errors: one line naming the token or flag, exit 2.
+	"simulate-grpc-http-status-among-grpc-names-the-token": grpcSim("/shop.v1.Payments/GetPayment", "UNAVAILABLE, 503, OK"),
+	"simulate-grpc-status-among-http-names-the-token":      grpcSim("/shop.v1.Payments/GetPayment", "503, UNAVAILABLE"),
+	"simulate-grpc-timeout-token-names-the-token":          grpcSim("/shop.v1.Payments/GetPayment", "UNAVAILABLE, timeout"),
+	"simulate-grpc-lower-case-name":                        grpcSim("/shop.v1.Payments/GetPayment", "unavailable"),
+	"simulate-grpc-unknown-attribute":                      grpcSim("/shop.v1.Payments/GetPayment", "UNAVAILABLE ra=2"),
+	"simulate-grpc-needs-a-method-when-the-policy-lists-none": {"simulate", "-f", policies, "--upstream", "payments-api",
+		"--responses", "UNAVAILABLE, OK", start},
+	"simulate-grpc-method-malformed":          grpcSim("shop.v1.Payments.GetPayment", "UNAVAILABLE, OK"),
+	"simulate-grpc-method-with-http-statuses": grpcSim("/shop.v1.Payments/GetPayment", "503, 200"),
+	"simulate-grpc-takes-no-http-method": append(grpcSim("/shop.v1.Payments/GetPayment", "UNAVAILABLE, OK"),
+		"--method", "POST"),
 	"simulate-malformed-token-names-token-and-position": {"simulate", "-f", policies, "--upstream", "payments-api",
 		"--responses", "503, 429 rb=2, 200", start},
 	"simulate-bad-status-token": {"simulate", "-f", policies, "--upstream", "payments-api",
@@ -93,6 +125,16 @@ var goldenCases = map[string][]string{
 		"--pods", "10", "--skew", "10-1"},
 	"rehearse-bad-quota":    {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced", "--quota", "120/d"},
 	"rehearse-quota-needed": {"rehearse", "-f", "testdata/seed-plan.yaml", "--upstream", "paced"},
+}
+
+// grpcSim is simulate of a gRPC call to the payments-grpc upstream; method ""
+// leaves --grpc-method out.
+func grpcSim(method, responses string) []string {
+	args := []string{"simulate", "-f", policies, "--upstream", "payments-grpc", "--responses", responses, start}
+	if method != "" {
+		args = append(args, "--grpc-method", method)
+	}
+	return args
 }
 
 func TestGolden(t *testing.T) {
@@ -196,7 +238,8 @@ func TestUsageListsEveryRegisteredFlag(t *testing.T) {
 	}
 	var help bytes.Buffer
 	run([]string{"simulate", "-h"}, io.Discard, &help)
-	for _, token := range []string{"  200, 503", "  429 ra=2", `ra="Mon, 30 Nov 2026 12:00:05 GMT"`, "  date=", "  ratelimit-remaining=0 ratelimit-reset=30", "  timeout ", "  refused "} {
+	for _, token := range []string{"  200, 503", "  429 ra=2", `ra="Mon, 30 Nov 2026 12:00:05 GMT"`, "  date=", "  ratelimit-remaining=0 ratelimit-reset=30", "  timeout ", "  refused ",
+		"  OK, UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED", "  UNAVAILABLE pushback=800 ", "--grpc-method"} {
 		if !strings.Contains(help.String(), token) {
 			t.Errorf("simulate -h lacks the response token %q", token)
 		}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/retrydev/retry-operator/api/v1alpha1"
 )
 
 // Response is one scripted upstream answer of Simulate: a status with optional
@@ -23,7 +25,16 @@ type Response struct {
 	// RateLimit-Reset values ("" = absent).
 	RateLimitRemaining string
 	RateLimitReset     string
+	// GRPCStatus is the canonical name of a gRPC call's status (OK,
+	// UNAVAILABLE, …; docs/grpc.md), "" for an HTTP answer. Pushback is its
+	// grpc-retry-pushback-ms trailer, verbatim ("" = absent), so a negative or
+	// malformed one can be tried too.
+	GRPCStatus string
+	Pushback   string
 }
+
+// IsGRPC reports a gRPC call's answer (a status name), not an HTTP one.
+func (r Response) IsGRPC() bool { return r.GRPCStatus != "" }
 
 // The transport failures a token may name.
 const (
@@ -37,7 +48,11 @@ func (r Response) String() string {
 		return r.Failure
 	}
 	var b strings.Builder
-	b.WriteString(strconv.Itoa(r.Status))
+	if r.IsGRPC() {
+		b.WriteString(r.GRPCStatus)
+	} else {
+		b.WriteString(strconv.Itoa(r.Status))
+	}
 	attr := func(name, v string) {
 		if v == "" {
 			return
@@ -53,6 +68,7 @@ func (r Response) String() string {
 	attr("date", r.Date)
 	attr("ratelimit-remaining", r.RateLimitRemaining)
 	attr("ratelimit-reset", r.RateLimitReset)
+	attr("pushback", r.Pushback)
 	return b.String()
 }
 
@@ -68,30 +84,53 @@ func (e *TokenError) Error() string {
 	return fmt.Sprintf("--responses: token %d %q: %s", e.Position, e.Token, e.Detail)
 }
 
-// ParseResponses reads a comma-separated list of response tokens:
+// ParseResponses reads a comma-separated list of response tokens, all of
+// HTTP or all of gRPC (one call is one or the other):
 //
-//	token  = status *( " " attr ) / "timeout" / "refused"
-//	status = 3DIGIT, 100..599
-//	attr   = ( "ra" / "date" / "ratelimit-remaining" / "ratelimit-reset" ) "=" value
-//	value  = bare / quoted     ; bare: no space, comma or quote; quoted: a Go string
+//	token    = http / grpc
+//	http     = status *( " " attr ) / "timeout" / "refused"
+//	status   = 3DIGIT, 100..599
+//	attr     = ( "ra" / "date" / "ratelimit-remaining" / "ratelimit-reset" ) "=" value
+//	grpc     = name [ " pushback=" value ]
+//	name     = "OK" / a name of retryOn.grpcStatusCodes (UNAVAILABLE, …; docs/grpc.md)
+//	value    = bare / quoted     ; bare: no space, comma or quote; quoted: a Go string
 //
 // ra and date are the Retry-After and Date header values, verbatim (an
-// HTTP-date needs quotes: it has a comma); the ratelimit values are digits.
+// HTTP-date needs quotes: it has a comma); the ratelimit values are digits;
+// pushback is the grpc-retry-pushback-ms trailer, verbatim (-1 or soon show
+// how the server asking for no retry is handled).
 //
 //	429 ra=2, 503, 200
 //	503 ra="Sun, 06 Nov 1994 08:49:37 GMT" date="Sun, 06 Nov 1994 08:49:07 GMT", timeout, refused
+//	UNAVAILABLE, UNAVAILABLE pushback=800, OK
 //
-// The first malformed token is reported as a *TokenError.
+// The first malformed token is reported as a *TokenError, and so is the
+// first token whose kind differs from the first token's.
 func ParseResponses(s string) ([]Response, error) {
 	var out []Response
 	for pos, raw := range splitTokens(s) {
-		r, detail := parseToken(strings.TrimSpace(raw))
+		t := strings.TrimSpace(raw)
+		r, detail := parseToken(t)
+		if detail == "" && pos > 0 && r.IsGRPC() != out[0].IsGRPC() {
+			detail = mixedDetail(r)
+		}
 		if detail != "" {
-			return nil, &TokenError{Position: pos + 1, Token: strings.TrimSpace(raw), Detail: detail}
+			return nil, &TokenError{Position: pos + 1, Token: t, Detail: detail}
 		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// mixedDetail says why r cannot follow answers of the other kind.
+func mixedDetail(r Response) string {
+	switch {
+	case r.IsGRPC():
+		return "a gRPC status after HTTP answers; one call is HTTP or gRPC, not both"
+	case r.Failure != "":
+		return r.Failure + " is not simulated for gRPC calls; give a status name such as UNAVAILABLE or DEADLINE_EXCEEDED"
+	}
+	return "an HTTP status after gRPC answers; one call is HTTP or gRPC, not both"
 }
 
 // splitTokens splits at commas outside double quotes.
@@ -116,37 +155,30 @@ func splitTokens(s string) []string {
 	return append(parts, s[start:])
 }
 
+const wantFirst = "want a status 100..599, a gRPC status name (UNAVAILABLE, OK, …), timeout or refused first"
+
 func parseToken(t string) (Response, string) {
 	if t == "" {
-		return Response{}, "empty token; want a status such as 503, timeout or refused"
+		return Response{}, "empty token; want a status such as 503 or UNAVAILABLE, timeout or refused"
 	}
 	head, rest := cut(t)
-	switch head {
-	case FailureTimeout, FailureRefused:
+	switch {
+	case head == FailureTimeout, head == FailureRefused:
 		if rest != "" {
 			return Response{}, head + " takes no attributes"
 		}
 		return Response{Failure: head}, ""
+	case isGRPCStatusName(head):
+		return parseGRPCToken(head, rest)
+	case isGRPCStatusName(strings.ToUpper(head)):
+		return Response{}, "gRPC status names are upper case: " + strings.ToUpper(head)
 	}
 	code, err := strconv.Atoi(head)
 	if err != nil || len(head) != 3 || code < 100 || code > 599 {
-		return Response{}, "want a status 100..599, timeout or refused first"
+		return Response{}, wantFirst
 	}
 	r := Response{Status: code}
-	seen := map[string]bool{}
-	for rest != "" {
-		name, value, remaining, detail := cutAttr(rest)
-		if detail != "" {
-			return Response{}, detail
-		}
-		rest = remaining
-		if hasControl(value) {
-			return Response{}, name + ": a header value cannot hold control characters"
-		}
-		if seen[name] {
-			return Response{}, "attribute " + name + " given twice"
-		}
-		seen[name] = true
+	detail := readAttrs(rest, func(name, value string) string {
 		switch name {
 		case "ra":
 			r.RetryAfter = value
@@ -154,7 +186,7 @@ func parseToken(t string) (Response, string) {
 			r.Date = value
 		case "ratelimit-remaining", "ratelimit-reset":
 			if value == "" || strings.Trim(value, "0123456789") != "" {
-				return Response{}, name + " must be digits (got " + strconv.Quote(value) + ")"
+				return name + " must be digits (got " + strconv.Quote(value) + ")"
 			}
 			if name == "ratelimit-remaining" {
 				r.RateLimitRemaining = value
@@ -162,13 +194,58 @@ func parseToken(t string) (Response, string) {
 				r.RateLimitReset = value
 			}
 		default:
-			return Response{}, "unknown attribute " + strconv.Quote(name) + "; want ra, date, ratelimit-remaining or ratelimit-reset"
+			return "unknown attribute " + strconv.Quote(name) + "; want ra, date, ratelimit-remaining or ratelimit-reset"
+		}
+		return ""
+	})
+	return r, detail
+}
+
+// parseGRPCToken reads the attributes of a gRPC status name: only pushback.
+func parseGRPCToken(name, rest string) (Response, string) {
+	r := Response{GRPCStatus: name}
+	detail := readAttrs(rest, func(attr, value string) string {
+		if attr != "pushback" {
+			return "unknown attribute " + strconv.Quote(attr) + " of a gRPC status; want pushback (grpc-retry-pushback-ms)"
+		}
+		r.Pushback = value
+		return ""
+	})
+	return r, detail
+}
+
+// isGRPCStatusName reports a canonical gRPC status name: OK or one that
+// retryOn.grpcStatusCodes may list.
+func isGRPCStatusName(s string) bool {
+	_, ok := v1alpha1.GRPCStatusCode(s).Number()
+	return ok || s == "OK"
+}
+
+// readAttrs reads name=value attributes from rest and gives each to set,
+// which returns what is wrong with it, if anything.
+func readAttrs(rest string, set func(name, value string) string) string {
+	seen := map[string]bool{}
+	for rest != "" {
+		name, value, remaining, detail := cutAttr(rest)
+		if detail != "" {
+			return detail
+		}
+		rest = remaining
+		if hasControl(value) {
+			return name + ": a header value cannot hold control characters"
+		}
+		if seen[name] {
+			return "attribute " + name + " given twice"
+		}
+		seen[name] = true
+		if detail := set(name, value); detail != "" {
+			return detail
 		}
 		if value == "" {
-			return Response{}, name + " needs a value"
+			return name + " needs a value"
 		}
 	}
-	return r, ""
+	return ""
 }
 
 // cut splits off the first space-separated word.

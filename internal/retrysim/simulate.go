@@ -72,6 +72,15 @@ type Step struct {
 	// deadline when that came first (TimedOutBy).
 	TimedOut   string `json:"timedOut,omitempty"`
 	TimedOutBy string `json:"timedOutBy,omitempty"`
+	// Pushback is a gRPC answer's grpc-retry-pushback-ms as parsed, the exact
+	// minimum wait; PushbackReason the parse error's reason when the value
+	// is negative or malformed (the server asks for no retry).
+	Pushback       string `json:"pushback,omitempty"`
+	PushbackReason string `json:"pushbackReason,omitempty"`
+	// Backoff is the local backoff of a gRPC retry, and WaitBy which set the
+	// wait: backoff, or pushback (plus jitter up to retryAfter.spread).
+	Backoff string `json:"backoff,omitempty"`
+	WaitBy  string `json:"waitBy,omitempty"`
 
 	// at is when the attempt was sent, end when it ended (its answer, or
 	// its timer).
