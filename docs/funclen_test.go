@@ -42,8 +42,6 @@ var longFuncsAllowed = map[string]string{
 	"internal/manager/tls_envtest_test.go harness.testTLS":                                              "a scenario against a real server (envtest, Redis), read top to bottom",        // 85 lines
 	"internal/quota/fleet_test.go fleetRun":                                                             "a scenario against a real server (envtest, Redis), read top to bottom",        // 104 lines
 	"internal/sidecar/grpcretry_test.go TestGRPCRetryDataPath":                                          "a table test: its cases are most of its length",                               // 81 lines
-	"internal/sidecar/h1client/client_test.go TestExchanges":                                            "a table test: its cases are most of its length",                               // 132 lines
-	"internal/sidecar/transparent_test.go TestTransparent":                                              "a table test: its cases are most of its length",                               // 90 lines
 	"test/e2e/e2e_test.go suite.leaderKilled":                                                           "a scenario against a real cluster, read top to bottom (not run by make test)", // 124 lines
 	"test/e2e/faults_test.go suite.apiServerRestarted":                                                  "a scenario against a real cluster, read top to bottom (not run by make test)", // 85 lines
 }
