@@ -28,9 +28,7 @@ var longFuncsAllowed = map[string]string{
 	"cmd/kubectl-retry/cluster_test.go TestCluster":                                                     "a table test: its cases are most of its length",                               // 151 lines
 	"cmd/manager/certs_test.go TestReplicasShareOneRotatedCertificate":                                  "a scenario against the built binary, read top to bottom",                      // 137 lines
 	"cmd/manager/localrun_test.go TestLocalRunServesTheCertificateItWrites":                             "a scenario against the built binary, read top to bottom",                      // 93 lines
-	"cmd/retry-sidecar/fleet_test.go TestAPIWatch":                                                      "a scenario against the built binary, read top to bottom",                      // 108 lines
 	"cmd/retry-sidecar/matrix_linux_test.go matrixRig.run":                                              "a scenario against the built binary, read top to bottom",                      // 106 lines
-	"cmd/retry-sidecar/quota_test.go TestRotatedQuotaPasswordIsPickedUpWithoutRestart":                  "a scenario against the built binary, read top to bottom",                      // 110 lines
 	"cmd/retry-sidecar/tracing_linux_test.go TestTransparentInterceptionIsTraced":                       "a scenario against the built binary, read top to bottom",                      // 98 lines
 	"cmd/retry-sidecar/transparent_tls_linux_test.go TestTransparentInterceptionOriginatesTLS":          "a scenario against the built binary, read top to bottom",                      // 100 lines
 	"cmd/retry-sidecar/upstream_path_test.go TestNotBeforeIsRoundedUpAndSetWhenThereIsNoResponse":       "a scenario against the built binary, read top to bottom",                      // 87 lines
