@@ -31,8 +31,6 @@ var longFuncsAllowed = map[string]string{
 	"cmd/retry-sidecar/matrix_linux_test.go matrixRig.run":                                              "a scenario against the built binary, read top to bottom",                      // 106 lines
 	"cmd/retry-sidecar/tracing_linux_test.go TestTransparentInterceptionIsTraced":                       "a scenario against the built binary, read top to bottom",                      // 98 lines
 	"cmd/retry-sidecar/transparent_tls_linux_test.go TestTransparentInterceptionOriginatesTLS":          "a scenario against the built binary, read top to bottom",                      // 100 lines
-	"cmd/retry-sidecar/upstream_path_test.go TestNotBeforeIsRoundedUpAndSetWhenThereIsNoResponse":       "a scenario against the built binary, read top to bottom",                      // 87 lines
-	"cmd/retry-sidecar/upstream_path_test.go TestReplayBuffersAreAdmittedAgainstTheSidecarWideCap":      "a scenario against the built binary, read top to bottom",                      // 148 lines
 	"internal/manager/lease_test.go harness.testQuotaLease":                                             "a scenario against a real server (envtest, Redis), read top to bottom",        // 82 lines
 	"internal/manager/manager_test.go harness.testSidecarLeastPrivilege":                                "a scenario against a real server (envtest, Redis), read top to bottom",        // 95 lines
 	"internal/manager/tls_envtest_test.go harness.testTLS":                                              "a scenario against a real server (envtest, Redis), read top to bottom",        // 85 lines
