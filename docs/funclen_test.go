@@ -22,8 +22,6 @@ const maxFuncLines = 80
 // shrinks: TestNoFunctionIsLongerThanAScreen fails for a function over the
 // limit that is not here, and for an entry that is no longer needed.
 var longFuncsAllowed = map[string]string{
-	"bench/controller/converge_test.go TestConvergence":        "a scenario against a real cluster, read top to bottom (not run by make test)", // 117 lines
-	"bench/controller/scale_test.go TestScale":                 "a scenario against a real cluster, read top to bottom (not run by make test)", // 145 lines
 	"cmd/kubectl-retry/cluster_test.go TestCluster":            "a table test: its cases are most of its length",                               // 151 lines
 	"internal/sidecar/grpcretry_test.go TestGRPCRetryDataPath": "a table test: its cases are most of its length",                               // 81 lines
 	"test/e2e/e2e_test.go suite.leaderKilled":                  "a scenario against a real cluster, read top to bottom (not run by make test)", // 124 lines
