@@ -22,10 +22,8 @@ const maxFuncLines = 80
 // shrinks: TestNoFunctionIsLongerThanAScreen fails for a function over the
 // limit that is not here, and for an entry that is no longer needed.
 var longFuncsAllowed = map[string]string{
-	"cmd/kubectl-retry/cluster_test.go TestCluster":            "a table test: its cases are most of its length",                               // 151 lines
-	"internal/sidecar/grpcretry_test.go TestGRPCRetryDataPath": "a table test: its cases are most of its length",                               // 81 lines
-	"test/e2e/e2e_test.go suite.leaderKilled":                  "a scenario against a real cluster, read top to bottom (not run by make test)", // 124 lines
-	"test/e2e/faults_test.go suite.apiServerRestarted":         "a scenario against a real cluster, read top to bottom (not run by make test)", // 85 lines
+	"cmd/kubectl-retry/cluster_test.go TestCluster":            "a table test: its cases are most of its length", // 151 lines
+	"internal/sidecar/grpcretry_test.go TestGRPCRetryDataPath": "a table test: its cases are most of its length", // 81 lines
 }
 
 // TestNoFunctionIsLongerThanAScreen reads every Go file of the repository,
