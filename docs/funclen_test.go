@@ -22,32 +22,8 @@ const maxFuncLines = 80
 // shrinks: TestNoFunctionIsLongerThanAScreen fails for a function over the
 // limit that is not here, and for an entry that is no longer needed.
 var longFuncsAllowed = map[string]string{
-	"api/v1alpha1/sharedquota_envtest_test.go TestAPIServerJudgesSharedQuotasAsValidateSharedQuotaDoes": "a table test: its cases are most of its length",                               // 85 lines
-	"bench/controller/converge_test.go TestConvergence":                                                 "a scenario against a real cluster, read top to bottom (not run by make test)", // 117 lines
-	"bench/controller/scale_test.go TestScale":                                                          "a scenario against a real cluster, read top to bottom (not run by make test)", // 145 lines
-	"cmd/kubectl-retry/cluster_test.go TestCluster":                                                     "a table test: its cases are most of its length",                               // 151 lines
-	"cmd/manager/certs_test.go TestReplicasShareOneRotatedCertificate":                                  "a scenario against the built binary, read top to bottom",                      // 137 lines
-	"cmd/manager/localrun_test.go TestLocalRunServesTheCertificateItWrites":                             "a scenario against the built binary, read top to bottom",                      // 93 lines
-	"cmd/retry-sidecar/appserver_test.go TestAMalformedRequestBodyIsABadRequest":                        "a table test: its cases are most of its length",                               // 92 lines
-	"cmd/retry-sidecar/fleet_test.go TestAPIWatch":                                                      "a scenario against the built binary, read top to bottom",                      // 108 lines
-	"cmd/retry-sidecar/matrix_linux_test.go matrixRig.run":                                              "a scenario against the built binary, read top to bottom",                      // 106 lines
-	"cmd/retry-sidecar/quota_test.go TestRotatedQuotaPasswordIsPickedUpWithoutRestart":                  "a scenario against the built binary, read top to bottom",                      // 110 lines
-	"cmd/retry-sidecar/tracing_admission_test.go TestTracingAdmissionWaitsNameTheirGate":                "a table test: its cases are most of its length",                               // 87 lines
-	"cmd/retry-sidecar/tracing_linux_test.go TestTransparentInterceptionIsTraced":                       "a scenario against the built binary, read top to bottom",                      // 98 lines
-	"cmd/retry-sidecar/transparent_tls_linux_test.go TestTransparentInterceptionOriginatesTLS":          "a scenario against the built binary, read top to bottom",                      // 100 lines
-	"cmd/retry-sidecar/upstream_path_test.go TestNotBeforeIsRoundedUpAndSetWhenThereIsNoResponse":       "a scenario against the built binary, read top to bottom",                      // 87 lines
-	"cmd/retry-sidecar/upstream_path_test.go TestReplayBuffersAreAdmittedAgainstTheSidecarWideCap":      "a scenario against the built binary, read top to bottom",                      // 148 lines
-	"internal/controller/compute_test.go TestComputeRevisionAndLastAccepted":                            "a table test: its cases are most of its length",                               // 84 lines
-	"internal/controller/quotarefs_test.go TestComputeQuotaRefs":                                        "a table test: its cases are most of its length",                               // 105 lines
-	"internal/manager/lease_test.go harness.testQuotaLease":                                             "a scenario against a real server (envtest, Redis), read top to bottom",        // 82 lines
-	"internal/manager/manager_test.go harness.testSidecarLeastPrivilege":                                "a scenario against a real server (envtest, Redis), read top to bottom",        // 95 lines
-	"internal/manager/tls_envtest_test.go harness.testTLS":                                              "a scenario against a real server (envtest, Redis), read top to bottom",        // 85 lines
-	"internal/quota/fleet_test.go fleetRun":                                                             "a scenario against a real server (envtest, Redis), read top to bottom",        // 104 lines
-	"internal/sidecar/grpcretry_test.go TestGRPCRetryDataPath":                                          "a table test: its cases are most of its length",                               // 81 lines
-	"internal/sidecar/h1client/client_test.go TestExchanges":                                            "a table test: its cases are most of its length",                               // 132 lines
-	"internal/sidecar/transparent_test.go TestTransparent":                                              "a table test: its cases are most of its length",                               // 90 lines
-	"test/e2e/e2e_test.go suite.leaderKilled":                                                           "a scenario against a real cluster, read top to bottom (not run by make test)", // 124 lines
-	"test/e2e/faults_test.go suite.apiServerRestarted":                                                  "a scenario against a real cluster, read top to bottom (not run by make test)", // 85 lines
+	"cmd/kubectl-retry/cluster_test.go TestCluster":            "a table test: its cases are most of its length", // 151 lines
+	"internal/sidecar/grpcretry_test.go TestGRPCRetryDataPath": "a table test: its cases are most of its length", // 81 lines
 }
 
 // TestNoFunctionIsLongerThanAScreen reads every Go file of the repository,

@@ -27,63 +27,7 @@ store: {redis: {address: "redis.retry-operator-system.svc:6379"}}
 // v1alpha1.ValidateSharedQuota rejects the same object naming the same field.
 func TestAPIServerJudgesSharedQuotasAsValidateSharedQuotaDoes(t *testing.T) {
 	cl, _ := startAPIServer(t)
-	for name, tc := range map[string]struct {
-		patch       string // YAML merged into the valid spec; a key with value null is removed
-		wantField   string
-		wantMessage string // of the API server; "" when only Go rejects it
-		wantGo      string
-	}{
-		"neither requestsPerMinute nor requestsPerSecond is rejected": {
-			patch: `requestsPerMinute: null`, wantField: "spec",
-			wantMessage: "exactly one of requestsPerMinute or requestsPerSecond is required",
-			wantGo:      "spec.requestsPerMinute: Required value: exactly one of requestsPerMinute or requestsPerSecond is required",
-		},
-		"both requestsPerMinute and requestsPerSecond are rejected": {
-			patch: `requestsPerSecond: 10`, wantField: "spec",
-			wantMessage: "exactly one of requestsPerMinute or requestsPerSecond is required",
-			wantGo:      "spec.requestsPerSecond: Forbidden: exactly one of requestsPerMinute or requestsPerSecond is required",
-		},
-		"requestsPerMinute of zero is rejected": {
-			patch: `requestsPerMinute: 0`, wantField: "spec.requestsPerMinute", wantMessage: "should be greater than or equal to 1",
-			wantGo: "spec.requestsPerMinute: Invalid value: 0: must be between 1 and 6000000",
-		},
-		"requestsPerSecond above 100000 is rejected": {
-			patch: "requestsPerMinute: null\nrequestsPerSecond: 100001", wantField: "spec.requestsPerSecond", wantMessage: "should be less than or equal to 100000",
-			wantGo: "spec.requestsPerSecond: Invalid value: 100001: must be between 1 and 100000",
-		},
-		"a burst of zero is rejected": {
-			patch: `burst: 0`, wantField: "spec.burst", wantMessage: "should be greater than or equal to 1",
-			wantGo: "spec.burst: Invalid value: 0: must be between 1 and 10000",
-		},
-		"a concurrency of zero is rejected": {
-			patch: `concurrency: 0`, wantField: "spec.concurrency", wantMessage: "should be greater than or equal to 1",
-			wantGo: "spec.concurrency: Invalid value: 0: must be between 1 and 10000",
-		},
-		"an unknown onStoreLoss is rejected with the allowed values": {
-			patch: `onStoreLoss: Unlimited`, wantField: "spec.onStoreLoss", wantMessage: `supported values: "LastShare", "EvenShare", "Deny"`,
-			wantGo: `spec.onStoreLoss: Unsupported value: "Unlimited": supported values: "LastShare", "EvenShare", "Deny"`,
-		},
-		"a store without redis is rejected": {
-			patch: `store: {}`, wantField: "spec.store.redis", wantMessage: "Required value",
-			wantGo: `spec.store.redis.address: Invalid value: "": must be host:port`,
-		},
-		"a credentialsSecretRef that is not a Secret name is rejected": {
-			patch: `store: {redis: {address: "r:6379", credentialsSecretRef: {name: Quota_Redis}}}`, wantField: "spec.store.redis.credentialsSecretRef.name", wantMessage: "should match",
-			wantGo: `spec.store.redis.credentialsSecretRef.name: Invalid value: "Quota_Redis": must be a Secret name`,
-		},
-		"an address without a port is rejected by Go": {
-			patch:  `store: {redis: {address: "redis.svc"}}`,
-			wantGo: `spec.store.redis.address: Invalid value: "redis.svc": must be host:port, such as redis.retry-operator-system.svc:6379, 10.0.0.7:6379 or [fd00::7]:6379`,
-		},
-		"an address with port 0 is rejected by Go": {
-			patch:  `store: {redis: {address: "redis.svc:0"}}`,
-			wantGo: `spec.store.redis.address: Invalid value: "redis.svc:0": port "0" must be between 1 and 65535`,
-		},
-		"a namespaceSelector with a bad operator is rejected by Go": {
-			patch:  `consumers: {namespaceSelector: {matchExpressions: [{key: team, operator: Like, values: [a]}]}}`,
-			wantGo: `spec.consumers.namespaceSelector.matchExpressions[0].operator: Invalid value: "Like": not a valid selector operator`,
-		},
-	} {
+	for name, tc := range invalidSharedQuotaCases {
 		t.Run(name, func(t *testing.T) {
 			obj := buildQuota(t, "invalid-"+strings.ReplaceAll(strings.ToLower(name[:12]), " ", "-"), tc.patch)
 			err := cl.Create(context.Background(), obj, client.FieldValidation("Strict"), client.DryRunAll)
@@ -109,6 +53,68 @@ func TestAPIServerJudgesSharedQuotasAsValidateSharedQuotaDoes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// invalidSharedQuotaCase is a patch that makes a valid SharedQuota invalid,
+// and how the API server and ValidateSharedQuota each reject it.
+type invalidSharedQuotaCase struct {
+	patch       string // YAML merged into the valid spec; a key with value null is removed
+	wantField   string
+	wantMessage string // of the API server; "" when only Go rejects it
+	wantGo      string
+}
+
+var invalidSharedQuotaCases = map[string]invalidSharedQuotaCase{
+	"neither requestsPerMinute nor requestsPerSecond is rejected": {
+		patch: `requestsPerMinute: null`, wantField: "spec",
+		wantMessage: "exactly one of requestsPerMinute or requestsPerSecond is required",
+		wantGo:      "spec.requestsPerMinute: Required value: exactly one of requestsPerMinute or requestsPerSecond is required",
+	},
+	"both requestsPerMinute and requestsPerSecond are rejected": {
+		patch: `requestsPerSecond: 10`, wantField: "spec",
+		wantMessage: "exactly one of requestsPerMinute or requestsPerSecond is required",
+		wantGo:      "spec.requestsPerSecond: Forbidden: exactly one of requestsPerMinute or requestsPerSecond is required",
+	},
+	"requestsPerMinute of zero is rejected": {
+		patch: `requestsPerMinute: 0`, wantField: "spec.requestsPerMinute", wantMessage: "should be greater than or equal to 1",
+		wantGo: "spec.requestsPerMinute: Invalid value: 0: must be between 1 and 6000000",
+	},
+	"requestsPerSecond above 100000 is rejected": {
+		patch: "requestsPerMinute: null\nrequestsPerSecond: 100001", wantField: "spec.requestsPerSecond", wantMessage: "should be less than or equal to 100000",
+		wantGo: "spec.requestsPerSecond: Invalid value: 100001: must be between 1 and 100000",
+	},
+	"a burst of zero is rejected": {
+		patch: `burst: 0`, wantField: "spec.burst", wantMessage: "should be greater than or equal to 1",
+		wantGo: "spec.burst: Invalid value: 0: must be between 1 and 10000",
+	},
+	"a concurrency of zero is rejected": {
+		patch: `concurrency: 0`, wantField: "spec.concurrency", wantMessage: "should be greater than or equal to 1",
+		wantGo: "spec.concurrency: Invalid value: 0: must be between 1 and 10000",
+	},
+	"an unknown onStoreLoss is rejected with the allowed values": {
+		patch: `onStoreLoss: Unlimited`, wantField: "spec.onStoreLoss", wantMessage: `supported values: "LastShare", "EvenShare", "Deny"`,
+		wantGo: `spec.onStoreLoss: Unsupported value: "Unlimited": supported values: "LastShare", "EvenShare", "Deny"`,
+	},
+	"a store without redis is rejected": {
+		patch: `store: {}`, wantField: "spec.store.redis", wantMessage: "Required value",
+		wantGo: `spec.store.redis.address: Invalid value: "": must be host:port`,
+	},
+	"a credentialsSecretRef that is not a Secret name is rejected": {
+		patch: `store: {redis: {address: "r:6379", credentialsSecretRef: {name: Quota_Redis}}}`, wantField: "spec.store.redis.credentialsSecretRef.name", wantMessage: "should match",
+		wantGo: `spec.store.redis.credentialsSecretRef.name: Invalid value: "Quota_Redis": must be a Secret name`,
+	},
+	"an address without a port is rejected by Go": {
+		patch:  `store: {redis: {address: "redis.svc"}}`,
+		wantGo: `spec.store.redis.address: Invalid value: "redis.svc": must be host:port, such as redis.retry-operator-system.svc:6379, 10.0.0.7:6379 or [fd00::7]:6379`,
+	},
+	"an address with port 0 is rejected by Go": {
+		patch:  `store: {redis: {address: "redis.svc:0"}}`,
+		wantGo: `spec.store.redis.address: Invalid value: "redis.svc:0": port "0" must be between 1 and 65535`,
+	},
+	"a namespaceSelector with a bad operator is rejected by Go": {
+		patch:  `consumers: {namespaceSelector: {matchExpressions: [{key: team, operator: Like, values: [a]}]}}`,
+		wantGo: `spec.consumers.namespaceSelector.matchExpressions[0].operator: Invalid value: "Like": not a valid selector operator`,
+	},
 }
 
 // A valid SharedQuota is stored with the defaults SetSharedQuotaDefaults

@@ -49,52 +49,10 @@ func TestConvergence(t *testing.T) {
 	must(t, clientgoscheme.AddToScheme(scheme))
 	must(t, v1alpha1.AddToScheme(scheme))
 
-	var apiCalls atomic.Int64
-	mcfg := rest.CopyConfig(cfg)
-	mcfg.QPS, mcfg.Burst = -1, -1
-	mcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			apiCalls.Add(1)
-			return rt.RoundTrip(r)
-		})
-	}
-	mgr, err := ctrl.NewManager(mcfg, ctrl.Options{Scheme: scheme, Cache: controller.CacheOptions(),
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	must(t, err)
-
-	// The fake sidecars: pod i reports the revision the ConfigMap had
-	// 50ms + i*10ms ago.
-	type change struct {
-		at  time.Time
-		rev int64
-	}
-	var (
-		mu      sync.Mutex
-		history []change
-		probes  atomic.Int64
-	)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		probes.Add(1)
-		var i int
-		fmt.Sscanf(r.URL.Query().Get("pod"), "pod-%d", &i)
-		seen := time.Now().Add(-time.Duration(50+10*i) * time.Millisecond)
-		var rev int64
-		mu.Lock()
-		for _, c := range history {
-			if !c.at.After(seen) {
-				rev = c.rev
-			}
-		}
-		mu.Unlock()
-		_ = json.NewEncoder(w).Encode(policyset.ConfigStatus{Revision: rev, Source: "api"})
-	}))
-	defer srv.Close()
-	rec := &controller.RetryPolicyReconciler{Client: mgr.GetClient(), MaxConcurrentReconciles: 4,
-		SidecarConfigURL: func(p *corev1.Pod) string { return srv.URL + "/config?pod=" + p.Name }}
-	must(t, rec.SetupWithManager(mgr))
+	sidecars := newLaggingSidecars(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = mgr.Start(ctx) }()
+	apiCalls := startCountingManager(ctx, t, cfg, scheme, sidecars.URL)
 
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	must(t, err)
@@ -112,51 +70,116 @@ func TestConvergence(t *testing.T) {
 		Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{{Name: "api", Hosts: []string{"api.converge.svc"}}}}}
 	must(t, c.Create(ctx, rp))
 
-	// Follow the ConfigMap's revisions for the fake sidecars.
-	go func() {
-		var last int64
-		for ctx.Err() == nil {
-			var cm corev1.ConfigMap
-			if c.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm) == nil {
-				if doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey])); err == nil && doc.Revision != last {
-					last = doc.Revision
-					mu.Lock()
-					history = append(history, change{at: time.Now(), rev: doc.Revision})
-					mu.Unlock()
-				}
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
-	waitProgrammed := func(gen int64) time.Duration {
-		start := time.Now()
-		for time.Since(start) < time.Minute {
-			var p v1alpha1.RetryPolicy
-			must(t, c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "api"}, &p))
-			if p.Status.LastAccepted != nil && p.Status.LastAccepted.Generation == gen && p.Status.ProgrammedPods == n && p.Status.SelectedPods == n {
-				return time.Since(start)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatalf("generation %d: programmedPods did not reach %d within a minute", gen, n)
-		return 0
-	}
-	waitProgrammed(1)
+	go sidecars.followConfigMap(ctx, c, ns)
+	waitProgrammed(ctx, t, c, rp, 1, n)
 	time.Sleep(time.Second) // settle: no requeue left from the creation
 
 	for e := range edits {
-		p0, a0, cpu0 := probes.Load(), apiCalls.Load(), cpuTime()
+		p0, a0, cpu0 := sidecars.probes.Load(), apiCalls.Load(), cpuTime()
 		must(t, c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "api"}, rp))
 		rp.Spec.Upstreams[0].MaxAttempts = ptr.To(int32(2 + e%2))
 		must(t, c.Update(ctx, rp))
-		took := waitProgrammed(rp.Generation)
+		took := waitProgrammed(ctx, t, c, rp, rp.Generation, n)
 		time.Sleep(2 * time.Second) // and whatever the manager still does after convergence
 		t.Logf("edit %d: %d/%d pods programmed after %s; GET /config %d, manager API requests %d, CPU %s (this process, incl. 2 s after)",
-			e+1, n, n, took.Round(time.Millisecond), probes.Load()-p0, apiCalls.Load()-a0, (cpuTime() - cpu0).Round(time.Millisecond))
+			e+1, n, n, took.Round(time.Millisecond), sidecars.probes.Load()-p0, apiCalls.Load()-a0, (cpuTime() - cpu0).Round(time.Millisecond))
 	}
-	p0, a0 := probes.Load(), apiCalls.Load()
+	p0, a0 := sidecars.probes.Load(), apiCalls.Load()
 	time.Sleep(5 * time.Second)
-	t.Logf("converged, 5 s idle: GET /config %d, manager API requests %d", probes.Load()-p0, apiCalls.Load()-a0)
+	t.Logf("converged, 5 s idle: GET /config %d, manager API requests %d", sidecars.probes.Load()-p0, apiCalls.Load()-a0)
+}
+
+// laggingSidecars are the fake sidecars: one /config server for all pods,
+// where pod i reports the revision the ConfigMap had 50ms + i*10ms ago.
+type laggingSidecars struct {
+	*httptest.Server
+	probes  atomic.Int64 // GET /config calls
+	mu      sync.Mutex
+	history []revisionChange
+}
+
+// revisionChange is the ConfigMap taking revision rev at a time.
+type revisionChange struct {
+	at  time.Time
+	rev int64
+}
+
+func newLaggingSidecars(t *testing.T) *laggingSidecars {
+	f := &laggingSidecars{}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.probes.Add(1)
+		var i int
+		fmt.Sscanf(r.URL.Query().Get("pod"), "pod-%d", &i)
+		seen := time.Now().Add(-time.Duration(50+10*i) * time.Millisecond)
+		var rev int64
+		f.mu.Lock()
+		for _, c := range f.history {
+			if !c.at.After(seen) {
+				rev = c.rev
+			}
+		}
+		f.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(policyset.ConfigStatus{Revision: rev, Source: "api"})
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+// followConfigMap records the revisions of ns's ConfigMap as they change,
+// every 5 ms, until ctx ends.
+func (f *laggingSidecars) followConfigMap(ctx context.Context, c client.Client, ns string) {
+	var last int64
+	for ctx.Err() == nil {
+		var cm corev1.ConfigMap
+		if c.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.PoliciesConfigMapName}, &cm) == nil {
+			if doc, err := policyset.Unmarshal([]byte(cm.Data[v1alpha1.PoliciesConfigMapKey])); err == nil && doc.Revision != last {
+				last = doc.Revision
+				f.mu.Lock()
+				f.history = append(f.history, revisionChange{at: time.Now(), rev: doc.Revision})
+				f.mu.Unlock()
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// startCountingManager starts the RetryPolicy reconciler in a manager, with
+// no client rate limit, asking the sidecars at sidecarsURL; it returns the
+// count of the manager's API requests.
+func startCountingManager(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *runtime.Scheme, sidecarsURL string) *atomic.Int64 {
+	var apiCalls atomic.Int64
+	mcfg := rest.CopyConfig(cfg)
+	mcfg.QPS, mcfg.Burst = -1, -1
+	mcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			apiCalls.Add(1)
+			return rt.RoundTrip(r)
+		})
+	}
+	mgr, err := ctrl.NewManager(mcfg, ctrl.Options{Scheme: scheme, Cache: controller.CacheOptions(),
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	must(t, err)
+	rec := &controller.RetryPolicyReconciler{Client: mgr.GetClient(), MaxConcurrentReconciles: 4,
+		SidecarConfigURL: func(p *corev1.Pod) string { return sidecarsURL + "/config?pod=" + p.Name }}
+	must(t, rec.SetupWithManager(mgr))
+	go func() { _ = mgr.Start(ctx) }()
+	return &apiCalls
+}
+
+// waitProgrammed waits up to a minute until generation gen of rp is
+// accepted and programmed in all n pods, and returns how long that took.
+func waitProgrammed(ctx context.Context, t *testing.T, c client.Client, rp *v1alpha1.RetryPolicy, gen int64, n int32) time.Duration {
+	start := time.Now()
+	for time.Since(start) < time.Minute {
+		var p v1alpha1.RetryPolicy
+		must(t, c.Get(ctx, client.ObjectKeyFromObject(rp), &p))
+		if p.Status.LastAccepted != nil && p.Status.LastAccepted.Generation == gen && p.Status.ProgrammedPods == n && p.Status.SelectedPods == n {
+			return time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("generation %d: programmedPods did not reach %d within a minute", gen, n)
+	return 0
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -34,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/controller"
 	"github.com/retrydev/retry-operator/internal/manager"
 	"github.com/retrydev/retry-operator/internal/testing/testenv"
 	"github.com/retrydev/retry-operator/internal/webhook/podinject"
@@ -47,6 +49,49 @@ const (
 )
 
 func TestScale(t *testing.T) {
+	steady := benchSteadyDuration(t)
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard))) // the numbers are the output
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := startScaleManager(ctx, t)
+
+	// Phase 1: 1,000 policies in 100 namespaces, created by 8 writers.
+	created, allAccepted := createPoliciesUntilAccepted(ctx, t, r.c)
+
+	// Phase 2: steady state. Count every write to RetryPolicies and their
+	// ConfigMaps with watches; a full resync (every namespace reconciled once
+	// more, as after a restart or leader change) happens at its start.
+	policyWrites, cmWrites := r.countWritesAfterAResync(ctx, t, steady)
+
+	// Phase 3: pod admission. 200 pods into the opted-in namespace (injected),
+	// then the same into the excluded namespace, which the API server does not
+	// send to the webhook: the end-to-end difference is what injection costs.
+	r.timer.reset()
+	injected := createPods(ctx, t, r.c, nsName(0))
+	handler := r.timer.get()
+	baseline := createPods(ctx, t, r.c, excludedNS)
+
+	report := fmt.Sprintf(`retry-operator manager scale benchmark (docs/performance.md)
+  policies: %d in %d namespaces, created by 8 writers in %s
+  time until all Accepted (from first create):      %s   (target <= 20s)
+  steady state %s after a full resync of %d namespaces:
+    RetryPolicy writes: %d, ConfigMap writes: %d   (target 0)
+  pod admission, %d creates each:
+    webhook handler (decide + inject + patch):   p50 %s  p99 %s   (target p99 <= 20ms)
+    pod create, injected namespace (end to end): p50 %s  p99 %s
+    pod create, excluded namespace (no webhook): p50 %s  p99 %s
+`, namespaces*perNamespace, namespaces, created.Round(time.Millisecond), allAccepted.Round(time.Millisecond),
+		steady, namespaces, policyWrites, cmWrites,
+		pods, pct(handler, 50), pct(handler, 99), pct(injected, 50), pct(injected, 99), pct(baseline, 50), pct(baseline, 99))
+	fmt.Print(report)
+	if out := os.Getenv("BENCH_OUT"); out != "" {
+		must(t, os.WriteFile(out, []byte(report), 0o644))
+	}
+}
+
+// benchSteadyDuration is how long the steady state is watched: 60 s, or
+// $BENCH_STEADY.
+func benchSteadyDuration(t *testing.T) time.Duration {
 	steady := 60 * time.Second
 	if v := os.Getenv("BENCH_STEADY"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -55,8 +100,22 @@ func TestScale(t *testing.T) {
 		}
 		steady = d
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard))) // the numbers are the output
+	return steady
+}
 
+// scaleRig is the manager under test (controller and webhooks, with the
+// injection handler timed) and a client of the API server.
+type scaleRig struct {
+	cfg    *rest.Config
+	scheme *runtime.Scheme
+	c      client.Client
+	rec    *controller.RetryPolicyReconciler
+	timer  *handlerTimer
+}
+
+// startScaleManager starts the manager against a new API server until ctx
+// ends, and waits until its webhook server has started.
+func startScaleManager(ctx context.Context, t *testing.T) *scaleRig {
 	env := &envtest.Environment{WebhookInstallOptions: envtest.WebhookInstallOptions{
 		Paths: []string{filepath.Join(testenv.ModuleRoot(), "config", "webhook", "manifests.yaml")}}}
 	cfg := testenv.Start(t, env)
@@ -79,8 +138,6 @@ func TestScale(t *testing.T) {
 		WrapInject: timer.wrap,
 	})
 	must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	go func() { _ = mgr.Start(ctx) }()
 	started := mgr.GetWebhookServer().StartedChecker()
 	for started(nil) != nil {
@@ -88,8 +145,13 @@ func TestScale(t *testing.T) {
 	}
 	c, err := client.New(rest.CopyConfig(cfg), client.Options{Scheme: scheme})
 	must(t, err)
+	return &scaleRig{cfg: cfg, scheme: scheme, c: c, rec: rec, timer: timer}
+}
 
-	// Phase 1: 1,000 policies in 100 namespaces, created by 8 writers.
+// createPoliciesUntilAccepted creates the namespaces and, with 8 writers,
+// perNamespace policies in each, then waits until all are Accepted. It
+// returns the time the creates took and the time until all were Accepted.
+func createPoliciesUntilAccepted(ctx context.Context, t *testing.T, c client.Client) (created, allAccepted time.Duration) {
 	for i := range namespaces {
 		labels := map[string]string{}
 		if i == 0 {
@@ -118,7 +180,7 @@ func TestScale(t *testing.T) {
 	}
 	close(work)
 	wg.Wait()
-	created := time.Since(start)
+	created = time.Since(start)
 	for {
 		if n := accepted(ctx, t, c); n == namespaces*perNamespace {
 			break
@@ -128,11 +190,13 @@ func TestScale(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	allAccepted := time.Since(start)
+	return created, time.Since(start)
+}
 
-	// Phase 2: steady state. Count every write to RetryPolicies and their
-	// ConfigMaps with watches; a full resync (every namespace reconciled once
-	// more, as after a restart or leader change) happens at its start.
+// countWritesAfterAResync reconciles every namespace once more and counts,
+// for steady, the writes to RetryPolicies and to their ConfigMaps.
+func (r *scaleRig) countWritesAfterAResync(ctx context.Context, t *testing.T, steady time.Duration) (policyWrites, cmWrites int64) {
+	c, cfg, scheme, rec := r.c, r.cfg, r.scheme, r.rec
 	var policyList v1alpha1.RetryPolicyList
 	must(t, c.List(ctx, &policyList))
 	var cmList corev1.ConfigMapList
@@ -143,7 +207,7 @@ func TestScale(t *testing.T) {
 	must(t, err)
 	cw, err := wc.Watch(ctx, &corev1.ConfigMapList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: cmList.ResourceVersion}})
 	must(t, err)
-	var policyWrites, cmWrites atomic.Int64
+	var policyCount, cmCount atomic.Int64
 	count := func(w watch.Interface, n *atomic.Int64, onlyRendered bool) {
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Bookmark || ev.Type == watch.Error {
@@ -155,8 +219,8 @@ func TestScale(t *testing.T) {
 			n.Add(1)
 		}
 	}
-	go count(pw, &policyWrites, false)
-	go count(cw, &cmWrites, true)
+	go count(pw, &policyCount, false)
+	go count(cw, &cmCount, true)
 	for i := range namespaces {
 		if _, err := rec.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: nsName(i), Name: v1alpha1.PoliciesConfigMapName}}); err != nil {
 			t.Fatalf("resync reconcile: %v", err)
@@ -165,31 +229,7 @@ func TestScale(t *testing.T) {
 	time.Sleep(steady)
 	pw.Stop()
 	cw.Stop()
-
-	// Phase 3: pod admission. 200 pods into the opted-in namespace (injected),
-	// then the same into the excluded namespace, which the API server does not
-	// send to the webhook: the end-to-end difference is what injection costs.
-	timer.reset()
-	injected := createPods(ctx, t, c, nsName(0))
-	handler := timer.get()
-	baseline := createPods(ctx, t, c, excludedNS)
-
-	report := fmt.Sprintf(`retry-operator manager scale benchmark (docs/performance.md)
-  policies: %d in %d namespaces, created by 8 writers in %s
-  time until all Accepted (from first create):      %s   (target <= 20s)
-  steady state %s after a full resync of %d namespaces:
-    RetryPolicy writes: %d, ConfigMap writes: %d   (target 0)
-  pod admission, %d creates each:
-    webhook handler (decide + inject + patch):   p50 %s  p99 %s   (target p99 <= 20ms)
-    pod create, injected namespace (end to end): p50 %s  p99 %s
-    pod create, excluded namespace (no webhook): p50 %s  p99 %s
-`, namespaces*perNamespace, namespaces, created.Round(time.Millisecond), allAccepted.Round(time.Millisecond),
-		steady, namespaces, policyWrites.Load(), cmWrites.Load(),
-		pods, pct(handler, 50), pct(handler, 99), pct(injected, 50), pct(injected, 99), pct(baseline, 50), pct(baseline, 99))
-	fmt.Print(report)
-	if out := os.Getenv("BENCH_OUT"); out != "" {
-		must(t, os.WriteFile(out, []byte(report), 0o644))
-	}
+	return policyCount.Load(), cmCount.Load()
 }
 
 func nsName(i int) string { return fmt.Sprintf("bench-%03d", i) }

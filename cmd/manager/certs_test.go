@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,12 +55,46 @@ func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 		certHosts:      "retry-operator-webhook-service.retry-operator-system.svc,retry-operator-webhook-service.retry-operator-system.svc.cluster.local",
 		mutatingConfig: "mutating-webhook-configuration", validatingConfig: "validating-webhook-configuration",
 	}
-	var (
-		readies []chan struct{}
-		dirs    []string
-	)
-	for i := range 2 {
-		mgr, err := ctrl.NewManager(cfg, electing(ns, fmt.Sprintf("replica-%d", i)))
+	dirs := startCertRotatingReplicas(t, cfg, o, 2)
+
+	var s corev1.Secret
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secret}, &s); err != nil {
+		t.Fatal(err)
+	}
+	first := s.ResourceVersion
+	cert := assertServingCertificateForAYear(t, &s)
+	eventuallyWebhooksTrustCA(t, c, o, s.Data["ca.crt"])
+
+	// Each replica copied the certificate into its own directory.
+	for i, dir := range dirs {
+		for _, k := range []string{"tls.crt", "tls.key"} {
+			b, err := os.ReadFile(filepath.Join(dir, k))
+			if err != nil || !bytes.Equal(b, s.Data[k]) {
+				t.Errorf("replica %d: %s is not the Secret's (err %v)", i, k, err)
+			}
+		}
+	}
+
+	// Both replicas are up and agree: nobody rewrites the valid certificate.
+	time.Sleep(2 * time.Second)
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secret}, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.ResourceVersion != first {
+		t.Errorf("Secret rewritten after both replicas were ready: resourceVersion %s -> %s", first, s.ResourceVersion)
+	}
+	t.Logf("one certificate (serial %s) shared by 2 replicas, its CA in both webhook configurations", cert.SerialNumber)
+}
+
+// startCertRotatingReplicas starts n managers that elect a leader in
+// o.operatorNamespace, each with its cert rotator writing into a directory
+// of its own, and waits until each has a certificate. It returns the
+// directories, by replica; the managers stop when the test ends.
+func startCertRotatingReplicas(t *testing.T, cfg *rest.Config, o options, n int) (dirs []string) {
+	t.Helper()
+	var readies []chan struct{}
+	for i := range n {
+		mgr, err := ctrl.NewManager(cfg, electing(o.operatorNamespace, fmt.Sprintf("replica-%d", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +105,7 @@ func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 			t.Fatalf("replica %d: %v", i, err)
 		}
 		readies = append(readies, ready)
-		mctx, cancel := context.WithCancel(ctx)
+		mctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- mgr.Start(mctx) }()
 		t.Cleanup(func() {
@@ -87,17 +122,19 @@ func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 			t.Fatalf("replica %d: certificate not ready after 90s", i)
 		}
 	}
+	return dirs
+}
 
-	var s corev1.Secret
-	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secret}, &s); err != nil {
-		t.Fatal(err)
-	}
+// assertServingCertificateForAYear checks that the Secret holds a CA and a
+// serving certificate for the webhook Service's names, valid for about a
+// year, and returns the certificate.
+func assertServingCertificateForAYear(t *testing.T, s *corev1.Secret) *x509.Certificate {
+	t.Helper()
 	for _, k := range []string{"ca.crt", "ca.key", "tls.crt", "tls.key"} {
 		if len(s.Data[k]) == 0 {
-			t.Errorf("Secret %s has no %s", secret, k)
+			t.Errorf("Secret %s has no %s", s.Name, k)
 		}
 	}
-	first := s.ResourceVersion
 	block, _ := pem.Decode(s.Data["tls.crt"])
 	if block == nil {
 		t.Fatal("tls.crt is not PEM")
@@ -112,7 +149,14 @@ func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 	if left := time.Until(cert.NotAfter); left < 360*24*time.Hour || left > 366*24*time.Hour {
 		t.Errorf("serving certificate valid for %s more, want about a year", left.Round(time.Hour))
 	}
+	return cert
+}
 
+// eventuallyWebhooksTrustCA waits up to 30 s each until every webhook of
+// o's mutating and validating configurations has ca as its caBundle.
+func eventuallyWebhooksTrustCA(t *testing.T, c client.Client, o options, ca []byte) {
+	t.Helper()
+	ctx := context.Background()
 	eventuallyCA := func(get func() ([][]byte, error), what string) {
 		t.Helper()
 		polltest.Until(t, 30*time.Second, func() error {
@@ -124,7 +168,7 @@ func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 				return fmt.Errorf("%s: no webhooks", what)
 			}
 			for _, b := range bundles {
-				if !bytes.Equal(b, s.Data["ca.crt"]) {
+				if !bytes.Equal(b, ca) {
 					return fmt.Errorf("%s: caBundle is not the Secret's ca.crt", what)
 				}
 			}
@@ -149,26 +193,6 @@ func TestReplicasShareOneRotatedCertificate(t *testing.T) {
 		}
 		return out, err
 	}, "validating webhooks")
-
-	// Each replica copied the certificate into its own directory.
-	for i, dir := range dirs {
-		for _, k := range []string{"tls.crt", "tls.key"} {
-			b, err := os.ReadFile(filepath.Join(dir, k))
-			if err != nil || !bytes.Equal(b, s.Data[k]) {
-				t.Errorf("replica %d: %s is not the Secret's (err %v)", i, k, err)
-			}
-		}
-	}
-
-	// Both replicas are up and agree: nobody rewrites the valid certificate.
-	time.Sleep(2 * time.Second)
-	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secret}, &s); err != nil {
-		t.Fatal(err)
-	}
-	if s.ResourceVersion != first {
-		t.Errorf("Secret rewritten after both replicas were ready: resourceVersion %s -> %s", first, s.ResourceVersion)
-	}
-	t.Logf("one certificate (serial %s) shared by 2 replicas, its CA in both webhook configurations", cert.SerialNumber)
 }
 
 // electing are a replica's manager options with leader election on, as

@@ -125,14 +125,45 @@ func TestLocalRunServesTheCertificateItWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	port := startLocalRunUntilReady(t, cfg, secret)
 
+	var s corev1.Secret
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secret}, &s); err != nil {
+		t.Fatalf("the manager did not create its Secret: %v", err)
+	}
+	ca := s.Data["ca.crt"]
+	assertWebhooksCallLocalhost(t, c, port, ca)
+	assertServesACertificateSignedBy(t, port, secret, ca)
+
+	// The API server trusts it: the validating webhook (failurePolicy Fail)
+	// admits a policy, and the pod webhook injects the sidecar.
+	p := &v1alpha1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "payments"},
+		Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{{Name: "payments", Hosts: []string{"payments.shop.svc"}}}}}
+	if err := c.Create(ctx, p); err != nil {
+		t.Fatalf("creating a RetryPolicy through the validating webhook: %v", err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "app"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}}}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if len(pod.Spec.InitContainers) == 0 || pod.Spec.InitContainers[0].Name != "retry-sidecar" {
+		t.Errorf("pod created with init containers %v, want retry-sidecar first: the pod webhook was not called", pod.Spec.InitContainers)
+	}
+}
+
+// startLocalRunUntilReady runs the manager as a local run (webhooks called
+// at localhost, its certificate in Secret secret) until the test ends, and
+// waits until it is ready. It returns the webhook server's port.
+func startLocalRunUntilReady(t *testing.T, cfg *rest.Config, secret string) (port int) {
+	t.Helper()
 	port, probe := freePort(t), freePort(t)
 	o := parseFlags(t,
 		"--webhook-cert-secret="+secret, "--webhook-url-host=localhost", "--webhook-cert-path="+t.TempDir(),
 		fmt.Sprintf("--webhook-port=%d", port), fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
 		"--mutating-webhook-configuration=mutating-webhook-configuration",
 		"--validating-webhook-configuration=validating-webhook-configuration")
-	mctx, cancel := context.WithCancel(ctx)
+	mctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(mctx, cfg, o) }()
 	t.Cleanup(func() {
@@ -150,12 +181,13 @@ func TestLocalRunServesTheCertificateItWrites(t *testing.T) {
 		}
 		return httpOK(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
 	})
+	return port
+}
 
-	var s corev1.Secret
-	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secret}, &s); err != nil {
-		t.Fatalf("the manager did not create its Secret: %v", err)
-	}
-	ca := s.Data["ca.crt"]
+// assertWebhooksCallLocalhost checks that every webhook is installed to
+// call its path at localhost:port, trusting ca.
+func assertWebhooksCallLocalhost(t *testing.T, c client.Client, port int, ca []byte) {
+	t.Helper()
 	wantURLs := map[string]string{
 		v1alpha1.InjectWebhookName:         fmt.Sprintf("https://localhost:%d/mutate--v1-pod", port),
 		v1alpha1.PodOptInInjectWebhookName: fmt.Sprintf("https://localhost:%d/mutate--v1-pod", port),
@@ -175,7 +207,13 @@ func TestLocalRunServesTheCertificateItWrites(t *testing.T) {
 			t.Errorf("webhook %s: caBundle is not the Secret's ca.crt", name)
 		}
 	}
+}
 
+// assertServesACertificateSignedBy checks that the webhook server at
+// localhost:port serves a certificate that ca (from Secret secret) verifies,
+// for localhost and the webhook Service's names.
+func assertServesACertificateSignedBy(t *testing.T, port int, secret string, ca []byte) {
+	t.Helper()
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
 		t.Fatalf("Secret %s has no CA: %q", secret, ca)
@@ -189,22 +227,6 @@ func TestLocalRunServesTheCertificateItWrites(t *testing.T) {
 	if want := []string{"localhost", "retry-operator-webhook-service.retry-operator-system.svc",
 		"retry-operator-webhook-service.retry-operator-system.svc.cluster.local"}; !slices.Equal(leaf.DNSNames, want) {
 		t.Errorf("serving certificate names %q, want %q", leaf.DNSNames, want)
-	}
-
-	// The API server trusts it: the validating webhook (failurePolicy Fail)
-	// admits a policy, and the pod webhook injects the sidecar.
-	p := &v1alpha1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "payments"},
-		Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{{Name: "payments", Hosts: []string{"payments.shop.svc"}}}}}
-	if err := c.Create(ctx, p); err != nil {
-		t.Fatalf("creating a RetryPolicy through the validating webhook: %v", err)
-	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "app"},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}}}
-	if err := c.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	if len(pod.Spec.InitContainers) == 0 || pod.Spec.InitContainers[0].Name != "retry-sidecar" {
-		t.Errorf("pod created with init containers %v, want retry-sidecar first: the pod webhook was not called", pod.Spec.InitContainers)
 	}
 }
 

@@ -67,84 +67,19 @@ func TestAnAppThatHangsUpEndsTheRetryWaitOnTheFastPath(t *testing.T) {
 // went. Each is counted by retry_sidecar_malformed_request_bodies_total.
 func TestAMalformedRequestBodyIsABadRequest(t *testing.T) {
 	t.Parallel()
-	const overflow, bareLF = "ffffffffffffffffff\r\n", "5;ext=1\n"
-	tests := map[string]struct {
-		fastPath    bool
-		method      string
-		badLine     string // the chunk line that breaks the framing
-		noPolicy    bool   // the upstream's host has no policy: passed through
-		wantAttempt string // the counter's label: aborted or unsent
-	}{
-		"a chunk size past 64 bits handed off by the fast path": {
-			fastPath: true, method: "POST", badLine: overflow, wantAttempt: "aborted"},
-		"a chunk size past 64 bits with the fast path off": {
-			method: "POST", badLine: overflow, wantAttempt: "aborted"},
-		"a bare LF in a chunk extension handed off by the fast path": {
-			fastPath: true, method: "POST", badLine: bareLF, wantAttempt: "aborted"},
-		"a bare LF in a chunk extension with the fast path off": {
-			method: "POST", badLine: bareLF, wantAttempt: "aborted"},
-		"a request without a policy passed through": {
-			fastPath: true, method: "POST", badLine: overflow, noPolicy: true, wantAttempt: "aborted"},
-		"a replayable PUT read into its replay buffer": {
-			fastPath: true, method: "PUT", badLine: overflow, wantAttempt: "unsent"},
-	}
-	for name, tc := range tests {
+	for name, tc := range malformedBodyCases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			type arrived struct {
-				raw    string
-				closed bool // the sidecar closed the connection (not our deadline)
-			}
-			got := make(chan arrived, 4)
+			got := make(chan upstreamRead, 4)
 			up := newRawUpstream(t, func(c *rawConn) {
 				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 				b, err := io.ReadAll(c.Conn)
-				got <- arrived{raw: string(b), closed: err == nil}
+				got <- upstreamRead{raw: string(b), closed: err == nil}
 			})
-			host := up.host()
-			if tc.noPolicy {
-				host = freePort(t)
-			}
-			s := startSidecar(t, "--http1-fast-path="+strconv.FormatBool(tc.fastPath),
-				"--policy-file="+policyFile(t, host, fields("replayableMethods: [GET, PUT]")...))
-			a := dialApp(t, s.proxy)
-			a.send(tc.method + " " + up.url("/order") + " HTTP/1.1\r\nHost: " + up.host() + "\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
-			if tc.wantAttempt == "aborted" {
-				// The attempt is under way before the framing breaks.
-				polltest.UntilTrue(t, 5*time.Second, func() bool { return up.connCount() == 1 })
-			}
-			a.send(tc.badLine + "world\r\n0\r\n\r\n")
-			resp, body := a.response()
-			if resp.StatusCode != http.StatusBadRequest {
-				t.Fatalf("the app got %d %q, want 400", resp.StatusCode, body)
-			}
-			if !a.closedBySidecar(5 * time.Second) {
-				t.Error("the app's connection stayed open after the 400")
-			}
-
+			s := sendMalformedBody(t, tc, up)
 			switch tc.wantAttempt {
 			case "aborted":
-				var up1 arrived
-				select {
-				case up1 = <-got:
-				case <-time.After(5 * time.Second):
-					t.Fatal("the upstream's connection was neither closed nor timed out")
-				}
-				if !up1.closed {
-					t.Errorf("the upstream's connection stayed open after the 400 (read %q)", up1.raw)
-				}
-				// The policy's attempt carries X-Retry-Attempt; a pass-through nothing.
-				if !strings.HasPrefix(up1.raw, tc.method+" /order HTTP/1.1\r\n") ||
-					strings.Contains(up1.raw, "X-Retry-Attempt: 1\r\n") == tc.noPolicy {
-					t.Errorf("the upstream read %q, want the attempt's head", up1.raw)
-				}
-				req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(up1.raw)))
-				if err == nil {
-					_, err = io.ReadAll(req.Body)
-				}
-				if err == nil {
-					t.Errorf("the upstream read a whole request: %q", up1.raw)
-				}
+				assertAttemptAborted(t, tc, got)
 			case "unsent":
 				if n := up.connCount(); n != 0 {
 					t.Errorf("the upstream got %d connections, want none", n)
@@ -155,6 +90,96 @@ func TestAMalformedRequestBodyIsABadRequest(t *testing.T) {
 				t.Errorf("%s = %v, want 1", series, v)
 			}
 		})
+	}
+}
+
+// malformedBodyCase is a chunked request body whose framing breaks after its
+// first chunk, and what became of the attempt that carried it.
+type malformedBodyCase struct {
+	fastPath    bool
+	method      string
+	badLine     string // the chunk line that breaks the framing
+	noPolicy    bool   // the upstream's host has no policy: passed through
+	wantAttempt string // the counter's label: aborted or unsent
+}
+
+// The chunk lines that break a body's framing: a chunk size past 64 bits, and
+// a bare LF ending a chunk line.
+const malformedOverflow, malformedBareLF = "ffffffffffffffffff\r\n", "5;ext=1\n"
+
+var malformedBodyCases = map[string]malformedBodyCase{
+	"a chunk size past 64 bits handed off by the fast path": {
+		fastPath: true, method: "POST", badLine: malformedOverflow, wantAttempt: "aborted"},
+	"a chunk size past 64 bits with the fast path off": {
+		method: "POST", badLine: malformedOverflow, wantAttempt: "aborted"},
+	"a bare LF in a chunk extension handed off by the fast path": {
+		fastPath: true, method: "POST", badLine: malformedBareLF, wantAttempt: "aborted"},
+	"a bare LF in a chunk extension with the fast path off": {
+		method: "POST", badLine: malformedBareLF, wantAttempt: "aborted"},
+	"a request without a policy passed through": {
+		fastPath: true, method: "POST", badLine: malformedOverflow, noPolicy: true, wantAttempt: "aborted"},
+	"a replayable PUT read into its replay buffer": {
+		fastPath: true, method: "PUT", badLine: malformedOverflow, wantAttempt: "unsent"},
+}
+
+// upstreamRead is what a raw upstream read on one connection until it ended.
+type upstreamRead struct {
+	raw    string
+	closed bool // the sidecar closed the connection (not our deadline)
+}
+
+// sendMalformedBody starts a sidecar in front of up (with a policy for it
+// unless tc.noPolicy), sends tc's broken body through it and checks that the
+// app gets 400 and its connection is closed. It returns the sidecar.
+func sendMalformedBody(t *testing.T, tc malformedBodyCase, up *rawUpstream) *sidecar {
+	t.Helper()
+	host := up.host()
+	if tc.noPolicy {
+		host = freePort(t)
+	}
+	s := startSidecar(t, "--http1-fast-path="+strconv.FormatBool(tc.fastPath),
+		"--policy-file="+policyFile(t, host, fields("replayableMethods: [GET, PUT]")...))
+	a := dialApp(t, s.proxy)
+	a.send(tc.method + " " + up.url("/order") + " HTTP/1.1\r\nHost: " + up.host() + "\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+	if tc.wantAttempt == "aborted" {
+		// The attempt is under way before the framing breaks.
+		polltest.UntilTrue(t, 5*time.Second, func() bool { return up.connCount() == 1 })
+	}
+	a.send(tc.badLine + "world\r\n0\r\n\r\n")
+	resp, body := a.response()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("the app got %d %q, want 400", resp.StatusCode, body)
+	}
+	if !a.closedBySidecar(5 * time.Second) {
+		t.Error("the app's connection stayed open after the 400")
+	}
+	return s
+}
+
+// assertAttemptAborted checks that the upstream's connection was closed
+// after the attempt's head and part of its body, never a whole request.
+func assertAttemptAborted(t *testing.T, tc malformedBodyCase, got <-chan upstreamRead) {
+	t.Helper()
+	var up1 upstreamRead
+	select {
+	case up1 = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream's connection was neither closed nor timed out")
+	}
+	if !up1.closed {
+		t.Errorf("the upstream's connection stayed open after the 400 (read %q)", up1.raw)
+	}
+	// The policy's attempt carries X-Retry-Attempt; a pass-through nothing.
+	if !strings.HasPrefix(up1.raw, tc.method+" /order HTTP/1.1\r\n") ||
+		strings.Contains(up1.raw, "X-Retry-Attempt: 1\r\n") == tc.noPolicy {
+		t.Errorf("the upstream read %q, want the attempt's head", up1.raw)
+	}
+	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(up1.raw)))
+	if err == nil {
+		_, err = io.ReadAll(req.Body)
+	}
+	if err == nil {
+		t.Errorf("the upstream read a whole request: %q", up1.raw)
 	}
 }
 

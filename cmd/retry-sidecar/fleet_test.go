@@ -188,109 +188,124 @@ func TestAPIWatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kube-apiserver and etcd")
 	}
-	a := startAPI(t)
-	up := newUpstream(t, status(503))
-	const r1, r2 = 1796083200, 1796083201
-	// startMounted starts a sidecar of namespace ns that reaches the API server
-	// at server and whose mounted file (dir) holds revision r1 (2 attempts).
-	startMounted := func(t *testing.T, ns, server string) (s *sidecar, dir string) {
-		t.Helper()
-		dir = t.TempDir()
-		kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 2, r1)})
-		return startSidecar(t, "--config-dir="+dir, "--api-credentials-dir="+a.credentials(t, ns), "--api-server="+server), dir
+	w := apiWatchRig{a: startAPI(t), up: newUpstream(t, status(503))}
+	t.Run("an edit reaches the sidecar through the API server before the mounted file", w.anEditArrivesThroughTheAPIServer)
+	t.Run("without a RoleBinding the sidecar follows the mounted file and stays ready", w.aForbiddenTokenFollowsTheMountedFile)
+	t.Run("after an API server restart the watch resumes within 5 s and delivers the edit", w.theWatchResumesAfterARestart)
+	// After the case without a RoleBinding: it reuses its namespace.
+	t.Run("an unreachable API server is a fallback too", w.anUnreachableAPIServerIsAFallback)
+}
+
+// apiWatchRig is the API server and the upstream (503 always) that
+// TestAPIWatch's sidecars share.
+type apiWatchRig struct {
+	a  *apiFixture
+	up *upstream
+}
+
+// The revisions of TestAPIWatch's renderings: every mounted file starts at
+// watchR1, and the edits are watchR2.
+const watchR1, watchR2 = 1796083200, 1796083201
+
+// startMounted starts a sidecar of namespace ns that reaches the API server
+// at server and whose mounted file (dir) holds revision watchR1 (2 attempts).
+func (w apiWatchRig) startMounted(t *testing.T, ns, server string) (s *sidecar, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, w.up.host(), 2, watchR1)})
+	return startSidecar(t, "--config-dir="+dir, "--api-credentials-dir="+w.a.credentials(t, ns), "--api-server="+server), dir
+}
+
+func (w apiWatchRig) anEditArrivesThroughTheAPIServer(t *testing.T) {
+	w.a.namespace(t, "watched", true)
+	w.a.putConfigMap(t, "watched", renderedDoc(t, w.up.host(), 2, watchR1))
+	s, dir := w.startMounted(t, "watched", w.a.cfg.Host)
+	s.waitMetric("retry_sidecar_config_api_up", 1)
+	s.waitConfig(watchR1, "api", 5*time.Second)
+
+	edited := time.Now()
+	w.a.putConfigMap(t, "watched", renderedDoc(t, w.up.host(), 3, watchR2))
+	s.waitConfig(watchR2, "api", 2*time.Second)
+	t.Logf("edit to /config revision %d: %s", watchR2, time.Since(edited).Round(time.Millisecond))
+	assertOutcome(t, s.get(w.up.url("/")), 503, "exhausted", "3")
+
+	// The kubelet's copy catches up later with the same revision: no change.
+	kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, w.up.host(), 3, watchR2)})
+	time.Sleep(200 * time.Millisecond)
+	if _, c := s.config(); c.Revision != watchR2 || c.Source != "api" {
+		t.Fatalf("/config = %+v after the file caught up, want revision %d from api", c, watchR2)
+	}
+	if n := strings.Count(s.logs.String(), "following retry-policies through the API server"); n != 1 {
+		t.Errorf("%d log lines about following the API server, want 1", n)
 	}
 
-	t.Run("an edit reaches the sidecar through the API server before the mounted file", func(t *testing.T) {
-		a.namespace(t, "watched", true)
-		a.putConfigMap(t, "watched", renderedDoc(t, up.host(), 2, r1))
-		s, dir := startMounted(t, "watched", a.cfg.Host)
-		s.waitMetric("retry_sidecar_config_api_up", 1)
-		s.waitConfig(r1, "api", 5*time.Second)
+	// Deleting the ConfigMap (its last policy gone) empties the configuration
+	// at once, although the file still has revision watchR2.
+	if err := w.a.cs.CoreV1().ConfigMaps("watched").Delete(context.Background(), "retry-policies", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitMetric("retry_sidecar_config_upstreams", 0)
+	if r := s.get(w.up.url("/")); r.header.Get("X-Retry-Outcome") != "" {
+		t.Fatalf("outcome %q after the ConfigMap was deleted, want a plain pass-through", r.header.Get("X-Retry-Outcome"))
+	}
+}
 
-		edited := time.Now()
-		a.putConfigMap(t, "watched", renderedDoc(t, up.host(), 3, r2))
-		s.waitConfig(r2, "api", 2*time.Second)
-		t.Logf("edit to /config revision %d: %s", r2, time.Since(edited).Round(time.Millisecond))
-		assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "3")
+func (w apiWatchRig) aForbiddenTokenFollowsTheMountedFile(t *testing.T) {
+	w.a.namespace(t, "unbound", false)
+	w.a.putConfigMap(t, "unbound", renderedDoc(t, w.up.host(), 4, watchR2))
+	s, dir := w.startMounted(t, "unbound", w.a.cfg.Host)
+	s.waitMetric(`retry_sidecar_config_api_fallbacks_total{reason="forbidden"}`, 1)
+	if code, _ := s.adminGet("/readyz"); code != 200 {
+		t.Fatalf("readyz %d while the API refuses the token; want 200", code)
+	}
+	s.waitConfig(watchR1, "file", 2*time.Second)
+	assertOutcome(t, s.get(w.up.url("/")), 503, "exhausted", "2")
 
-		// The kubelet's copy catches up later with the same revision: no change.
-		kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 3, r2)})
-		time.Sleep(200 * time.Millisecond)
-		if _, c := s.config(); c.Revision != r2 || c.Source != "api" {
-			t.Fatalf("/config = %+v after the file caught up, want revision %d from api", c, r2)
-		}
-		if n := strings.Count(s.logs.String(), "following retry-policies through the API server"); n != 1 {
-			t.Errorf("%d log lines about following the API server, want 1", n)
-		}
+	kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, w.up.host(), 3, watchR2)})
+	s.waitConfig(watchR2, "file", 5*time.Second)
+	assertOutcome(t, s.get(w.up.url("/")), 503, "exhausted", "3")
+	time.Sleep(1500 * time.Millisecond) // a few more failed attempts of the watch
+	if n := strings.Count(s.logs.String(), "following the mounted file"); n != 1 {
+		t.Errorf("%d log lines about the fallback, want 1 (one per state change)", n)
+	}
+	if v := s.metric("retry_sidecar_config_api_up"); v != 0 {
+		t.Errorf("retry_sidecar_config_api_up = %v, want 0", v)
+	}
+}
 
-		// Deleting the ConfigMap (its last policy gone) empties the configuration
-		// at once, although the file still has revision r2.
-		if err := a.cs.CoreV1().ConfigMaps("watched").Delete(context.Background(), "retry-policies", metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		s.waitMetric("retry_sidecar_config_upstreams", 0)
-		if r := s.get(up.url("/")); r.header.Get("X-Retry-Outcome") != "" {
-			t.Fatalf("outcome %q after the ConfigMap was deleted, want a plain pass-through", r.header.Get("X-Retry-Outcome"))
-		}
-	})
+func (w apiWatchRig) theWatchResumesAfterARestart(t *testing.T) {
+	w.a.namespace(t, "restarted", true)
+	w.a.putConfigMap(t, "restarted", renderedDoc(t, w.up.host(), 2, watchR1))
+	api, err := url.Parse(w.a.cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := newRestartableFront(t, api.Host)
+	s, _ := w.startMounted(t, "restarted", "https://"+front.addr)
+	s.waitMetric("retry_sidecar_config_api_up", 1)
+	s.waitConfig(watchR1, "api", 5*time.Second)
 
-	t.Run("without a RoleBinding the sidecar follows the mounted file and stays ready", func(t *testing.T) {
-		a.namespace(t, "unbound", false)
-		a.putConfigMap(t, "unbound", renderedDoc(t, up.host(), 4, r2))
-		s, dir := startMounted(t, "unbound", a.cfg.Host)
-		s.waitMetric(`retry_sidecar_config_api_fallbacks_total{reason="forbidden"}`, 1)
-		if code, _ := s.adminGet("/readyz"); code != 200 {
-			t.Fatalf("readyz %d while the API refuses the token; want 200", code)
-		}
-		s.waitConfig(r1, "file", 2*time.Second)
-		assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "2")
+	down := time.Now()
+	front.stop()
+	s.waitMetric("retry_sidecar_config_api_up", 0)
+	assertOutcome(t, s.get(w.up.url("/")), 503, "exhausted", "2") // the configuration in force stays
+	w.a.putConfigMap(t, "restarted", renderedDoc(t, w.up.host(), 3, watchR2))
+	// An outage long enough for a doubling backoff to pass 5 s.
+	time.Sleep(time.Until(down.Add(9 * time.Second)))
+	front.start(t)
+	back := time.Now()
+	s.waitConfig(watchR2, "api", 5*time.Second)
+	t.Logf("API server away %s; the edit arrived %s after its return", back.Sub(down).Round(100*time.Millisecond), time.Since(back).Round(time.Millisecond))
+	assertOutcome(t, s.get(w.up.url("/")), 503, "exhausted", "3")
+}
 
-		kubeletWrite(t, dir, map[string]string{"policies.json": renderedDoc(t, up.host(), 3, r2)})
-		s.waitConfig(r2, "file", 5*time.Second)
-		assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "3")
-		time.Sleep(1500 * time.Millisecond) // a few more failed attempts of the watch
-		if n := strings.Count(s.logs.String(), "following the mounted file"); n != 1 {
-			t.Errorf("%d log lines about the fallback, want 1 (one per state change)", n)
-		}
-		if v := s.metric("retry_sidecar_config_api_up"); v != 0 {
-			t.Errorf("retry_sidecar_config_api_up = %v, want 0", v)
-		}
-	})
-
-	t.Run("after an API server restart the watch resumes within 5 s and delivers the edit", func(t *testing.T) {
-		a.namespace(t, "restarted", true)
-		a.putConfigMap(t, "restarted", renderedDoc(t, up.host(), 2, r1))
-		api, err := url.Parse(a.cfg.Host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		front := newRestartableFront(t, api.Host)
-		s, _ := startMounted(t, "restarted", "https://"+front.addr)
-		s.waitMetric("retry_sidecar_config_api_up", 1)
-		s.waitConfig(r1, "api", 5*time.Second)
-
-		down := time.Now()
-		front.stop()
-		s.waitMetric("retry_sidecar_config_api_up", 0)
-		assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "2") // the configuration in force stays
-		a.putConfigMap(t, "restarted", renderedDoc(t, up.host(), 3, r2))
-		// An outage long enough for a doubling backoff to pass 5 s.
-		time.Sleep(time.Until(down.Add(9 * time.Second)))
-		front.start(t)
-		back := time.Now()
-		s.waitConfig(r2, "api", 5*time.Second)
-		t.Logf("API server away %s; the edit arrived %s after its return", back.Sub(down).Round(100*time.Millisecond), time.Since(back).Round(time.Millisecond))
-		assertOutcome(t, s.get(up.url("/")), 503, "exhausted", "3")
-	})
-
-	t.Run("an unreachable API server is a fallback too", func(t *testing.T) {
-		s, _ := startMounted(t, "unbound", "https://"+freePort(t))
-		s.waitMetric(`retry_sidecar_config_api_fallbacks_total{reason="unreachable"}`, 1)
-		s.waitConfig(r1, "file", 2*time.Second)
-		if code, _ := s.adminGet("/readyz"); code != 200 {
-			t.Fatalf("readyz %d while the API server is unreachable; want 200", code)
-		}
-	})
+func (w apiWatchRig) anUnreachableAPIServerIsAFallback(t *testing.T) {
+	s, _ := w.startMounted(t, "unbound", "https://"+freePort(t))
+	s.waitMetric(`retry_sidecar_config_api_fallbacks_total{reason="unreachable"}`, 1)
+	s.waitConfig(watchR1, "file", 2*time.Second)
+	if code, _ := s.adminGet("/readyz"); code != 200 {
+		t.Fatalf("readyz %d while the API server is unreachable; want 200", code)
+	}
 }
 
 // restartableFront forwards TCP to the API server at backend and can be taken

@@ -15,6 +15,7 @@ package main_test
 import (
 	"bufio"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -667,36 +668,19 @@ func awaitN(ch chan int, n int, within time.Duration) bool {
 // run plays a cell's scenario and reports what it observed.
 func (r *matrixRig) run(c matrixCell) (got matrixGot) {
 	u := r.cell[c]
-	want := u.want
-	fail := func(format string, args ...any) matrixGot {
-		got.err = fmt.Sprintf(format, args...)
+	fail := func(err error) matrixGot {
+		got.err = err.Error()
 		got.arrivals = u.got()
 		return got
 	}
-	// Arrange the wait.
-	switch c.wait {
-	case matrixHold, matrixToken:
-		if _, err := r.side(c, "/prime", true); err != nil {
-			return fail("priming the %s: %v", c.wait, err)
-		}
-	case matrixQueue:
-		blocker, err := r.side(c, "/block", false)
-		if err != nil {
-			return fail("taking the slot: %v", err)
-		}
-		defer blocker.Close()
-		if !awaitPath(u.arrived, "/block", 10*time.Second) {
-			return fail("the blocking request never reached the upstream")
-		}
+	unblock, err := r.arrangeWait(c)
+	if err != nil {
+		return fail(err)
 	}
-	releaseLater := func(d time.Duration) {
-		if c.wait == matrixQueue {
-			time.AfterFunc(d, func() { close(u.release) })
-		}
-	}
+	defer unblock()
 	conn, err := r.dial(r.dest[c])
 	if err != nil {
-		return fail("dial: %v", err)
+		return fail(fmt.Errorf("dial: %w", err))
 	}
 	defer conn.Close()
 	req := r.request(c, "/cell", string(c.method))
@@ -705,71 +689,123 @@ func (r *matrixRig) run(c matrixCell) (got matrixGot) {
 	}
 	sentAt := time.Now()
 	if _, err := io.WriteString(conn, req); err != nil {
-		return fail("write: %v", err)
+		return fail(fmt.Errorf("write: %w", err))
 	}
-	hangUp := func() {
-		conn.Close()
-		got.hungUp = time.Now()
-		close(u.appGone)
-	}
-	switch c.app {
-	case matrixStays, matrixPipelines:
-		releaseLater(matrixHangUpAt)
-		_ = conn.SetDeadline(time.Now().Add(15 * time.Second))
-		br := bufio.NewReader(conn)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			return fail("reading the response: %v", err)
-		}
-		got.answeredAfter = time.Since(sentAt)
-		io.Copy(io.Discard, resp.Body)
-		got.status, got.outcome, got.count = resp.StatusCode, resp.Header.Get("X-Retry-Outcome"), resp.Header.Get("X-Retry-Attempts")
-		if c.app == matrixPipelines {
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				return fail("reading the pipelined response: %v", err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			got.secondStatus, got.secondOutcome = resp.StatusCode, resp.Header.Get("X-Retry-Outcome")
+	if c.app == matrixStays || c.app == matrixPipelines {
+		u.releaseLater(matrixHangUpAt)
+		if err := readTheAnswers(c, conn, sentAt, &got); err != nil {
+			return fail(err)
 		}
 		time.Sleep(100 * time.Millisecond) // anything sent after the response would show
 		got.arrivals = u.got()
 		got.openStalls = u.awaitStallsClosed()
 		return got
-	case matrixBefore:
-		if want.waitsBeforeFirst {
-			hangUp()
-		} else {
-			if !awaitPath(u.arrived, "/cell", 10*time.Second) {
-				return fail("the first attempt never arrived")
-			}
-			hangUp()
-		}
-		releaseLater(matrixHangUpAt)
-	case matrixDuring, matrixPipelinesHangs:
-		if !want.waitsBeforeFirst && !awaitN(u.answered, 1, 10*time.Second) {
-			return fail("the first attempt was never answered")
-		}
-		time.Sleep(matrixHangUpAt)
-		if u.cells() != len(want.attempts) {
-			return fail("the wait was over before the app hung up (a machine too slow for the scenario's %v)", c.waitLength())
-		}
-		hangUp()
-		releaseLater(matrixHangUpAt)
-	case matrixAfter:
-		releaseLater(matrixHangUpAt)
-		for range len(want.attempts) {
-			if !awaitPath(u.arrived, "/cell", 10*time.Second) {
-				return fail("attempt %d never arrived", len(want.attempts))
-			}
-		}
-		hangUp()
+	}
+	if err := u.hangUpAsScripted(conn, &got); err != nil {
+		return fail(err)
 	}
 	// The app is gone: whatever the wait was, it is over after this.
 	time.Sleep(c.waitLength() + time.Second)
 	got.arrivals = u.got()
 	got.openStalls = u.awaitStallsClosed()
 	return got
+}
+
+// arrangeWait sets up the wait of c's cell before its request: a hold or a
+// token is used up by a first request, a queue slot taken by a blocking
+// one. unblock ends the blocking request.
+func (r *matrixRig) arrangeWait(c matrixCell) (unblock func(), err error) {
+	u := r.cell[c]
+	switch c.wait {
+	case matrixHold, matrixToken:
+		if _, err := r.side(c, "/prime", true); err != nil {
+			return nil, fmt.Errorf("priming the %s: %w", c.wait, err)
+		}
+	case matrixQueue:
+		blocker, err := r.side(c, "/block", false)
+		if err != nil {
+			return nil, fmt.Errorf("taking the slot: %w", err)
+		}
+		if !awaitPath(u.arrived, "/block", 10*time.Second) {
+			blocker.Close()
+			return nil, errors.New("the blocking request never reached the upstream")
+		}
+		return func() { blocker.Close() }, nil
+	}
+	return func() {}, nil
+}
+
+// releaseLater lets the request that holds a queue's slot finish after d.
+func (u *matrixUpstreamRig) releaseLater(d time.Duration) {
+	if u.c.wait == matrixQueue {
+		time.AfterFunc(d, func() { close(u.release) })
+	}
+}
+
+// readTheAnswers reads, for an app that stays, the cell's response (and the
+// pipelined second one) into got.
+func readTheAnswers(c matrixCell, conn net.Conn, sentAt time.Time, got *matrixGot) error {
+	_ = conn.SetDeadline(time.Now().Add(15 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return fmt.Errorf("reading the response: %w", err)
+	}
+	got.answeredAfter = time.Since(sentAt)
+	io.Copy(io.Discard, resp.Body)
+	got.status, got.outcome, got.count = resp.StatusCode, resp.Header.Get("X-Retry-Outcome"), resp.Header.Get("X-Retry-Attempts")
+	if c.app == matrixPipelines {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return fmt.Errorf("reading the pipelined response: %w", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		got.secondStatus, got.secondOutcome = resp.StatusCode, resp.Header.Get("X-Retry-Outcome")
+	}
+	return nil
+}
+
+// hangUpAsScripted closes the app's connection at the moment its cell
+// names: before the first attempt, during the wait, or after the last
+// attempt, and notes when in got.
+func (u *matrixUpstreamRig) hangUpAsScripted(conn net.Conn, got *matrixGot) error {
+	c, want := u.c, u.want
+	hangUp := func() {
+		conn.Close()
+		got.hungUp = time.Now()
+		close(u.appGone)
+	}
+	switch c.app {
+	case matrixBefore:
+		if want.waitsBeforeFirst {
+			hangUp()
+		} else {
+			if !awaitPath(u.arrived, "/cell", 10*time.Second) {
+				return errors.New("the first attempt never arrived")
+			}
+			hangUp()
+		}
+		u.releaseLater(matrixHangUpAt)
+	case matrixDuring, matrixPipelinesHangs:
+		if !want.waitsBeforeFirst && !awaitN(u.answered, 1, 10*time.Second) {
+			return errors.New("the first attempt was never answered")
+		}
+		time.Sleep(matrixHangUpAt)
+		if u.cells() != len(want.attempts) {
+			return fmt.Errorf("the wait was over before the app hung up (a machine too slow for the scenario's %v)", c.waitLength())
+		}
+		hangUp()
+		u.releaseLater(matrixHangUpAt)
+	case matrixAfter:
+		u.releaseLater(matrixHangUpAt)
+		for range len(want.attempts) {
+			if !awaitPath(u.arrived, "/cell", 10*time.Second) {
+				return fmt.Errorf("attempt %d never arrived", len(want.attempts))
+			}
+		}
+		hangUp()
+	}
+	return nil
 }
 
 // awaitStallsClosed gives the upstream's server up to a second to see the

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
@@ -123,54 +126,13 @@ func TestRotatedQuotaPasswordIsPickedUpWithoutRestart(t *testing.T) {
 	writeCreds("first-password")
 
 	up := newUpstream(t, status(http.StatusOK))
-	doc, err := policyset.FromPolicyFiles([]byte(policyYAML("test", "up", up.host(), "quotaRef: {name: partner}", "deadline: 2s") + fmt.Sprintf(`---
-apiVersion: policy.retry.dev/v1alpha1
-kind: SharedQuota
-metadata: {name: partner}
-spec:
-  requestsPerSecond: 1000
-  burst: 10
-  consumers: {namespaceSelector: {}}
-  store: {redis: {address: %q}}
-`, redis.Addr)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc.Revision = 1
-	doc.Quotas[0].Store.Redis.CredentialsFile = filepath.Join(credsDir, "credentials")
-	policies, err := policyset.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmDir := t.TempDir()
-	kubeletWrite(t, cmDir, map[string]string{"policies.json": string(policies)})
-	s := startSidecar(t, "--config-dir", cmDir)
+	s := startSidecarReadingQuotaCredentials(t, up, redis.Addr, filepath.Join(credsDir, "credentials"))
 	reachable := `retry_sidecar_quota_store_state{quota="partner",state="reachable"}`
 	s.waitMetric(reachable, 1)
 
 	// A steady stream through the sidecar for the whole rotation.
-	stop := make(chan struct{})
-	var sent, admitted atomic.Int64
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			r := s.get(up.url("/steady"))
-			sent.Add(1)
-			if r.status == http.StatusOK {
-				admitted.Add(1)
-			} else {
-				t.Errorf("request %d during the rotation: status %d (%s), want 200", sent.Load(), r.status, r.header.Get("X-Retry-Outcome"))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-	stopStream := sync.OnceFunc(func() { close(stop); wg.Wait() })
-	defer stopStream()
+	stream := startSteadyStream(t, s, up)
+	defer stream.stop()
 
 	loads := func() int { return strings.Count(s.logs.String(), `"msg":"configuration loaded"`) }
 	before := loads()
@@ -194,25 +156,95 @@ spec:
 		t.Fatal(err)
 	}
 	killed := time.Now()
+	waitUntilConnectedAgain(ctx, t, admin, s, user, reachable)
+	back := time.Since(killed)
+	time.Sleep(500 * time.Millisecond) // the stream goes on on the new connection
+	stream.stop()
+	if n := s.metric(`retry_sidecar_quota_store_errors_total{quota="partner",state="refused"}`); n > 0 {
+		t.Errorf("the store refused the sidecar %v times: it used the old password", n)
+	}
+	t.Logf("file rewritten → reloaded in %s; old password removed → connected again with the new one in %s; %d of %d requests admitted",
+		reloaded.Round(time.Millisecond), back.Round(time.Millisecond), stream.admitted.Load(), stream.sent.Load())
+}
+
+// startSidecarReadingQuotaCredentials starts a sidecar whose mounted
+// document, as an older manager rendered it, has a policy for up drawing on
+// the SharedQuota "partner" in the Redis at addr, reached with the
+// credentials in credsFile.
+func startSidecarReadingQuotaCredentials(t *testing.T, up *upstream, addr, credsFile string) *sidecar {
+	t.Helper()
+	doc, err := policyset.FromPolicyFiles([]byte(policyYAML("test", "up", up.host(), "quotaRef: {name: partner}", "deadline: 2s") + fmt.Sprintf(`---
+apiVersion: policy.retry.dev/v1alpha1
+kind: SharedQuota
+metadata: {name: partner}
+spec:
+  requestsPerSecond: 1000
+  burst: 10
+  consumers: {namespaceSelector: {}}
+  store: {redis: {address: %q}}
+`, addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc.Revision = 1
+	doc.Quotas[0].Store.Redis.CredentialsFile = credsFile
+	policies, err := policyset.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmDir := t.TempDir()
+	kubeletWrite(t, cmDir, map[string]string{"policies.json": string(policies)})
+	return startSidecar(t, "--config-dir", cmDir)
+}
+
+// steadyStream sends requests one after another through a sidecar, every
+// 10 ms, each of which must be answered 200, until stop.
+type steadyStream struct {
+	sent, admitted atomic.Int64
+	stop           func() // stops the stream and waits for its last request; idempotent
+}
+
+func startSteadyStream(t *testing.T, s *sidecar, up *upstream) *steadyStream {
+	stream := &steadyStream{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r := s.get(up.url("/steady"))
+			stream.sent.Add(1)
+			if r.status == http.StatusOK {
+				stream.admitted.Add(1)
+			} else {
+				t.Errorf("request %d during the rotation: status %d (%s), want 200", stream.sent.Load(), r.status, r.header.Get("X-Retry-Outcome"))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	stream.stop = sync.OnceFunc(func() { close(stop); wg.Wait() })
+	return stream
+}
+
+// waitUntilConnectedAgain waits up to 5 s until the store lists a connection
+// of user and the sidecar reports the store reachable again.
+func waitUntilConnectedAgain(ctx context.Context, t *testing.T, admin *redis.Client, s *sidecar, user, reachable string) {
+	t.Helper()
+	killed := time.Now()
 	for {
 		clients, err := admin.Do(ctx, "CLIENT", "LIST").Text()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if strings.Contains(clients, "user="+user+" ") && s.metric(reachable) == 1 {
-			break
+			return
 		}
 		if time.Since(killed) > 5*time.Second {
 			t.Fatalf("5 s after the old password was removed: store state reachable = %v, connections:\n%s", s.metric(reachable), clients)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	back := time.Since(killed)
-	time.Sleep(500 * time.Millisecond) // the stream goes on on the new connection
-	stopStream()
-	if n := s.metric(`retry_sidecar_quota_store_errors_total{quota="partner",state="refused"}`); n > 0 {
-		t.Errorf("the store refused the sidecar %v times: it used the old password", n)
-	}
-	t.Logf("file rewritten → reloaded in %s; old password removed → connected again with the new one in %s; %d of %d requests admitted",
-		reloaded.Round(time.Millisecond), back.Round(time.Millisecond), admitted.Load(), sent.Load())
 }

@@ -22,23 +22,7 @@ import (
 // lease).
 func TestTracingAdmissionWaitsNameTheirGate(t *testing.T) {
 	t.Parallel()
-	for name, tc := range map[string]struct {
-		policy func(t *testing.T, host string) string
-		reason string
-		// firstMayWait: the first request may wait for the quota's first
-		// lease (the client leases as demand comes).
-		firstMayWait bool
-	}{
-		"a start token of the rateLimit": {reason: "rate_limit", policy: func(t *testing.T, host string) string {
-			return policyFile(t, host, fields("deadline: 20s", "rateLimit: {requestsPerMinute: 120, burst: 1}")...)
-		}},
-		"a token of the SharedQuota": {reason: "quota", firstMayWait: true, policy: func(t *testing.T, host string) string {
-			return quotaFile(t, host, redistest.Start(t).Addr, 2, 1, fields("deadline: 20s")...)
-		}},
-		"a slot of the concurrency gate": {reason: "queue", policy: func(t *testing.T, host string) string {
-			return policyFile(t, host, fields("deadline: 20s", "concurrency: {maxInFlight: 1, maxQueued: 4, queueTimeout: 15s}")...)
-		}},
-	} {
+	for name, tc := range admissionWaitCases {
 		t.Run("waiting for "+name, func(t *testing.T) {
 			t.Parallel()
 			col := startCollector(t, "http/protobuf", nil)
@@ -56,23 +40,7 @@ func TestTracingAdmissionWaitsNameTheirGate(t *testing.T) {
 				s.waitMetric(`retry_sidecar_quota_store_state{quota="partner",state="reachable"}`, 1)
 			}
 			traces := []string{"11111111111111111111111111111111", "22222222222222222222222222222222"}
-			results := make([]<-chan result, 2)
-			for i, trace := range traces {
-				req, _ := http.NewRequest(http.MethodGet, up.url(fmt.Sprintf("/%d", i+1)), nil)
-				req.Header.Set("Traceparent", "00-"+trace+"-"+appSpanID+"-01")
-				ch := make(chan result, 1)
-				go func() {
-					r, err := s.try(req)
-					if err != nil {
-						r.body = err.Error()
-					}
-					ch <- r
-				}()
-				results[i] = ch
-				if i == 0 {
-					up.waitForArrivals(t, 1)
-				}
-			}
+			results := sendTheSecondWhileTheFirstHolds(t, s, up, traces)
 			if tc.reason == "queue" {
 				s.waitMetric(`retry_sidecar_queued_requests{upstream="up"}`, 1)
 			}
@@ -84,18 +52,7 @@ func TestTracingAdmissionWaitsNameTheirGate(t *testing.T) {
 			spans := col.waitSpans(t, 4)
 			t.Logf("the collector received:\n%s", otlpreceiver.Tree(spans))
 			for i, trace := range traces {
-				var reasons []string
-				for _, sp := range spans {
-					if hex.EncodeToString(sp.GetTraceId()) != trace || sp.GetKind() != tracepb.Span_SPAN_KIND_SERVER {
-						continue
-					}
-					for _, e := range eventsNamed(sp.Span, "retry.wait") {
-						reasons = append(reasons, attrOf(e.GetAttributes(), "retry.reason"))
-						if d := doubleOf(e.GetAttributes(), "retry.delay"); d <= 0 {
-							t.Errorf("request %d: a wait of %v s, want > 0", i+1, d)
-						}
-					}
-				}
+				reasons := serverSpanWaitReasons(t, spans, trace, i+1)
 				want := [][]string{nil, {tc.reason}}[i]
 				if i == 0 && tc.firstMayWait && slices.Equal(reasons, []string{tc.reason}) {
 					want = reasons
@@ -106,4 +63,70 @@ func TestTracingAdmissionWaitsNameTheirGate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// admissionWaitCase is a policy with one admission gate, and the reason its
+// wait is named by.
+type admissionWaitCase struct {
+	policy func(t *testing.T, host string) string
+	reason string
+	// firstMayWait: the first request may wait for the quota's first
+	// lease (the client leases as demand comes).
+	firstMayWait bool
+}
+
+var admissionWaitCases = map[string]admissionWaitCase{
+	"a start token of the rateLimit": {reason: "rate_limit", policy: func(t *testing.T, host string) string {
+		return policyFile(t, host, fields("deadline: 20s", "rateLimit: {requestsPerMinute: 120, burst: 1}")...)
+	}},
+	"a token of the SharedQuota": {reason: "quota", firstMayWait: true, policy: func(t *testing.T, host string) string {
+		return quotaFile(t, host, redistest.Start(t).Addr, 2, 1, fields("deadline: 20s")...)
+	}},
+	"a slot of the concurrency gate": {reason: "queue", policy: func(t *testing.T, host string) string {
+		return policyFile(t, host, fields("deadline: 20s", "concurrency: {maxInFlight: 1, maxQueued: 4, queueTimeout: 15s}")...)
+	}},
+}
+
+// sendTheSecondWhileTheFirstHolds sends one request per trace, each in its
+// own trace, the second once the first has reached the upstream (which holds
+// it). It returns where each request's result will arrive.
+func sendTheSecondWhileTheFirstHolds(t *testing.T, s *sidecar, up *upstream, traces []string) []<-chan result {
+	t.Helper()
+	results := make([]<-chan result, len(traces))
+	for i, trace := range traces {
+		req, _ := http.NewRequest(http.MethodGet, up.url(fmt.Sprintf("/%d", i+1)), nil)
+		req.Header.Set("Traceparent", "00-"+trace+"-"+appSpanID+"-01")
+		ch := make(chan result, 1)
+		go func() {
+			r, err := s.try(req)
+			if err != nil {
+				r.body = err.Error()
+			}
+			ch <- r
+		}()
+		results[i] = ch
+		if i == 0 {
+			up.waitForArrivals(t, 1)
+		}
+	}
+	return results
+}
+
+// serverSpanWaitReasons are the retry.reason attributes of the retry.wait
+// events on trace's SERVER spans, in order; each wait must have lasted.
+func serverSpanWaitReasons(t *testing.T, spans []otlpreceiver.Span, trace string, request int) []string {
+	t.Helper()
+	var reasons []string
+	for _, sp := range spans {
+		if hex.EncodeToString(sp.GetTraceId()) != trace || sp.GetKind() != tracepb.Span_SPAN_KIND_SERVER {
+			continue
+		}
+		for _, e := range eventsNamed(sp.Span, "retry.wait") {
+			reasons = append(reasons, attrOf(e.GetAttributes(), "retry.reason"))
+			if d := doubleOf(e.GetAttributes(), "retry.delay"); d <= 0 {
+				t.Errorf("request %d: a wait of %v s, want > 0", request, d)
+			}
+		}
+	}
+	return reasons
 }

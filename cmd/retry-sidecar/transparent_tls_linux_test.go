@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -69,46 +70,7 @@ type tlsArrival struct {
 func TestTransparentInterceptionOriginatesTLS(t *testing.T) {
 	n := newNetns(t)
 	ca := newTestCA(t, "test CA")
-	cert := ca.leaf(t, apiHost)
-
-	var mu sync.Mutex
-	var arrivals []tlsArrival
-	var clear []string // the first line of what reached a port 80, by address
-	for _, addr := range []string{apiAddr, otherAddr} {
-		srv := &http.Server{
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				mu.Lock()
-				arrivals = append(arrivals, tlsArrival{local: r.Context().Value(http.LocalAddrContextKey).(net.Addr).String(),
-					sni: r.TLS.ServerName, authorization: r.Header.Get("Authorization"), attempt: r.Header.Get("X-Retry-Attempt")})
-				first := len(arrivals) == 1
-				mu.Unlock()
-				if first {
-					w.WriteHeader(http.StatusServiceUnavailable) // the policy still retries over TLS
-					return
-				}
-				io.WriteString(w, "hello over TLS")
-			}),
-			TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
-		}
-		go srv.ServeTLS(n.listenInside(addr+":443"), "", "")
-		t.Cleanup(func() { srv.Close() })
-
-		plain := n.listenInside(addr + ":80")
-		go func() {
-			for {
-				c, err := plain.Accept()
-				if err != nil {
-					return
-				}
-				line, _ := bufio.NewReader(c).ReadString('\n')
-				mu.Lock()
-				clear = append(clear, c.LocalAddr().String()+" "+strings.TrimSpace(line))
-				mu.Unlock()
-				c.Close()
-			}
-		}()
-	}
-
+	ups := serveTLSAndWatchPort80(n, ca.leaf(t, apiHost), apiAddr, otherAddr)
 	policy := filepath.Join(n.dir, "policy.yaml")
 	must(t, os.WriteFile(policy, []byte(tlsPolicyYAML("api", apiHost, "{caCertificateRefs: [{name: test-ca}]}", ca, "maxAttempts: 3")), 0o644))
 	ready := filepath.Join(n.dir, "run", "sidecar.ready")
@@ -119,43 +81,15 @@ func TestTransparentInterceptionOriginatesTLS(t *testing.T) {
 		"--policy-file="+policy, "--ready-file="+ready, "--drain-timeout=1s"), ready)
 	n.must(n.bin, injectedRedirectArgs(t)...)
 
-	tests := map[string]struct {
-		dial      string // where the app connects
-		wantLocal string // where the TLS upstream received it
-	}{
-		"the app's address is dialled on the TLS port": {
-			dial: apiAddr + ":80", wantLocal: apiAddr + ":443"},
-		"the original destination is dialled, not a DNS lookup of Host": {
-			dial: otherAddr + ":80", wantLocal: otherAddr + ":443"},
-	}
-	for name, tc := range tests {
+	for name, tc := range tlsOriginationCases {
 		t.Run(name, func(t *testing.T) {
-			mu.Lock()
-			arrivals, clear = nil, nil
-			mu.Unlock()
-			var resp *http.Response
-			var body []byte
-			err := n.inside(func() error {
-				c, err := net.DialTimeout("tcp", tc.dial, 5*time.Second)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-				io.WriteString(c, "GET /orders HTTP/1.1\r\nHost: "+apiHost+"\r\nAuthorization: Bearer s3cret\r\nConnection: close\r\n\r\n")
-				if resp, err = http.ReadResponse(bufio.NewReader(c), nil); err != nil {
-					return err
-				}
-				body, err = io.ReadAll(resp.Body)
-				return err
-			})
-			must(t, err)
+			ups.forget()
+			resp, body := getOrdersWithToken(t, n, tc.dial)
 			if resp.StatusCode != 200 || resp.Header.Get("X-Retry-Outcome") != "success" || resp.Header.Get("X-Retry-Attempts") != "2" || string(body) != "hello over TLS" {
 				t.Errorf("app got %d, outcome %q, attempts %q, body %q; want 200, success, 2, \"hello over TLS\"",
 					resp.StatusCode, resp.Header.Get("X-Retry-Outcome"), resp.Header.Get("X-Retry-Attempts"), body)
 			}
-			mu.Lock()
-			defer mu.Unlock()
+			arrivals, clear := ups.seen()
 			want := []tlsArrival{{tc.wantLocal, apiHost, "Bearer s3cret", "1"}, {tc.wantLocal, apiHost, "Bearer s3cret", "2"}}
 			if fmt.Sprint(arrivals) != fmt.Sprint(want) {
 				t.Errorf("TLS upstream received %v, want %v", arrivals, want)
@@ -165,4 +99,103 @@ func TestTransparentInterceptionOriginatesTLS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tlsOriginationCases are where the app connects (port 80 of an address in
+// the namespace) and where the TLS upstream must receive the request.
+var tlsOriginationCases = map[string]struct {
+	dial      string // where the app connects
+	wantLocal string // where the TLS upstream received it
+}{
+	"the app's address is dialled on the TLS port": {
+		dial: apiAddr + ":80", wantLocal: apiAddr + ":443"},
+	"the original destination is dialled, not a DNS lookup of Host": {
+		dial: otherAddr + ":80", wantLocal: otherAddr + ":443"},
+}
+
+// tlsAndClearUpstreams are, at each address, a TLS upstream on port 443
+// (503 to the first request of all, then "hello over TLS") and a port 80
+// that records the first line of whatever reaches it in clear text.
+type tlsAndClearUpstreams struct {
+	mu       sync.Mutex
+	arrivals []tlsArrival
+	clear    []string // the first line of what reached a port 80, by address
+}
+
+func serveTLSAndWatchPort80(n *netns, cert tls.Certificate, addrs ...string) *tlsAndClearUpstreams {
+	u := &tlsAndClearUpstreams{}
+	for _, addr := range addrs {
+		srv := &http.Server{
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				u.mu.Lock()
+				u.arrivals = append(u.arrivals, tlsArrival{local: r.Context().Value(http.LocalAddrContextKey).(net.Addr).String(),
+					sni: r.TLS.ServerName, authorization: r.Header.Get("Authorization"), attempt: r.Header.Get("X-Retry-Attempt")})
+				first := len(u.arrivals) == 1
+				u.mu.Unlock()
+				if first {
+					w.WriteHeader(http.StatusServiceUnavailable) // the policy still retries over TLS
+					return
+				}
+				io.WriteString(w, "hello over TLS")
+			}),
+			TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
+		}
+		go srv.ServeTLS(n.listenInside(addr+":443"), "", "")
+		n.t.Cleanup(func() { srv.Close() })
+		go u.recordClearText(n.listenInside(addr + ":80"))
+	}
+	return u
+}
+
+func (u *tlsAndClearUpstreams) recordClearText(plain net.Listener) {
+	for {
+		c, err := plain.Accept()
+		if err != nil {
+			return
+		}
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		u.mu.Lock()
+		u.clear = append(u.clear, c.LocalAddr().String()+" "+strings.TrimSpace(line))
+		u.mu.Unlock()
+		c.Close()
+	}
+}
+
+// forget drops what the upstreams have seen so far.
+func (u *tlsAndClearUpstreams) forget() {
+	u.mu.Lock()
+	u.arrivals, u.clear = nil, nil
+	u.mu.Unlock()
+}
+
+// seen is what the TLS upstreams and the clear-text ports have seen since
+// the last forget.
+func (u *tlsAndClearUpstreams) seen() (arrivals []tlsArrival, clear []string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.arrivals), slices.Clone(u.clear)
+}
+
+// getOrdersWithToken is the app's GET /orders for apiHost with a bearer
+// token, sent to dial from inside n; it returns the response and its body.
+func getOrdersWithToken(t *testing.T, n *netns, dial string) (*http.Response, []byte) {
+	t.Helper()
+	var resp *http.Response
+	var body []byte
+	err := n.inside(func() error {
+		c, err := net.DialTimeout("tcp", dial, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		io.WriteString(c, "GET /orders HTTP/1.1\r\nHost: "+apiHost+"\r\nAuthorization: Bearer s3cret\r\nConnection: close\r\n\r\n")
+		if resp, err = http.ReadResponse(bufio.NewReader(c), nil); err != nil {
+			return err
+		}
+		body, err = io.ReadAll(resp.Body)
+		return err
+	})
+	must(t, err)
+	return resp, body
 }

@@ -411,48 +411,89 @@ func TestSelfLoopIsRefusedInEverySpelling(t *testing.T) {
 
 func TestReplayBuffersAreAdmittedAgainstTheSidecarWideCap(t *testing.T) {
 	t.Parallel()
-	const (
-		capBytes = 8 << 20
-		big      = 16 << 20 // larger than the whole cap
-		mid      = 3 << 20  // two fit the cap together, three do not
-		small    = 1 << 20
-		parallel = 6
-	)
-	type rec struct {
-		path, attempt string
-		n             int64
+	up := newReplayUpstream(t)
+	s := startSidecar(t, fmt.Sprintf("--max-replay-memory=%d", replayCap), "--policy-file="+policyFile(t, up.host(),
+		fields("replayableMethods: [GET, PUT]", "maxReplayBodyBytes: 16777216", "maxAttempts: 3", "deadline: 20s")...))
+	before := procStatus(s.pid(), "VmRSS")
+
+	// Six 16 MiB PUTs: none fits the 8 MiB cap, so each is streamed once (and
+	// its 503 is final) or shed before it is read.
+	assertStreamedOnceOrShed(t, up, putConcurrently(s, up, "big", replayBig))
+
+	// Six 3 MiB PUTs at once: at most two replay buffers fit the cap together.
+	buffered := countBufferedForReplay(t, up, putConcurrently(s, up, "mid", replayMid))
+	if buffered > replayCap/replayMid {
+		t.Errorf("%d of six concurrent 3 MiB PUTs were buffered for replay; the 8 MiB cap holds %d", buffered, replayCap/replayMid)
 	}
-	var (
-		mu       sync.Mutex
-		recs     []rec
-		midFirst int
-		midAll   = make(chan struct{})
-	)
-	// /big-*: always 503. /mid-*: the first transmissions are all held until
-	// the six arrived (so every replay buffer is live at once), then 503; a
-	// second transmission gets 200. /small: 503, then 200.
-	up := &upstream{}
-	up.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+
+	peak := procStatus(s.pid(), "VmHWM")
+	limit := int64(replayCap>>10) + 40<<10
+	t.Logf("RSS %d KiB before, peak %d KiB (limit %d KiB); %d of 6 mid-size PUTs buffered", before, peak, limit, buffered)
+	if peak > limit {
+		t.Errorf("sidecar peak RSS %d KiB; want <= %d KiB (the 8 MiB replay cap + 40 MiB)", peak, limit)
+	}
+
+	// Once the buffers are released, a body that fits is buffered and replayed.
+	req, _ := http.NewRequest(http.MethodPut, up.url("/small"), io.LimitReader(zeros{}, replaySmall))
+	req.ContentLength = replaySmall
+	assertOutcome(t, s.do(req), 200, "success", "2")
+	if got, want := up.sentTo("/small"), []replayRec{{"/small", "1", replaySmall}, {"/small", "2", replaySmall}}; !slices.Equal(got, want) {
+		t.Errorf("the 1 MiB PUT reached the upstream as %+v, want %+v", got, want)
+	}
+}
+
+// The sizes of TestReplayBuffersAreAdmittedAgainstTheSidecarWideCap: the
+// sidecar's replay cap and the bodies of its PUTs, sent replayParallel at once.
+const (
+	replayCap      = 8 << 20
+	replayBig      = 16 << 20 // larger than the whole cap
+	replayMid      = 3 << 20  // two fit the cap together, three do not
+	replaySmall    = 1 << 20
+	replayParallel = 6
+)
+
+// replayRec is one request as the upstream read it: its path, its
+// X-Retry-Attempt and the body bytes it carried.
+type replayRec struct {
+	path, attempt string
+	n             int64
+}
+
+// replayUpstream records every request it reads. /big-*: always 503.
+// /mid-*: the first transmissions are all held until the six arrived (so
+// every replay buffer is live at once), then 503; a second transmission gets
+// 200. /small: 503, then 200.
+type replayUpstream struct {
+	*upstream
+	recsMu   sync.Mutex // guards recs and midFirst
+	recs     []replayRec
+	midFirst int
+	midAll   chan struct{}
+}
+
+func newReplayUpstream(t *testing.T) *replayUpstream {
+	u := &replayUpstream{upstream: &upstream{}, midAll: make(chan struct{})}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
-		mu.Lock()
-		recs = append(recs, rec{r.URL.Path, r.Header.Get("X-Retry-Attempt"), n})
+		u.recsMu.Lock()
+		u.recs = append(u.recs, replayRec{r.URL.Path, r.Header.Get("X-Retry-Attempt"), n})
 		seen := 0
-		for _, x := range recs {
+		for _, x := range u.recs {
 			if x.path == r.URL.Path {
 				seen++
 			}
 		}
 		isMid := strings.HasPrefix(r.URL.Path, "/mid-")
 		if isMid && seen == 1 {
-			if midFirst++; midFirst == parallel {
-				close(midAll)
+			if u.midFirst++; u.midFirst == replayParallel {
+				close(u.midAll)
 			}
 		}
-		mu.Unlock()
+		u.recsMu.Unlock()
 		switch {
 		case isMid && seen == 1:
 			select {
-			case <-midAll:
+			case <-u.midAll:
 			case <-time.After(10 * time.Second):
 			}
 			w.WriteHeader(503)
@@ -462,47 +503,52 @@ func TestReplayBuffersAreAdmittedAgainstTheSidecarWideCap(t *testing.T) {
 			w.WriteHeader(503)
 		}
 	}))
-	t.Cleanup(up.srv.Close)
-	sentTo := func(path string) []rec {
-		mu.Lock()
-		defer mu.Unlock()
-		var out []rec
-		for _, x := range recs {
-			if x.path == path {
-				out = append(out, x)
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+// sentTo is every request for path the upstream read, in order.
+func (u *replayUpstream) sentTo(path string) []replayRec {
+	u.recsMu.Lock()
+	defer u.recsMu.Unlock()
+	var out []replayRec
+	for _, x := range u.recs {
+		if x.path == path {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// putConcurrently sends replayParallel PUTs of size zero bytes at once
+// through s, to /prefix-0, /prefix-1, …, and returns their results by index.
+func putConcurrently(s *sidecar, up *replayUpstream, prefix string, size int64) []result {
+	results := make([]result, replayParallel)
+	var wg sync.WaitGroup
+	for i := range replayParallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest(http.MethodPut, up.url(fmt.Sprintf("/%s-%d", prefix, i)), io.LimitReader(zeros{}, size))
+			req.ContentLength = size
+			r, err := s.try(req)
+			if err != nil {
+				r.body = err.Error()
 			}
-		}
-		return out
+			results[i] = r
+		}()
 	}
-	s := startSidecar(t, fmt.Sprintf("--max-replay-memory=%d", capBytes), "--policy-file="+policyFile(t, up.host(),
-		fields("replayableMethods: [GET, PUT]", "maxReplayBodyBytes: 16777216", "maxAttempts: 3", "deadline: 20s")...))
-	before := procStatus(s.pid(), "VmRSS")
+	wg.Wait()
+	return results
+}
 
-	puts := func(prefix string, size int64) []result {
-		results := make([]result, parallel)
-		var wg sync.WaitGroup
-		for i := range parallel {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				req, _ := http.NewRequest(http.MethodPut, up.url(fmt.Sprintf("/%s-%d", prefix, i)), io.LimitReader(zeros{}, size))
-				req.ContentLength = size
-				r, err := s.try(req)
-				if err != nil {
-					r.body = err.Error()
-				}
-				results[i] = r
-			}()
-		}
-		wg.Wait()
-		return results
-	}
-
-	// Six 16 MiB PUTs: none fits the 8 MiB cap, so each is streamed once (and
-	// its 503 is final) or shed before it is read.
-	for i, r := range puts("big", big) {
+// assertStreamedOnceOrShed checks each of the big PUTs: shed before it
+// reached the upstream, or streamed to it once, whole, its 503 final.
+func assertStreamedOnceOrShed(t *testing.T, up *replayUpstream, results []result) {
+	t.Helper()
+	for i, r := range results {
 		path := fmt.Sprintf("/big-%d", i)
-		sent := sentTo(path)
+		sent := up.sentTo(path)
 		switch r.header.Get("X-Retry-Outcome") {
 		case "shed":
 			assertOutcome(t, r, 503, "shed", "0")
@@ -511,51 +557,38 @@ func TestReplayBuffersAreAdmittedAgainstTheSidecarWideCap(t *testing.T) {
 			}
 		default:
 			assertOutcome(t, r, 503, "not-replayable", "1")
-			if len(sent) != 1 || sent[0].n != big || sent[0].attempt != "1" {
-				t.Errorf("PUT %s reached the upstream as %+v; want once, whole (%d bytes), X-Retry-Attempt 1", path, sent, big)
+			if len(sent) != 1 || sent[0].n != replayBig || sent[0].attempt != "1" {
+				t.Errorf("PUT %s reached the upstream as %+v; want once, whole (%d bytes), X-Retry-Attempt 1", path, sent, replayBig)
 			}
 		}
 	}
+}
 
-	// Six 3 MiB PUTs at once: at most two replay buffers fit the cap together.
+// countBufferedForReplay checks each of the mid-size PUTs (buffered and
+// replayed, shed, or streamed once) and returns how many were buffered.
+func countBufferedForReplay(t *testing.T, up *replayUpstream, results []result) int {
+	t.Helper()
 	buffered := 0
-	for i, r := range puts("mid", mid) {
+	for i, r := range results {
 		path := fmt.Sprintf("/mid-%d", i)
-		sent := sentTo(path)
+		sent := up.sentTo(path)
 		switch r.header.Get("X-Retry-Outcome") {
 		case "success": // buffered and replayed
 			buffered++
 			assertOutcome(t, r, 200, "success", "2")
-			if len(sent) != 2 || sent[0].n != mid || sent[1].n != mid || sent[1].attempt != "2" {
+			if len(sent) != 2 || sent[0].n != replayMid || sent[1].n != replayMid || sent[1].attempt != "2" {
 				t.Errorf("PUT %s reached the upstream as %+v; want twice, whole", path, sent)
 			}
 		case "shed":
 			assertOutcome(t, r, 503, "shed", "0")
 		default:
 			assertOutcome(t, r, 503, "not-replayable", "1")
-			if len(sent) != 1 || sent[0].n != mid {
+			if len(sent) != 1 || sent[0].n != replayMid {
 				t.Errorf("PUT %s reached the upstream as %+v; want once, whole", path, sent)
 			}
 		}
 	}
-	if buffered > capBytes/mid {
-		t.Errorf("%d of six concurrent 3 MiB PUTs were buffered for replay; the 8 MiB cap holds %d", buffered, capBytes/mid)
-	}
-
-	peak := procStatus(s.pid(), "VmHWM")
-	limit := int64(capBytes>>10) + 40<<10
-	t.Logf("RSS %d KiB before, peak %d KiB (limit %d KiB); %d of 6 mid-size PUTs buffered", before, peak, limit, buffered)
-	if peak > limit {
-		t.Errorf("sidecar peak RSS %d KiB; want <= %d KiB (the 8 MiB replay cap + 40 MiB)", peak, limit)
-	}
-
-	// Once the buffers are released, a body that fits is buffered and replayed.
-	req, _ := http.NewRequest(http.MethodPut, up.url("/small"), io.LimitReader(zeros{}, small))
-	req.ContentLength = small
-	assertOutcome(t, s.do(req), 200, "success", "2")
-	if got, want := sentTo("/small"), []rec{{"/small", "1", small}, {"/small", "2", small}}; !slices.Equal(got, want) {
-		t.Errorf("the 1 MiB PUT reached the upstream as %+v, want %+v", got, want)
-	}
+	return buffered
 }
 
 // ---- 7. the drain before a wait is bounded in time ----
@@ -705,90 +738,101 @@ func TestEveryStalledAnswerEndsByTheDeadline(t *testing.T) {
 
 func TestNotBeforeIsRoundedUpAndSetWhenThereIsNoResponse(t *testing.T) {
 	t.Parallel()
-	notBefore := func(t *testing.T, r result) time.Time {
-		t.Helper()
-		v := r.header.Get("X-Retry-Not-Before")
-		nb, err := http.ParseTime(v)
-		if err != nil {
-			t.Fatalf("X-Retry-Not-Before %q: %v", v, err)
-		}
-		return nb
+	t.Run("deferred by Retry-After received late in a second", notBeforeOfALateRetryAfterIsRoundedUp)
+	t.Run("deadline-exceeded after a connect failure", notBeforeIsSetAfterAConnectFailure)
+	t.Run("deadline-exceeded after a per-try timeout", notBeforeIsSetAfterAPerTryTimeout)
+}
+
+// notBeforeOf is r's X-Retry-Not-Before, which must be an HTTP date.
+func notBeforeOf(t *testing.T, r result) time.Time {
+	t.Helper()
+	v := r.header.Get("X-Retry-Not-Before")
+	nb, err := http.ParseTime(v)
+	if err != nil {
+		t.Fatalf("X-Retry-Not-Before %q: %v", v, err)
 	}
+	return nb
+}
 
-	t.Run("deferred by Retry-After received late in a second", func(t *testing.T) {
-		t.Parallel()
-		var sent atomic.Int64
-		up := newRawUpstream(t, func(c *rawConn) {
-			if _, ok := c.next(); !ok {
-				return
-			}
-			// Answer at .6 of a wall-clock second: truncating receipt+60s would
-			// give a time up to 0.6s before what the server allowed.
-			now := time.Now()
-			frac := time.Duration(now.Nanosecond())
-			wait := 600*time.Millisecond - frac
-			if wait < 0 {
-				wait += time.Second
-			}
-			time.Sleep(wait)
-			sent.Store(time.Now().UnixNano())
-			c.write("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 60\r\nContent-Length: 0\r\n\r\n")
-		})
-		s := startSidecar(t, "--policy-file="+policyFile(t, up.host(),
-			"backoff: {base: 10ms, max: 20ms}", "retryAfter: {maxWait: 1s, spread: 1ms}"))
-		r := s.get(up.url("/"))
-		received := time.Now()
-		assertOutcome(t, r, 503, "deferred", "1")
-		nb := notBefore(t, r)
-		lo := time.Unix(0, sent.Load()).Add(60 * time.Second)
-		if nb.Before(lo) {
-			t.Errorf("X-Retry-Not-Before %s is earlier than the server allowed (%s = answer + 60s); it must be rounded up",
-				nb.UTC().Format(http.TimeFormat), lo.UTC().Format("15:04:05.000"))
+// notBeforeOfALateRetryAfterIsRoundedUp: a Retry-After: 60 received at .6 of
+// a wall-clock second gives a not-before at or after the answer + 60 s.
+func notBeforeOfALateRetryAfterIsRoundedUp(t *testing.T) {
+	t.Parallel()
+	var sent atomic.Int64
+	up := newRawUpstream(t, func(c *rawConn) {
+		if _, ok := c.next(); !ok {
+			return
 		}
-		if hi := received.Add(62 * time.Second); nb.After(hi) {
-			t.Errorf("X-Retry-Not-Before %v, want at most %v", nb, hi)
+		// Answer at .6 of a wall-clock second: truncating receipt+60s would
+		// give a time up to 0.6s before what the server allowed.
+		now := time.Now()
+		frac := time.Duration(now.Nanosecond())
+		wait := 600*time.Millisecond - frac
+		if wait < 0 {
+			wait += time.Second
 		}
+		time.Sleep(wait)
+		sent.Store(time.Now().UnixNano())
+		c.write("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 60\r\nContent-Length: 0\r\n\r\n")
 	})
+	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(),
+		"backoff: {base: 10ms, max: 20ms}", "retryAfter: {maxWait: 1s, spread: 1ms}"))
+	r := s.get(up.url("/"))
+	received := time.Now()
+	assertOutcome(t, r, 503, "deferred", "1")
+	nb := notBeforeOf(t, r)
+	lo := time.Unix(0, sent.Load()).Add(60 * time.Second)
+	if nb.Before(lo) {
+		t.Errorf("X-Retry-Not-Before %s is earlier than the server allowed (%s = answer + 60s); it must be rounded up",
+			nb.UTC().Format(http.TimeFormat), lo.UTC().Format("15:04:05.000"))
+	}
+	if hi := received.Add(62 * time.Second); nb.After(hi) {
+		t.Errorf("X-Retry-Not-Before %v, want at most %v", nb, hi)
+	}
+}
 
-	t.Run("deadline-exceeded after a connect failure", func(t *testing.T) {
-		t.Parallel()
-		dead := freePort(t)
-		s := startSidecar(t, "--policy-file="+policyFile(t, dead,
-			"deadline: 1s", "backoff: {base: 5s, max: 5s, jitter: None}"))
-		start := time.Now()
-		r := s.get("http://" + dead + "/")
-		assertOutcome(t, r, http.StatusGatewayTimeout, "deadline-exceeded", "1")
-		nb := notBefore(t, r)
-		if lo, hi := start.Add(5*time.Second), time.Now().Add(6*time.Second); nb.Before(lo) || nb.After(hi) {
-			t.Errorf("X-Retry-Not-Before %v, want in [%v, %v] (the failure + the 5s backoff, rounded up)", nb, lo, hi)
-		}
-	})
+// notBeforeIsSetAfterAConnectFailure: a deadline that a connect failure and
+// its 5 s backoff would pass gives the failure + 5 s, rounded up.
+func notBeforeIsSetAfterAConnectFailure(t *testing.T) {
+	t.Parallel()
+	dead := freePort(t)
+	s := startSidecar(t, "--policy-file="+policyFile(t, dead,
+		"deadline: 1s", "backoff: {base: 5s, max: 5s, jitter: None}"))
+	start := time.Now()
+	r := s.get("http://" + dead + "/")
+	assertOutcome(t, r, http.StatusGatewayTimeout, "deadline-exceeded", "1")
+	nb := notBeforeOf(t, r)
+	if lo, hi := start.Add(5*time.Second), time.Now().Add(6*time.Second); nb.Before(lo) || nb.After(hi) {
+		t.Errorf("X-Retry-Not-Before %v, want in [%v, %v] (the failure + the 5s backoff, rounded up)", nb, lo, hi)
+	}
+}
 
-	t.Run("deadline-exceeded after a per-try timeout", func(t *testing.T) {
-		t.Parallel()
-		up := newRawUpstream(t, func(c *rawConn) {
-			if _, ok := c.next(); !ok {
-				return
-			}
-			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
-			_, _ = io.Copy(io.Discard, c) // never answers
-		})
-		s := startSidecar(t, "--policy-file="+policyFile(t, up.host(),
-			"deadline: 2s", "perTryTimeout: 200ms", "backoff: {base: 5s, max: 5s, jitter: None}"))
-		start := time.Now()
-		r := s.get(up.url("/"))
-		assertOutcome(t, r, http.StatusGatewayTimeout, "deadline-exceeded", "1")
-		if r.elapsed > time.Second {
-			t.Errorf("answered after %v; the per-try timeout is 200ms and the backoff cannot fit the deadline", r.elapsed)
+// notBeforeIsSetAfterAPerTryTimeout: a deadline that a per-try timeout and
+// its 5 s backoff would pass gives the timeout + 5 s, rounded up, at once.
+func notBeforeIsSetAfterAPerTryTimeout(t *testing.T) {
+	t.Parallel()
+	up := newRawUpstream(t, func(c *rawConn) {
+		if _, ok := c.next(); !ok {
+			return
 		}
-		nb := notBefore(t, r)
-		if lo, hi := start.Add(5200*time.Millisecond), time.Now().Add(6*time.Second); nb.Before(lo) || nb.After(hi) {
-			t.Errorf("X-Retry-Not-Before %v, want in [%v, %v] (the timeout + the 5s backoff, rounded up)", nb, lo, hi)
-		}
-		if n := len(up.got()); n != 1 {
-			t.Errorf("upstream got %d requests, want 1", n)
-		}
+		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		_, _ = io.Copy(io.Discard, c) // never answers
 	})
+	s := startSidecar(t, "--policy-file="+policyFile(t, up.host(),
+		"deadline: 2s", "perTryTimeout: 200ms", "backoff: {base: 5s, max: 5s, jitter: None}"))
+	start := time.Now()
+	r := s.get(up.url("/"))
+	assertOutcome(t, r, http.StatusGatewayTimeout, "deadline-exceeded", "1")
+	if r.elapsed > time.Second {
+		t.Errorf("answered after %v; the per-try timeout is 200ms and the backoff cannot fit the deadline", r.elapsed)
+	}
+	nb := notBeforeOf(t, r)
+	if lo, hi := start.Add(5200*time.Millisecond), time.Now().Add(6*time.Second); nb.Before(lo) || nb.After(hi) {
+		t.Errorf("X-Retry-Not-Before %v, want in [%v, %v] (the timeout + the 5s backoff, rounded up)", nb, lo, hi)
+	}
+	if n := len(up.got()); n != 1 {
+		t.Errorf("upstream got %d requests, want 1", n)
+	}
 }
 
 // ---- 9. admission sheds at once when the queue wait would pass the deadline ----

@@ -223,7 +223,19 @@ func TestSelectorsMayOverlap(t *testing.T) {
 	}
 }
 
-func TestComputeRevisionAndLastAccepted(t *testing.T) {
+// revisionCase is one rendering of policy p: its revision, the hosts it
+// renders and the status.lastAccepted it leaves.
+type revisionCase struct {
+	in           Input
+	wantRevision int64
+	wantHosts    string // hosts of the rendered policy p
+	wantLA       *v1alpha1.AcceptedRendering
+}
+
+// revisionCases are the cases of TestComputeRevisionAndLastAccepted: a valid
+// generation and an invalid one that status.lastAccepted keeps rendering.
+func revisionCases(t *testing.T) map[string]revisionCase {
+	t.Helper()
 	now := time.Unix(1796083200, 0)
 	valid := pol("p", 0, 3, nil, "good.svc")
 	kept := &v1alpha1.AcceptedRendering{Generation: 1, Revision: 1796000000,
@@ -240,12 +252,7 @@ func TestComputeRevisionAndLastAccepted(t *testing.T) {
 	same := rendered(Input{Policies: []v1alpha1.RetryPolicy{valid}, Now: now.Add(-time.Hour)})
 	sameRev := same.Revision
 
-	tests := map[string]struct {
-		in           Input
-		wantRevision int64
-		wantHosts    string // hosts of the rendered policy p
-		wantLA       *v1alpha1.AcceptedRendering
-	}{
+	return map[string]revisionCase{
 		"a first rendering takes the clock as its revision": {
 			in:           Input{Policies: []v1alpha1.RetryPolicy{valid}, Now: now},
 			wantRevision: 1796083200, wantHosts: "good.svc",
@@ -284,7 +291,10 @@ func TestComputeRevisionAndLastAccepted(t *testing.T) {
 			wantLA: kept,
 		},
 	}
-	for name, tc := range tests {
+}
+
+func TestComputeRevisionAndLastAccepted(t *testing.T) {
+	for name, tc := range revisionCases(t) {
 		t.Run(name, func(t *testing.T) {
 			out, err := Compute(tc.in)
 			if err != nil {

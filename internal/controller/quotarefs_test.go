@@ -27,10 +27,27 @@ func quotaPol(name string, gen int64, quota string) v1alpha1.RetryPolicy {
 	return p
 }
 
-func TestComputeQuotaRefs(t *testing.T) {
+// quotaRefsLease is the lease endpoint every case of TestComputeQuotaRefs
+// renders for its quotas.
+var quotaRefsLease = policyset.QuotaLease{URL: "https://retry-operator-webhook-service.retry-operator-system.svc:9445", Address: "10.96.0.12:9445",
+	CABundle: "-----BEGIN CERTIFICATE-----\n", TokenFile: v1alpha1.QuotaTokenPath}
+
+// quotaRefsCase is one policy with a quotaRef: its Accepted condition, the
+// policies rendered and the quotas rendered with them.
+type quotaRefsCase struct {
+	in           Input
+	wantAccepted string
+	wantMessage  string
+	wantRendered []string
+	wantQuotas   []policyset.Quota
+}
+
+// quotaRefsCases are the cases of TestComputeQuotaRefs: a quota that admits
+// the namespace, one that is missing or refuses it, and a kept rendering.
+func quotaRefsCases(t *testing.T) map[string]quotaRefsCase {
+	t.Helper()
+	lease := quotaRefsLease
 	payments := &metav1.LabelSelector{MatchLabels: map[string]string{"team": "payments"}}
-	lease := policyset.QuotaLease{URL: "https://retry-operator-webhook-service.retry-operator-system.svc:9445", Address: "10.96.0.12:9445",
-		CABundle: "-----BEGIN CERTIFICATE-----\n", TokenFile: v1alpha1.QuotaTokenPath}
 	rendered := policyset.Quota{Name: "partner", RequestsPerSecond: 1.5, Burst: 5, OnStoreLoss: v1alpha1.StoreLossLastShare, Lease: &lease}
 	// As an older manager rendered it: the sidecars reached the store with
 	// their namespace's Redis user.
@@ -45,13 +62,7 @@ func TestComputeQuotaRefs(t *testing.T) {
 			Upstreams: []v1alpha1.Upstream{*keptPolicy().Upstreams[0].API()}}
 		return p
 	}
-	tests := map[string]struct {
-		in           Input
-		wantAccepted string
-		wantMessage  string
-		wantRendered []string
-		wantQuotas   []policyset.Quota
-	}{
+	return map[string]quotaRefsCase{
 		"a quota that admits the namespace is rendered with the policy": {
 			in: Input{Policies: []v1alpha1.RetryPolicy{quotaPol("p", 1, "partner")},
 				Quotas: map[string]*v1alpha1.SharedQuota{"partner": sharedQuota("partner", payments)}, NamespaceLabels: map[string]string{"team": "payments"}},
@@ -100,9 +111,12 @@ func TestComputeQuotaRefs(t *testing.T) {
 			wantMessage:  `spec.upstreams[0].quotaRef.name: Not found: "partner": SharedQuota partner does not exist`,
 		},
 	}
-	for name, tc := range tests {
+}
+
+func TestComputeQuotaRefs(t *testing.T) {
+	for name, tc := range quotaRefsCases(t) {
 		t.Run(name, func(t *testing.T) {
-			tc.in.Lease = lease
+			tc.in.Lease = quotaRefsLease
 			out, err := Compute(tc.in)
 			if err != nil {
 				t.Fatal(err)

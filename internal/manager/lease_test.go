@@ -182,19 +182,7 @@ func (h *harness) testQuotaLease(t *testing.T) {
 		}
 	})
 	t.Run("tokens that are not a consumer pod's for the quota's audience are refused (401)", func(t *testing.T) {
-		enc := base64.RawURLEncoding.EncodeToString
-		forged := enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(`{"exp":4102444800,"aud":["quota.retry.dev"],"sub":"system:serviceaccount:`+a+`:app"}`)) + "." + enc([]byte("sig"))
-		for name, token := range map[string]string{
-			"garbage":                             "garbage",
-			"a forged JWT":                        forged,
-			"the pod's token for the API server":  h.podToken(t, a, "app", "https://kubernetes.default.svc.cluster.local", false),
-			"a service account's token of no pod": h.podToken(t, a, "app", "", true),
-			"the token of a pod that was deleted": h.deletedPodToken(t, a),
-		} {
-			if code := h.post(t, q.Name, token, `{"want":1}`); code != http.StatusUnauthorized {
-				t.Errorf("%s: POST = %d, want 401", name, code)
-			}
-		}
+		h.refusesTokensOfNoConsumerPod(t, q, a)
 	})
 	t.Run("a namespace or pod in the body is refused (400); the store records only the token's", func(t *testing.T) {
 		token := h.podToken(t, a, "app", "", false)
@@ -208,21 +196,45 @@ func (h *harness) testQuotaLease(t *testing.T) {
 		}
 	})
 	t.Run("a flood of lease calls from one pod is answered 429 beyond 20 a second", func(t *testing.T) {
-		token := h.podToken(t, a, "flood", "", false)
-		count := map[int]int{}
-		start := time.Now()
-		for range 60 {
-			count[h.post(t, q.Name, token, `{"want":0}`)]++
-		}
-		elapsed := time.Since(start)
-		// Burst 20, then 20 a second: the calls answered 200 are bounded by
-		// the time the 60 took.
-		most := leaseserver.PodBurst + int(math.Ceil(leaseserver.PodRate*elapsed.Seconds()))
-		if count[http.StatusOK] > most || count[http.StatusTooManyRequests] == 0 || count[http.StatusOK]+count[http.StatusTooManyRequests] != 60 {
-			t.Errorf("60 calls in %s: %v; want at most %d answered 200, the others 429", elapsed, count, most)
-		}
-		t.Logf("60 calls in %s: %d answered 200, %d 429", elapsed.Round(time.Millisecond), count[http.StatusOK], count[http.StatusTooManyRequests])
+		h.rateLimitsLeaseCallsOfOnePod(t, q, a)
 	})
+}
+
+// refusesTokensOfNoConsumerPod posts a lease of q with tokens that are not
+// a pod's of namespace a for the quota's audience: each is refused with 401.
+func (h *harness) refusesTokensOfNoConsumerPod(t *testing.T, q *v1alpha1.SharedQuota, a string) {
+	enc := base64.RawURLEncoding.EncodeToString
+	forged := enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(`{"exp":4102444800,"aud":["quota.retry.dev"],"sub":"system:serviceaccount:`+a+`:app"}`)) + "." + enc([]byte("sig"))
+	for name, token := range map[string]string{
+		"garbage":                             "garbage",
+		"a forged JWT":                        forged,
+		"the pod's token for the API server":  h.podToken(t, a, "app", "https://kubernetes.default.svc.cluster.local", false),
+		"a service account's token of no pod": h.podToken(t, a, "app", "", true),
+		"the token of a pod that was deleted": h.deletedPodToken(t, a),
+	} {
+		if code := h.post(t, q.Name, token, `{"want":1}`); code != http.StatusUnauthorized {
+			t.Errorf("%s: POST = %d, want 401", name, code)
+		}
+	}
+}
+
+// rateLimitsLeaseCallsOfOnePod posts 60 leases of q at once from one pod of
+// namespace a: beyond the pod's burst and rate they are answered 429.
+func (h *harness) rateLimitsLeaseCallsOfOnePod(t *testing.T, q *v1alpha1.SharedQuota, a string) {
+	token := h.podToken(t, a, "flood", "", false)
+	count := map[int]int{}
+	start := time.Now()
+	for range 60 {
+		count[h.post(t, q.Name, token, `{"want":0}`)]++
+	}
+	elapsed := time.Since(start)
+	// Burst 20, then 20 a second: the calls answered 200 are bounded by
+	// the time the 60 took.
+	most := leaseserver.PodBurst + int(math.Ceil(leaseserver.PodRate*elapsed.Seconds()))
+	if count[http.StatusOK] > most || count[http.StatusTooManyRequests] == 0 || count[http.StatusOK]+count[http.StatusTooManyRequests] != 60 {
+		t.Errorf("60 calls in %s: %v; want at most %d answered 200, the others 429", elapsed, count, most)
+	}
+	t.Logf("60 calls in %s: %d answered 200, %d 429", elapsed.Round(time.Millisecond), count[http.StatusOK], count[http.StatusTooManyRequests])
 }
 
 // deletedPodToken is a token bound to a pod of ns that no longer exists.

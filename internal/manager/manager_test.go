@@ -527,9 +527,27 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 
 	cs, err := kubernetes.NewForConfig(testenv.TokenConfig(h.cfg, testenv.ServiceAccountToken(t, h.cfg, ns, "default")))
 	must(t, err)
+	for name, f := range sidecarTokenMay(cs, ns) {
+		if err := f(); err != nil {
+			t.Errorf("%s: %v, want allowed", name, err)
+		}
+	}
+	for name, f := range h.sidecarTokenMayNot(t, cs, ns, other) {
+		if err := f(); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: err = %v, want Forbidden", name, err)
+		}
+	}
+}
+
+// sidecarPoliciesByName lists or watches only the retry-policies ConfigMap.
+var sidecarPoliciesByName = metav1.ListOptions{FieldSelector: "metadata.name=" + v1alpha1.PoliciesConfigMapName}
+
+// sidecarTokenMay are the calls an injected pod's token (cs) makes in its
+// namespace ns, each of which the API server must allow.
+func sidecarTokenMay(cs kubernetes.Interface, ns string) map[string]func() error {
 	ctx := context.Background()
-	byName := metav1.ListOptions{FieldSelector: "metadata.name=" + v1alpha1.PoliciesConfigMapName}
-	allowed := map[string]func() error{
+	byName := sidecarPoliciesByName
+	return map[string]func() error{
 		"get retry-policies": func() error {
 			_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, v1alpha1.PoliciesConfigMapName, metav1.GetOptions{})
 			return err
@@ -546,7 +564,15 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 			return err
 		},
 	}
-	denied := map[string]func() error{
+}
+
+// sidecarTokenMayNot are the calls beyond what the sidecar needs, with an
+// injected pod's token (cs) of namespace ns or a bystander's, each of which
+// the API server must forbid.
+func (h *harness) sidecarTokenMayNot(t *testing.T, cs kubernetes.Interface, ns, other string) map[string]func() error {
+	ctx := context.Background()
+	byName := sidecarPoliciesByName
+	return map[string]func() error{
 		"get another ConfigMap": func() error {
 			_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "app-settings", metav1.GetOptions{})
 			return err
@@ -597,16 +623,6 @@ func (h *harness) testSidecarLeastPrivilege(t *testing.T) {
 			}
 			return c.List(ctx, &l, client.InNamespace(ns))
 		},
-	}
-	for name, f := range allowed {
-		if err := f(); err != nil {
-			t.Errorf("%s: %v, want allowed", name, err)
-		}
-	}
-	for name, f := range denied {
-		if err := f(); !apierrors.IsForbidden(err) {
-			t.Errorf("%s: err = %v, want Forbidden", name, err)
-		}
 	}
 }
 

@@ -94,19 +94,27 @@ func (h *harness) testTLS(t *testing.T) {
 	})
 
 	t.Run("invalid tls fields are rejected by the API server naming the field", func(t *testing.T) {
-		bad := upstream("bad", "api.bad.example")
-		bad.TLS = &v1alpha1.UpstreamTLS{Port: ptr.To[int32](0), CACertificateRefs: []v1alpha1.CACertificateRef{{Name: "partner-ca"}},
-			WellKnownCACertificates: ptr.To(v1alpha1.WellKnownCACertificatesSystem)}
-		err := h.c.Create(ctx, policy(ns, "bad", nil, bad))
-		if !apierrors.IsInvalid(err) {
-			t.Fatalf("err = %v, want 422 Invalid", err)
-		}
-		for _, want := range []string{"spec.upstreams[0].tls.port", "spec.upstreams[0].tls.wellKnownCACertificates"} {
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("error %q\ndoes not name %s", err, want)
-			}
-		}
+		h.invalidTLSFieldsAreRejected(t, ns)
 	})
+}
+
+// invalidTLSFieldsAreRejected creates, in ns, a policy whose tls has a port
+// of 0 and both caCertificateRefs and wellKnownCACertificates: the API
+// server refuses it, naming both fields.
+func (h *harness) invalidTLSFieldsAreRejected(t *testing.T, ns string) {
+	ctx := context.Background()
+	bad := upstream("bad", "api.bad.example")
+	bad.TLS = &v1alpha1.UpstreamTLS{Port: ptr.To[int32](0), CACertificateRefs: []v1alpha1.CACertificateRef{{Name: "partner-ca"}},
+		WellKnownCACertificates: ptr.To(v1alpha1.WellKnownCACertificatesSystem)}
+	err := h.c.Create(ctx, policy(ns, "bad", nil, bad))
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("err = %v, want 422 Invalid", err)
+	}
+	for _, want := range []string{"spec.upstreams[0].tls.port", "spec.upstreams[0].tls.wellKnownCACertificates"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q\ndoes not name %s", err, want)
+		}
+	}
 }
 
 // waitBundle waits until the partner upstream's rendered caBundle is want.

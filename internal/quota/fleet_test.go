@@ -113,25 +113,12 @@ func fleetRun(t testing.TB, spec Spec, o fleetOpts, down func(clk *clocktest.Clo
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	weights := float64(o.skew + o.pods - 1)
-	res := fleetResult{admitted: make([]int, o.pods)}
+	res := &fleetResult{admitted: make([]int, o.pods)}
 	res.perMs = make([]int, int(o.d/time.Millisecond)+1)
 	clients := make([]*Client, o.pods)
 	rnd := rand.New(rand.NewPCG(2, 5))
 	for i := range o.pods {
-		pc := &podClock{Clock: clk, late: o.late, rnd: rnd}
-		w := 1.0
-		if i == 0 {
-			w = float64(o.skew)
-			if o.busyLate > 0 {
-				pc.late = o.busyLate
-			}
-			if o.deschedule[1] > 0 {
-				for at := 3 * time.Second; at < o.d; at += 5 * time.Second {
-					span := o.deschedule[0] + time.Duration(rnd.Int64N(int64(o.deschedule[1]-o.deschedule[0])))
-					pc.frozen = append(pc.frozen, [2]time.Time{t0.Add(at), t0.Add(at + span)})
-				}
-			}
-		}
+		pc, w := newFleetPodClock(clk, o, rnd, i)
 		id := Pod{Name: fmt.Sprintf("pod-%d", i)}
 		if o.busyNamespace {
 			id.Namespace = map[bool]string{true: "busy", false: "others"}[i == 0]
@@ -139,59 +126,9 @@ func fleetRun(t testing.TB, spec Spec, o fleetOpts, down func(clk *clocktest.Clo
 		c := New(spec, store, pc, id, log, Observer{})
 		clients[i] = c
 		_ = c.Start()
-		gap := time.Duration(float64(time.Second) / (spec.RequestsPerSecond * o.demand * w / weights))
-		admit := func(now time.Time) {
-			if now.Sub(t0) >= o.d {
-				return
-			}
-			res.admitted[i]++
-			res.total++
-			res.perMs[int(now.Sub(t0)/time.Millisecond)]++
-		}
-		// ask is admission's takeQuota on the pod's clock, from the first
-		// ask (the pod may serve an arrival late): a send time whose time
-		// has come starts at once, a later one is waited for (and asked
-		// again if the pod woke too late for it), and without one the
-		// attempt waits for the next lease while waitFor allows.
-		var ask func(arrived, first time.Time)
-		ask = func(arrived, first time.Time) {
-			now := clk.Now()
-			if first.IsZero() {
-				first = now
-			}
-			if now.Sub(arrived) > o.waitFor || now.Sub(t0) >= o.d {
-				return
-			}
-			t, v := c.TakeAt(now, now.Sub(first), o.waitFor-now.Sub(arrived))
-			switch {
-			case v == limits.QuotaGranted && !t.At.After(now):
-				admit(now)
-			case v == limits.QuotaGranted:
-				pc.AfterFunc(t.At.Sub(now), func() {
-					if woke := clk.Now(); woke.After(t.At.Add(t.Slack)) {
-						ask(arrived, first)
-					} else {
-						admit(woke)
-					}
-				})
-			case v == limits.QuotaWait && t.At.Sub(arrived) <= o.waitFor:
-				pc.AfterFunc(t.At.Sub(now), func() { ask(arrived, first) })
-			}
-		}
-		var arrive func()
-		arrive = func() {
-			now := clk.Now()
-			if now.Sub(t0) >= o.d {
-				return
-			}
-			if pc.late > 0 || len(pc.frozen) > 0 {
-				pc.AfterFunc(0, func() { ask(now, time.Time{}) }) // served when the pod runs
-			} else {
-				ask(now, time.Time{})
-			}
-			clk.AfterFunc(gap, arrive) // the load generator is not late
-		}
-		clk.AfterFunc(time.Duration(i)*time.Millisecond, arrive)
+		p := &fleetPod{i: i, c: c, pc: pc, clk: clk, o: o, res: res,
+			gap: time.Duration(float64(time.Second) / (spec.RequestsPerSecond * o.demand * w / weights))}
+		clk.AfterFunc(time.Duration(i)*time.Millisecond, p.arrive)
 	}
 	if down != nil {
 		down(clk, m)
@@ -206,7 +143,96 @@ func fleetRun(t testing.TB, spec Spec, o fleetOpts, down func(clk *clocktest.Clo
 		}
 	}
 	res.maxWindow = res.maxIn(time.Second)
-	return res
+	return *res
+}
+
+// newFleetPodClock is pod i's clock and its weight in the fleet's demand:
+// pod 0 is the busy one (o.skew, o.busyLate, o.deschedule), the others
+// weigh 1 and are o.late.
+func newFleetPodClock(clk *clocktest.Clock, o fleetOpts, rnd *rand.Rand, i int) (pc *podClock, w float64) {
+	pc = &podClock{Clock: clk, late: o.late, rnd: rnd}
+	w = 1.0
+	if i == 0 {
+		w = float64(o.skew)
+		if o.busyLate > 0 {
+			pc.late = o.busyLate
+		}
+		if o.deschedule[1] > 0 {
+			for at := 3 * time.Second; at < o.d; at += 5 * time.Second {
+				span := o.deschedule[0] + time.Duration(rnd.Int64N(int64(o.deschedule[1]-o.deschedule[0])))
+				pc.frozen = append(pc.frozen, [2]time.Time{t0.Add(at), t0.Add(at + span)})
+			}
+		}
+	}
+	return pc, w
+}
+
+// fleetPod is one pod of a fleet run: its arrivals come every gap on the
+// shared clock, and each is admitted through its quota client c on its own
+// clock pc, counted in res.
+type fleetPod struct {
+	i   int
+	c   *Client
+	pc  *podClock
+	clk *clocktest.Clock
+	o   fleetOpts
+	res *fleetResult
+	gap time.Duration
+}
+
+// admit counts an attempt admitted at now, if within the run.
+func (p *fleetPod) admit(now time.Time) {
+	if now.Sub(t0) >= p.o.d {
+		return
+	}
+	p.res.admitted[p.i]++
+	p.res.total++
+	p.res.perMs[int(now.Sub(t0)/time.Millisecond)]++
+}
+
+// ask is admission's takeQuota on the pod's clock, from the first
+// ask (the pod may serve an arrival late): a send time whose time
+// has come starts at once, a later one is waited for (and asked
+// again if the pod woke too late for it), and without one the
+// attempt waits for the next lease while waitFor allows.
+func (p *fleetPod) ask(arrived, first time.Time) {
+	now := p.clk.Now()
+	if first.IsZero() {
+		first = now
+	}
+	if now.Sub(arrived) > p.o.waitFor || now.Sub(t0) >= p.o.d {
+		return
+	}
+	t, v := p.c.TakeAt(now, now.Sub(first), p.o.waitFor-now.Sub(arrived))
+	switch {
+	case v == limits.QuotaGranted && !t.At.After(now):
+		p.admit(now)
+	case v == limits.QuotaGranted:
+		p.pc.AfterFunc(t.At.Sub(now), func() {
+			if woke := p.clk.Now(); woke.After(t.At.Add(t.Slack)) {
+				p.ask(arrived, first)
+			} else {
+				p.admit(woke)
+			}
+		})
+	case v == limits.QuotaWait && t.At.Sub(arrived) <= p.o.waitFor:
+		p.pc.AfterFunc(t.At.Sub(now), func() { p.ask(arrived, first) })
+	}
+}
+
+// arrive is one arrival of the load generator, which is not late: it is
+// asked for at once, or when the pod runs if its clock is late or frozen.
+func (p *fleetPod) arrive() {
+	now := p.clk.Now()
+	if now.Sub(t0) >= p.o.d {
+		return
+	}
+	if p.pc.late > 0 || len(p.pc.frozen) > 0 {
+		p.pc.AfterFunc(0, func() { p.ask(now, time.Time{}) }) // served when the pod runs
+	} else {
+		p.ask(now, time.Time{})
+	}
+	p.clk.AfterFunc(p.gap, p.arrive) // the load generator is not late
 }
 
 // The busy pod's share of the rate follows its share of the demand however

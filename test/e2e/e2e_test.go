@@ -1114,59 +1114,17 @@ func (s *suite) statsPortOnPodIP(t *testing.T) {
 // ConfigMap as last written, and a new pod is injected.
 func (s *suite) leaderKilled(t *testing.T) {
 	ctx := context.Background()
-	holder := func() string {
-		l, err := s.cs.CoordinationV1().Leases(operatorNamespace).Get(ctx, manager.LeaderElectionID, metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return ""
-		}
-		pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
-		return pod
-	}
-	var leader string
-	s.eventually(t, time.Minute, "a leader among 2 ready replicas", func() (bool, string) {
-		leader = holder()
-		ready := 0
-		for _, p := range s.managerPods(t) {
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					ready++
-				}
-			}
-		}
-		return leader != "" && ready == 2, fmt.Sprintf("leader %q, %d ready replicas", leader, ready)
-	})
+	leader := s.waitForALeaderOfTwoReadyReplicas(t)
 
 	const burst = 8 // policies; half created before the kill
-	policies := make([]*v1alpha1.RetryPolicy, burst)
-	final := make([]int32, burst) // maxAttempts each policy must end up rendered with
-	for i := range policies {
-		policies[i] = &v1alpha1.RetryPolicy{
-			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: fmt.Sprintf("burst-%d", i)},
-			Spec: v1alpha1.RetryPolicySpec{
-				PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"e2e-burst": "none"}},
-				Upstreams: []v1alpha1.Upstream{{Name: "burst", Hosts: []string{fmt.Sprintf("burst-%d.%s.svc", i, s.ns)},
-					MaxAttempts: ptr.To[int32](2)}},
-			},
-		}
-		final[i] = 3 + int32(i%4)
-	}
+	policies, final := burstPolicies(s.ns, burst)
 	t.Cleanup(func() {
 		for _, rp := range policies {
 			_ = s.c.Delete(ctx, rp)
 		}
 	})
-	// admit retries a write the validating webhook (failurePolicy Fail) refused
-	// while the killed replica was still behind its Service.
-	admit := func(what string, write func() error) {
-		s.eventually(t, time.Minute, "the policy webhook to admit "+what, func() (bool, string) {
-			if err := write(); err != nil && !apierrors.IsAlreadyExists(err) {
-				return false, err.Error()
-			}
-			return true, ""
-		})
-	}
 	create := func(rp *v1alpha1.RetryPolicy) {
-		admit("policy "+rp.Name, func() error { return s.c.Create(ctx, rp.DeepCopy()) })
+		s.admitDespiteTheKill(t, "policy "+rp.Name, func() error { return s.c.Create(ctx, rp.DeepCopy()) })
 	}
 	for _, rp := range policies[:burst/2] {
 		create(rp)
@@ -1182,24 +1140,13 @@ func (s *suite) leaderKilled(t *testing.T) {
 	}
 	for i, rp := range policies {
 		patch := fmt.Sprintf(`[{"op":"replace","path":"/spec/upstreams/0/maxAttempts","value":%d}]`, final[i])
-		admit("an edit of "+rp.Name, func() error {
+		s.admitDespiteTheKill(t, "an edit of "+rp.Name, func() error {
 			return s.c.Patch(ctx, &v1alpha1.RetryPolicy{ObjectMeta: rp.ObjectMeta}, client.RawPatch(types.JSONPatchType, []byte(patch)))
 		})
 	}
 	written := time.Since(start)
 
-	// Admission does not wait for the lease: the surviving replica serves it
-	// once the killed one has left the Service (three dry runs in a row).
-	inARow := 0
-	s.eventually(t, time.Minute, "dry-run pods to be injected by the surviving replica", func() (bool, string) {
-		p := testPod(s.ns, "after-leader-killed", nil)
-		if err := s.c.Create(ctx, p, client.DryRunAll); err != nil || sidecarCount(p) != 1 {
-			inARow = 0
-			return false, fmt.Sprintf("dry-run pod not injected (err %v)", err)
-		}
-		inARow++
-		return inARow >= 3, fmt.Sprintf("%d injected in a row", inARow)
-	})
+	s.waitInjectionBySurvivingReplica(t)
 	injected := time.Since(start)
 	p := testPod(s.ns, "after-leader-killed", nil)
 	if err := s.c.Create(ctx, p); err != nil {
@@ -1209,18 +1156,7 @@ func (s *suite) leaderKilled(t *testing.T) {
 		t.Errorf("pod created after the leader was killed has %d sidecars, want 1", sidecarCount(p))
 	}
 
-	s.eventually(t, 2*time.Minute, "every change of the burst to be reconciled by a new leader", func() (bool, string) {
-		for _, rp := range policies {
-			var got v1alpha1.RetryPolicy
-			if err := s.c.Get(ctx, client.ObjectKeyFromObject(rp), &got); err != nil {
-				return false, err.Error()
-			}
-			if msg := reconciledAt(&got); msg != "" {
-				return false, fmt.Sprintf("%s: %s (lease held by %q)", got.Name, msg, holder())
-			}
-		}
-		return true, ""
-	})
+	s.waitBurstReconciled(t, policies)
 	reconciled := time.Since(start)
 	doc := s.renderedPolicies(t)
 	for i, rp := range policies {
@@ -1228,13 +1164,104 @@ func (s *suite) leaderKilled(t *testing.T) {
 			t.Errorf("policy %s rendered with maxAttempts %d, want %d (its last edit)", rp.Name, got, final[i])
 		}
 	}
-	newLeader := holder()
+	newLeader := s.leaseHolder()
 	t.Logf("burst of %d creates and %d edits written %s after the kill; injection back after %s; every change Ready and rendered after %s, by the new leader %s",
 		burst, burst, written.Round(100*time.Millisecond), injected.Round(100*time.Millisecond), reconciled.Round(100*time.Millisecond), newLeader)
 	if newLeader == leader || newLeader == "" {
 		t.Errorf("lease holder after the kill = %q, want the other replica (killed %s)", newLeader, leader)
 	}
 	s.waitManagerReady(t, 3*time.Minute) // the Deployment replaces the killed replica
+}
+
+// leaseHolder is the pod that holds the manager's leader Lease, or "".
+func (s *suite) leaseHolder() string {
+	l, err := s.cs.CoordinationV1().Leases(operatorNamespace).Get(context.Background(), manager.LeaderElectionID, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+	return pod
+}
+
+// waitForALeaderOfTwoReadyReplicas waits up to a minute until both manager
+// replicas are ready and one holds the Lease, and returns that one.
+func (s *suite) waitForALeaderOfTwoReadyReplicas(t *testing.T) (leader string) {
+	s.eventually(t, time.Minute, "a leader among 2 ready replicas", func() (bool, string) {
+		leader = s.leaseHolder()
+		ready := 0
+		for _, p := range s.managerPods(t) {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		return leader != "" && ready == 2, fmt.Sprintf("leader %q, %d ready replicas", leader, ready)
+	})
+	return leader
+}
+
+// burstPolicies are n policies of ns selecting no pod, with maxAttempts 2,
+// and the maxAttempts each must end up rendered with after its edit.
+func burstPolicies(ns string, n int) (policies []*v1alpha1.RetryPolicy, final []int32) {
+	policies = make([]*v1alpha1.RetryPolicy, n)
+	final = make([]int32, n)
+	for i := range policies {
+		policies[i] = &v1alpha1.RetryPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("burst-%d", i)},
+			Spec: v1alpha1.RetryPolicySpec{
+				PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"e2e-burst": "none"}},
+				Upstreams: []v1alpha1.Upstream{{Name: "burst", Hosts: []string{fmt.Sprintf("burst-%d.%s.svc", i, ns)},
+					MaxAttempts: ptr.To[int32](2)}},
+			},
+		}
+		final[i] = 3 + int32(i%4)
+	}
+	return policies, final
+}
+
+// admitDespiteTheKill retries a write the validating webhook (failurePolicy
+// Fail) refused while the killed replica was still behind its Service.
+func (s *suite) admitDespiteTheKill(t *testing.T, what string, write func() error) {
+	s.eventually(t, time.Minute, "the policy webhook to admit "+what, func() (bool, string) {
+		if err := write(); err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}
+
+// waitInjectionBySurvivingReplica: admission does not wait for the lease:
+// the surviving replica serves it once the killed one has left the Service
+// (three dry runs in a row).
+func (s *suite) waitInjectionBySurvivingReplica(t *testing.T) {
+	inARow := 0
+	s.eventually(t, time.Minute, "dry-run pods to be injected by the surviving replica", func() (bool, string) {
+		p := testPod(s.ns, "after-leader-killed", nil)
+		if err := s.c.Create(context.Background(), p, client.DryRunAll); err != nil || sidecarCount(p) != 1 {
+			inARow = 0
+			return false, fmt.Sprintf("dry-run pod not injected (err %v)", err)
+		}
+		inARow++
+		return inARow >= 3, fmt.Sprintf("%d injected in a row", inARow)
+	})
+}
+
+// waitBurstReconciled waits up to two minutes until every policy's last
+// change is reconciled (by a new leader).
+func (s *suite) waitBurstReconciled(t *testing.T, policies []*v1alpha1.RetryPolicy) {
+	s.eventually(t, 2*time.Minute, "every change of the burst to be reconciled by a new leader", func() (bool, string) {
+		for _, rp := range policies {
+			var got v1alpha1.RetryPolicy
+			if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(rp), &got); err != nil {
+				return false, err.Error()
+			}
+			if msg := reconciledAt(&got); msg != "" {
+				return false, fmt.Sprintf("%s: %s (lease held by %q)", got.Name, msg, s.leaseHolder())
+			}
+		}
+		return true, ""
+	})
 }
 
 // reconciledAt says why rp's newest generation is not yet Accepted,

@@ -109,18 +109,7 @@ func (p podDirect) call(upstream, method, path string) (report, error) {
 // watch resumes within 5 s once the API server is back, and that edits made
 // then reach it within 5 s of their rendering.
 func (s *suite) apiServerRestarted(t *testing.T) {
-	var pod corev1.Pod
-	if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(&s.appPod), &pod); err != nil {
-		t.Fatal(err)
-	}
-	direct := podDirect{ip: pod.Status.PodIP}
-	before, err := direct.config()
-	if err != nil {
-		t.Fatalf("the suite cannot reach the app pod at %s from this host: %v", pod.Status.PodIP, err)
-	}
-	if before.Source != "api" {
-		t.Fatalf("/config source %q before the restart, want api (the watch)", before.Source)
-	}
+	direct, before := s.appPodFollowingTheWatch(t)
 	attempts := int(ptr.Deref(findUpstream(t, s.renderedPolicies(t), s.ns, policyName).MaxAttempts, 0))
 
 	stopped := false
@@ -161,14 +150,7 @@ func (s *suite) apiServerRestarted(t *testing.T) {
 		return err == nil && v == 1, fmt.Sprintf("retry_sidecar_config_api_up = %v (%v)", v, err)
 	})
 	resumed := time.Since(backAt)
-	// The edit goes through the policy webhook (failurePolicy Fail): the
-	// manager's Service must route again, which is the cluster's part.
-	s.eventually(t, time.Minute, "the policy webhook to admit an edit (dry run)", func() (bool, string) {
-		rp := &v1alpha1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: policyName}}
-		err := s.c.Patch(context.Background(), rp, client.RawPatch(types.JSONPatchType,
-			[]byte(`[{"op":"replace","path":"/spec/upstreams/0/maxAttempts","value":5}]`)), client.DryRunAll)
-		return err == nil, fmt.Sprint(err)
-	})
+	s.waitPolicyWebhookAdmitsAnEdit(t)
 	admitted := time.Since(backAt)
 
 	other := 3
@@ -192,6 +174,37 @@ func (s *suite) apiServerRestarted(t *testing.T) {
 	if resumed > 5*time.Second {
 		t.Errorf("the sidecar's watch resumed %s after the API server was ready; want within 5 s", resumed.Round(10*time.Millisecond))
 	}
+}
+
+// appPodFollowingTheWatch is the app pod's sidecar, reached directly from
+// this host, and its /config, which must come from the API watch.
+func (s *suite) appPodFollowingTheWatch(t *testing.T) (podDirect, policyset.ConfigStatus) {
+	var pod corev1.Pod
+	if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(&s.appPod), &pod); err != nil {
+		t.Fatal(err)
+	}
+	direct := podDirect{ip: pod.Status.PodIP}
+	before, err := direct.config()
+	if err != nil {
+		t.Fatalf("the suite cannot reach the app pod at %s from this host: %v", pod.Status.PodIP, err)
+	}
+	if before.Source != "api" {
+		t.Fatalf("/config source %q before the restart, want api (the watch)", before.Source)
+	}
+	return direct, before
+}
+
+// waitPolicyWebhookAdmitsAnEdit waits up to a minute until the policy
+// webhook admits a dry-run edit. The edit goes through the policy webhook
+// (failurePolicy Fail): the manager's Service must route again, which is the
+// cluster's part.
+func (s *suite) waitPolicyWebhookAdmitsAnEdit(t *testing.T) {
+	s.eventually(t, time.Minute, "the policy webhook to admit an edit (dry run)", func() (bool, string) {
+		rp := &v1alpha1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: policyName}}
+		err := s.c.Patch(context.Background(), rp, client.RawPatch(types.JSONPatchType,
+			[]byte(`[{"op":"replace","path":"/spec/upstreams/0/maxAttempts","value":5}]`)), client.DryRunAll)
+		return err == nil, fmt.Sprint(err)
+	})
 }
 
 // editAndTrace sets maxAttempts of the policy and returns the time from the

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,20 +75,30 @@ func newReq(t *testing.T, method, url string, body io.Reader) *http.Request {
 // opaque hides a body's type so http.NewRequest sets neither ContentLength nor GetBody.
 type opaque struct{ io.Reader }
 
-func TestExchanges(t *testing.T) {
-	big := strings.Repeat("x", 200<<10)
-	tests := []struct {
-		name      string
-		handler   http.HandlerFunc
-		method    string
-		body      func() io.Reader
-		header    http.Header
-		n         int // requests in sequence
-		wantBody  string
-		wantCode  int
-		wantConns int32
-		check     func(t *testing.T, resp *http.Response)
-	}{
+// exchangeCase is one exchange, sent n times in sequence on one transport:
+// the response every request must get and the connections the server sees.
+type exchangeCase struct {
+	name      string
+	handler   http.HandlerFunc
+	method    string
+	body      func() io.Reader
+	header    http.Header
+	n         int // requests in sequence
+	wantBody  string
+	wantCode  int
+	wantConns int32
+	check     func(t *testing.T, resp *http.Response)
+}
+
+// exchangeCases are the cases of TestExchanges, in the order they run. The
+// handlers report what the server saw on t.
+func exchangeCases(t *testing.T) []exchangeCase {
+	return slices.Concat(connectionCases(t), bodyCases(t), bodilessResponseCases(), headerCases())
+}
+
+// connectionCases are the exchanges that keep a connection alive or close it, from either side.
+func connectionCases(t *testing.T) []exchangeCase {
+	return []exchangeCase{
 		{name: "keep-alive reuse", method: "GET", n: 5, wantBody: "ok", wantCode: 200, wantConns: 1,
 			handler: func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }},
 		{name: "server Connection: close", method: "GET", n: 3, wantBody: "bye", wantCode: 200, wantConns: 3,
@@ -103,6 +114,13 @@ func TestExchanges(t *testing.T) {
 				}
 				io.WriteString(w, "ok")
 			}},
+	}
+}
+
+// bodyCases are the exchanges that carry a body: chunked or sized, either way, with trailers.
+func bodyCases(t *testing.T) []exchangeCase {
+	big := strings.Repeat("x", 200<<10)
+	return []exchangeCase{
 		{name: "chunked response", method: "GET", n: 3, wantBody: "a" + big + "b", wantCode: 200, wantConns: 1,
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				io.WriteString(w, "a")
@@ -148,6 +166,12 @@ func TestExchanges(t *testing.T) {
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				fmt.Fprint(w, r.Header.Get("Content-Length"))
 			}},
+	}
+}
+
+// bodilessResponseCases are the responses without a body (HEAD, 204, 304) and a 1xx before a response.
+func bodilessResponseCases() []exchangeCase {
+	return []exchangeCase{
 		{name: "HEAD", method: "HEAD", n: 3, wantBody: "", wantCode: 200, wantConns: 1,
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Length", "1000")
@@ -167,6 +191,12 @@ func TestExchanges(t *testing.T) {
 				w.WriteHeader(http.StatusEarlyHints)
 				io.WriteString(w, "late")
 			}},
+	}
+}
+
+// headerCases are the exchanges whose request head must reach the server as sent.
+func headerCases() []exchangeCase {
+	return []exchangeCase{
 		{name: "headers pass through", method: "GET", n: 2, wantBody: "v1,v2|agent|", wantCode: 200, wantConns: 1,
 			header: http.Header{"X-Multi": {"v1", "v2"}, "User-Agent": {"agent"}},
 			handler: func(w http.ResponseWriter, r *http.Request) {
@@ -175,7 +205,10 @@ func TestExchanges(t *testing.T) {
 		{name: "query string", method: "GET", n: 1, wantBody: "/p/a%20b?q=1&r=2", wantCode: 200, wantConns: 1,
 			handler: func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.RequestURI) }},
 	}
-	for _, tc := range tests {
+}
+
+func TestExchanges(t *testing.T) {
+	for _, tc := range exchangeCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newServer(t, tc.handler)
 			tr := newTransport(t)

@@ -76,9 +76,9 @@ func (w *Witness) Start(ctx context.Context) error {
 	synced := []toolscache.InformerSynced{
 		watch(ctx, w.Watch.CoreV1().RESTClient(), "secrets", w.Secret, &corev1.Secret{}, w.secret),
 		watch(ctx, adm, "mutatingwebhookconfigurations", types.NamespacedName{Name: w.Mutating},
-			&admissionv1.MutatingWebhookConfiguration{}, w.mutating),
+			&admissionv1.MutatingWebhookConfiguration{}, configuration(w, "mutating", mutatingCABundles)),
 		watch(ctx, adm, "validatingwebhookconfigurations", types.NamespacedName{Name: w.Validating},
-			&admissionv1.ValidatingWebhookConfiguration{}, w.validating),
+			&admissionv1.ValidatingWebhookConfiguration{}, configuration(w, "validating", validatingCABundles)),
 	}
 	if toolscache.WaitForCacheSync(ctx.Done(), synced...) {
 		w.synced.Store(true)
@@ -147,28 +147,32 @@ func (w *Witness) restore(s *corev1.Secret) {
 	}
 }
 
-func (w *Witness) mutating(o runtime.Object, deleted bool) {
-	c, ok := o.(*admissionv1.MutatingWebhookConfiguration)
-	if !ok || deleted { // a configuration is the install's to restore
-		return
+// configuration is the handler of a webhook configuration of type C, known
+// to the Witness as key: both kinds are judged alike, by the caBundle of each
+// of their webhooks, which caBundles lists by webhook name. A deleted
+// configuration is the install's to restore.
+func configuration[C runtime.Object](w *Witness, key string, caBundles func(C) map[string][]byte) func(o runtime.Object, deleted bool) {
+	return func(o runtime.Object, deleted bool) {
+		if c, ok := o.(C); ok && !deleted {
+			w.check(key, c, caBundles(c))
+		}
 	}
-	bundles := map[string][]byte{}
-	for _, wh := range c.Webhooks {
-		bundles[wh.Name] = wh.ClientConfig.CABundle
-	}
-	w.check("mutating", c, bundles)
 }
 
-func (w *Witness) validating(o runtime.Object, deleted bool) {
-	c, ok := o.(*admissionv1.ValidatingWebhookConfiguration)
-	if !ok || deleted {
-		return
-	}
-	bundles := map[string][]byte{}
+func mutatingCABundles(c *admissionv1.MutatingWebhookConfiguration) map[string][]byte {
+	bundles := make(map[string][]byte, len(c.Webhooks))
 	for _, wh := range c.Webhooks {
 		bundles[wh.Name] = wh.ClientConfig.CABundle
 	}
-	w.check("validating", c, bundles)
+	return bundles
+}
+
+func validatingCABundles(c *admissionv1.ValidatingWebhookConfiguration) map[string][]byte {
+	bundles := make(map[string][]byte, len(c.Webhooks))
+	for _, wh := range c.Webhooks {
+		bundles[wh.Name] = wh.ClientConfig.CABundle
+	}
+	return bundles
 }
 
 // check records a configuration broken when a webhook's caBundle is empty,
