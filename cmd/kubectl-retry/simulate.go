@@ -158,20 +158,7 @@ func parseStart(s string) (time.Time, error) {
 func printSimulation(w io.Writer, c retrypolicy.Config, res retrysim.SimulateResult) {
 	fmt.Fprintf(w, "upstream %s: %s %s (seed %d, start %s)\n", res.Upstream, res.Method, res.URL, res.Seed, res.Start)
 	fmt.Fprintf(w, "policy: %s\n\n", describePolicy(c))
-	var t table
-	t.add("", "N", "AT", "RESPONSE", "DECISION", "WAIT")
-	for _, s := range res.Attempts {
-		decision := s.Decision
-		if s.Outcome != "" {
-			decision += ": " + s.Outcome
-		}
-		wait := "-"
-		if s.Wait != "" {
-			wait = short(s.Wait)
-		}
-		t.add(note(s), strconv.Itoa(s.N), short(s.At), clip(s.Response, 40), decision, wait)
-	}
-	t.write(w)
+	writeAttempts(w, res.Attempts, note)
 	fmt.Fprintf(w, "\noutcome: %s, the app gets %d after %d attempt(s), %s\n",
 		res.Outcome, res.Status, len(sentSteps(res)), short(res.Duration))
 	fmt.Fprintln(w, "headers:")
@@ -181,6 +168,25 @@ func printSimulation(w io.Writer, c retrypolicy.Config, res retrysim.SimulateRes
 	if res.Unused > 0 {
 		fmt.Fprintf(w, "(%d scripted response(s) not used)\n", res.Unused)
 	}
+}
+
+// writeAttempts writes a simulation's attempts as a table, one row each with
+// the note noteOf gives it.
+func writeAttempts(w io.Writer, steps []retrysim.Step, noteOf func(retrysim.Step) string) {
+	var t table
+	t.add("", "N", "AT", "RESPONSE", "DECISION", "WAIT")
+	for _, s := range steps {
+		decision := s.Decision
+		if s.Outcome != "" {
+			decision += ": " + s.Outcome
+		}
+		wait := "-"
+		if s.Wait != "" {
+			wait = short(s.Wait)
+		}
+		t.add(noteOf(s), strconv.Itoa(s.N), short(s.At), clip(s.Response, 40), decision, wait)
+	}
+	t.write(w)
 }
 
 // table prints rows in aligned columns (two blanks apart, no trailing blanks);
@@ -332,20 +338,7 @@ func printGRPCSimulation(w io.Writer, c retrypolicy.Config, res retrysim.GRPCRes
 	fmt.Fprintln(w, wrapWords(head, 98, "  "))
 	fmt.Fprintf(w, "policy: %s\n", describeGRPCPolicy(c))
 	fmt.Fprintf(w, "%s\n\n", wrapWords("method "+res.Method+": "+replayability(res.Replayable), 98, "  "))
-	var t table
-	t.add("", "N", "AT", "RESPONSE", "DECISION", "WAIT")
-	for _, s := range res.Attempts {
-		decision := s.Decision
-		if s.Outcome != "" {
-			decision += ": " + s.Outcome
-		}
-		wait := "-"
-		if s.Wait != "" {
-			wait = short(s.Wait)
-		}
-		t.add(grpcNote(s, c, res.Nested), strconv.Itoa(s.N), short(s.At), clip(s.Response, 40), decision, wait)
-	}
-	t.write(w)
+	writeAttempts(w, res.Attempts, func(s retrysim.Step) string { return grpcNote(s, c, res.Nested) })
 	fmt.Fprintf(w, "\noutcome: %s, the app gets %s after %d attempt(s), %s\n",
 		res.Outcome, res.Status, len(res.Attempts)-notSent(res.Attempts), short(res.Duration))
 	fmt.Fprintln(w, "trailers:")
