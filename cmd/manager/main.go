@@ -270,10 +270,10 @@ func (o options) managerOptions(certDir string) ctrl.Options {
 	if !o.enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
-	webhookServer := webhook.NewServer(webhook.Options{
+	webhookServer := manager.DrainingWebhookServer(webhook.NewServer(webhook.Options{
 		Port: o.webhookPort, TLSOpts: tlsOpts,
 		CertDir: certDir, CertName: o.webhookCertName, KeyName: o.webhookCertKey,
-	})
+	}), manager.WebhookDrain)
 	metricsOpts := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.secureMetrics, TLSOpts: tlsOpts}
 	if o.secureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
