@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -142,6 +143,13 @@ func (t *Terms) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("leader election lock: %w", err)
 	}
+	clientset, err := kubernetes.NewForConfig(t.Config)
+	if err != nil {
+		return fmt.Errorf("leader election client: %w", err)
+	}
+	// A holder that missed a renewal and whose pod is gone is released at
+	// once (orphan.go); a second every, half a retry period of grace.
+	go t.releaseOrphans(ctx, clientset, id, time.Second, or(t.RetryPeriod, 2*time.Second)+500*time.Millisecond)
 	for ctx.Err() == nil {
 		ended := make(chan struct{})
 		var began atomic.Bool
