@@ -197,7 +197,7 @@ var otherTools = map[string]string{
 	"--all": "kubectl delete", "--namespace": "kubectl, helm", "--set": "helm", "--reuse-values": "helm upgrade",
 	"--create-namespace": "helm install", "--wait": "helm install", "--image": "kubectl create deployment",
 	"--for": "kubectl wait", "--dry-run": "kubectl apply", "--clusterrole": "kubectl create clusterrolebinding", "--group": "kubectl create clusterrolebinding", "--node": "hack/kube-binaries.sh", "--kubectl": "hack/kube-binaries.sh",
-	"--bind": "python3 -m http.server",
+	"--bind": "python3 -m http.server", "--grace-period": "kubectl delete", "--force": "kubectl delete",
 }
 
 func TestFlagsExist(t *testing.T) {
