@@ -6,9 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"maps"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -17,20 +15,11 @@ import (
 // method, from its func line to its closing brace, is at most this many lines.
 const maxFuncLines = 80
 
-// longFuncsAllowed are the functions still over maxFuncLines, by file and
-// name, each with the reason it has not been split yet. The list only
-// shrinks: TestNoFunctionIsLongerThanAScreen fails for a function over the
-// limit that is not here, and for an entry that is no longer needed.
-var longFuncsAllowed = map[string]string{
-	"cmd/kubectl-retry/cluster_test.go TestCluster":            "a table test: its cases are most of its length", // 151 lines
-	"internal/sidecar/grpcretry_test.go TestGRPCRetryDataPath": "a table test: its cases are most of its length", // 81 lines
-}
-
 // TestNoFunctionIsLongerThanAScreen reads every Go file of the repository,
 // tests included (generated files, testdata/ and bin/ left out), and names
 // each function longer than maxFuncLines with its place and length.
 func TestNoFunctionIsLongerThanAScreen(t *testing.T) {
-	long := map[string]string{} // "file func" -> "file:line: func is N lines"
+	var long []string // "file:line: func is N lines"
 	fset := token.NewFileSet()
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -60,7 +49,7 @@ func TestNoFunctionIsLongerThanAScreen(t *testing.T) {
 			}
 			start := fset.Position(fn.Pos()).Line
 			if n := fset.Position(fn.Body.Rbrace).Line - start + 1; n > maxFuncLines {
-				long[rel+" "+funcName(fn)] = fmt.Sprintf("%s:%d: %s is %d lines", rel, start, funcName(fn), n)
+				long = append(long, fmt.Sprintf("%s:%d: %s is %d lines", rel, start, funcName(fn), n))
 			}
 		}
 		return nil
@@ -68,15 +57,8 @@ func TestNoFunctionIsLongerThanAScreen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range slices.Sorted(maps.Keys(long)) {
-		if _, ok := longFuncsAllowed[key]; !ok {
-			t.Errorf("%s, over %d: split it: functions fit a screen", long[key], maxFuncLines)
-		}
-	}
-	for _, key := range slices.Sorted(maps.Keys(longFuncsAllowed)) {
-		if _, ok := long[key]; !ok {
-			t.Errorf("longFuncsAllowed has %q, which is no longer over %d lines (or no longer exists): remove it", key, maxFuncLines)
-		}
+	for _, l := range long {
+		t.Errorf("%s, over %d: split it: functions fit a screen", l, maxFuncLines)
 	}
 }
 

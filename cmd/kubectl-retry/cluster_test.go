@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,6 +39,30 @@ func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("envtest")
 	}
+	cfg, kubeconfig := startClusterWithManager(t)
+	seedCluster(t, cfg)
+	for _, c := range clusterCases {
+		t.Run(c.name, func(t *testing.T) { c.run(t, kubeconfig) })
+	}
+}
+
+// clusterCases run against the objects seedCluster creates.
+var clusterCases = []struct {
+	name string
+	run  func(t *testing.T, kubeconfig string)
+}{
+	{"explain an injected pod and the host it calls", explainInjectedPod},
+	{"a host no policy names passes through", explainUnnamedHost},
+	{"explain a pod that opted out", explainOptedOutPod},
+	{"explain a pod that opted in too late is a finding", explainLateOptInPod},
+	{"check finds the late pod, the conflict and the unreachable store, and passes the rest", checkFindings},
+	{"the human output of explain and check fits 100 columns", humanOutputWidth},
+}
+
+// startClusterWithManager starts a kube-apiserver with the webhook
+// configurations of config/webhook, and the manager (reconciler and both
+// webhooks) in-process; it returns the cluster's config and a kubeconfig file.
+func startClusterWithManager(t *testing.T) (*rest.Config, string) {
 	log.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	env := &envtest.Environment{WebhookInstallOptions: envtest.WebhookInstallOptions{
 		Paths: []string{filepath.Join(testenv.ModuleRoot(), "config", "webhook", "manifests.yaml")},
@@ -63,7 +88,12 @@ func TestCluster(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	started := mgr.GetWebhookServer().StartedChecker()
 	polltest.UntilTrue(t, 30*time.Second, func() bool { return started(nil) == nil })
+	return cfg, kubeconfig
+}
 
+// seedCluster creates the namespaces, policies, pods and quota the cases read,
+// and waits until the manager has judged the conflict and the store.
+func seedCluster(t *testing.T, cfg *rest.Config) {
 	c, err := client.New(cfg, client.Options{Scheme: clusterScheme()})
 	must(t, err)
 	bg := context.Background()
@@ -98,92 +128,98 @@ func TestCluster(t *testing.T) {
 		return c.Get(bg, client.ObjectKey{Name: "partner"}, &q) == nil &&
 			meta.FindStatusCondition(q.Status.Conditions, string(v1alpha1.ConditionStoreReachable)) != nil
 	})
+}
 
-	t.Run("explain an injected pod and the host it calls", func(t *testing.T) {
-		var ex Explanation
-		code := runJSON(t, &ex, "explain", "pod/checkout", "-n", "shop", "--host", "payments.shop.svc", "--kubeconfig", kubeconfig)
-		if code != exitOK {
-			t.Errorf("exit %d, want 0", code)
-		}
-		want := Explanation{Pod: "shop/checkout", Injected: true, Reason: "NamespaceOptIn",
-			Detail: "injected: namespace shop has retry.dev/injection=enabled",
-			Policies: []PolicyInfo{
-				{Name: "payments", Accepted: "True", Reason: "Valid", Message: "1 upstream(s) accepted", Rendered: true, Upstreams: []string{"payments-api"}},
-				{Name: "payments-b", Accepted: "False", Reason: "Conflict", Rendered: false, Upstreams: []string{"payments"},
-					Message: `host "payments.shop.svc" is already claimed by RetryPolicy "payments" (older) for pods both policies select; the older policy wins`},
-			},
-			Host: &HostMatch{Host: "payments.shop.svc", Policy: "payments", Upstream: "payments-api", Pattern: "payments.shop.svc",
-				Detail: `RetryPolicy payments, upstream payments-api, by host pattern "payments.shop.svc"`},
-			Findings: []string{}}
-		assertJSONEqual(t, want, ex)
-	})
+// explainInjectedPod: explain an injected pod and the host it calls.
+func explainInjectedPod(t *testing.T, kubeconfig string) {
+	var ex Explanation
+	code := runJSON(t, &ex, "explain", "pod/checkout", "-n", "shop", "--host", "payments.shop.svc", "--kubeconfig", kubeconfig)
+	if code != exitOK {
+		t.Errorf("exit %d, want 0", code)
+	}
+	want := Explanation{Pod: "shop/checkout", Injected: true, Reason: "NamespaceOptIn",
+		Detail: "injected: namespace shop has retry.dev/injection=enabled",
+		Policies: []PolicyInfo{
+			{Name: "payments", Accepted: "True", Reason: "Valid", Message: "1 upstream(s) accepted", Rendered: true, Upstreams: []string{"payments-api"}},
+			{Name: "payments-b", Accepted: "False", Reason: "Conflict", Rendered: false, Upstreams: []string{"payments"},
+				Message: `host "payments.shop.svc" is already claimed by RetryPolicy "payments" (older) for pods both policies select; the older policy wins`},
+		},
+		Host: &HostMatch{Host: "payments.shop.svc", Policy: "payments", Upstream: "payments-api", Pattern: "payments.shop.svc",
+			Detail: `RetryPolicy payments, upstream payments-api, by host pattern "payments.shop.svc"`},
+		Findings: []string{}}
+	assertJSONEqual(t, want, ex)
+}
 
-	t.Run("a host no policy names passes through", func(t *testing.T) {
-		var ex Explanation
-		runJSON(t, &ex, "explain", "pod/checkout", "-n", "shop", "--host", "http://api.partner.example/v1", "--kubeconfig", kubeconfig)
-		want := &HostMatch{Host: "http://api.partner.example/v1",
-			Detail: "no policy of this pod names the host: its requests pass through the sidecar unchanged, never retried"}
-		assertJSONEqual(t, want, ex.Host)
-	})
+// explainUnnamedHost: a host no policy names passes through.
+func explainUnnamedHost(t *testing.T, kubeconfig string) {
+	var ex Explanation
+	runJSON(t, &ex, "explain", "pod/checkout", "-n", "shop", "--host", "http://api.partner.example/v1", "--kubeconfig", kubeconfig)
+	want := &HostMatch{Host: "http://api.partner.example/v1",
+		Detail: "no policy of this pod names the host: its requests pass through the sidecar unchanged, never retried"}
+	assertJSONEqual(t, want, ex.Host)
+}
 
-	t.Run("explain a pod that opted out", func(t *testing.T) {
-		var ex Explanation
-		code := runJSON(t, &ex, "explain", "pod/legacy", "-n", "shop", "--kubeconfig", kubeconfig)
-		if code != exitOK || ex.Injected || ex.Reason != "PodOptOut" || ex.Detail != "not injected: the pod has retry.dev/inject=false" {
-			t.Errorf("exit %d, %+v", code, ex)
-		}
-	})
+// explainOptedOutPod: explain a pod that opted out.
+func explainOptedOutPod(t *testing.T, kubeconfig string) {
+	var ex Explanation
+	code := runJSON(t, &ex, "explain", "pod/legacy", "-n", "shop", "--kubeconfig", kubeconfig)
+	if code != exitOK || ex.Injected || ex.Reason != "PodOptOut" || ex.Detail != "not injected: the pod has retry.dev/inject=false" {
+		t.Errorf("exit %d, %+v", code, ex)
+	}
+}
 
-	t.Run("explain a pod that opted in too late is a finding", func(t *testing.T) {
-		var ex Explanation
-		code := runJSON(t, &ex, "explain", "pod/early", "-n", "late", "--kubeconfig", kubeconfig)
-		if code != exitFindings || ex.Injected || ex.Reason != "NamespaceOptIn" || len(ex.Findings) != 1 {
-			t.Errorf("exit %d, %+v", code, ex)
-		}
-	})
+// explainLateOptInPod: explain a pod that opted in too late is a finding.
+func explainLateOptInPod(t *testing.T, kubeconfig string) {
+	var ex Explanation
+	code := runJSON(t, &ex, "explain", "pod/early", "-n", "late", "--kubeconfig", kubeconfig)
+	if code != exitFindings || ex.Injected || ex.Reason != "NamespaceOptIn" || len(ex.Findings) != 1 {
+		t.Errorf("exit %d, %+v", code, ex)
+	}
+}
 
-	t.Run("check finds the late pod, the conflict and the unreachable store, and passes the rest", func(t *testing.T) {
-		var r CheckReport
-		code := runJSON(t, &r, "check", "--kubeconfig", kubeconfig)
-		if code != exitFindings || r.Findings != 3 {
-			t.Errorf("exit %d, %d findings, want 1 and 3: %+v", code, r.Findings, r)
+// checkFindings: check finds the late pod, the conflict and the unreachable store, and passes the rest.
+func checkFindings(t *testing.T, kubeconfig string) {
+	var r CheckReport
+	code := runJSON(t, &r, "check", "--kubeconfig", kubeconfig)
+	if code != exitFindings || r.Findings != 3 {
+		t.Errorf("exit %d, %d findings, want 1 and 3: %+v", code, r.Findings, r)
+	}
+	got := map[string]bool{}
+	for _, ch := range r.Checks {
+		got[ch.Name] = ch.OK
+		t.Logf("%-40s %-5t %s", ch.Name, ch.OK, ch.Detail)
+	}
+	want := map[string]bool{"crd": true,
+		"webhook inject.retry.dev": true, "caBundle inject.retry.dev": true, "endpoint inject.retry.dev": true,
+		"webhook validate.retrypolicy.retry.dev": true, "caBundle validate.retrypolicy.retry.dev": true,
+		"endpoint validate.retrypolicy.retry.dev": true, "opted-in pods": false, "policies": false, "quotas": false}
+	assertJSONEqual(t, want, got)
+	if want := []string{"late", "shop"}; strings.Join(r.OptedInNamespaces, ",") != strings.Join(want, ",") {
+		t.Errorf("opted-in namespaces %v, want %v", r.OptedInNamespaces, want)
+	}
+	for _, ch := range r.Checks {
+		if ch.Name == "opted-in pods" && !strings.Contains(ch.Detail, "late/early") {
+			t.Errorf("opted-in pods: %s; want it to name late/early", ch.Detail)
 		}
-		got := map[string]bool{}
-		for _, ch := range r.Checks {
-			got[ch.Name] = ch.OK
-			t.Logf("%-40s %-5t %s", ch.Name, ch.OK, ch.Detail)
+		if want := "1 of 1 without a reachable store (kubectl describe sq): partner (Unreachable)"; ch.Name == "quotas" && ch.Detail != want {
+			t.Errorf("quotas: %q, want %q", ch.Detail, want)
 		}
-		want := map[string]bool{"crd": true,
-			"webhook inject.retry.dev": true, "caBundle inject.retry.dev": true, "endpoint inject.retry.dev": true,
-			"webhook validate.retrypolicy.retry.dev": true, "caBundle validate.retrypolicy.retry.dev": true,
-			"endpoint validate.retrypolicy.retry.dev": true, "opted-in pods": false, "policies": false, "quotas": false}
-		assertJSONEqual(t, want, got)
-		if want := []string{"late", "shop"}; strings.Join(r.OptedInNamespaces, ",") != strings.Join(want, ",") {
-			t.Errorf("opted-in namespaces %v, want %v", r.OptedInNamespaces, want)
-		}
-		for _, ch := range r.Checks {
-			if ch.Name == "opted-in pods" && !strings.Contains(ch.Detail, "late/early") {
-				t.Errorf("opted-in pods: %s; want it to name late/early", ch.Detail)
-			}
-			if want := "1 of 1 without a reachable store (kubectl describe sq): partner (Unreachable)"; ch.Name == "quotas" && ch.Detail != want {
-				t.Errorf("quotas: %q, want %q", ch.Detail, want)
-			}
-		}
-	})
+	}
+}
 
-	t.Run("the human output of explain and check fits 100 columns", func(t *testing.T) {
-		var out bytes.Buffer
-		run([]string{"explain", "pod/checkout", "-n", "shop", "--host", "payments.shop.svc", "--kubeconfig", kubeconfig}, &out, &bytes.Buffer{})
-		run([]string{"explain", "pod/early", "-n", "late", "--kubeconfig", kubeconfig}, &out, &bytes.Buffer{})
-		var chk bytes.Buffer
-		run([]string{"check", "--kubeconfig", kubeconfig}, &chk, &bytes.Buffer{})
-		t.Logf("explain:\n%s\ncheck:\n%s", out.String(), chk.String())
-		for _, line := range strings.Split(out.String()+chk.String(), "\n") {
-			if len([]rune(line)) > 100 {
-				t.Errorf("%d columns: %q", len([]rune(line)), line)
-			}
+// humanOutputWidth: the human output of explain and check fits 100 columns.
+func humanOutputWidth(t *testing.T, kubeconfig string) {
+	var out bytes.Buffer
+	run([]string{"explain", "pod/checkout", "-n", "shop", "--host", "payments.shop.svc", "--kubeconfig", kubeconfig}, &out, &bytes.Buffer{})
+	run([]string{"explain", "pod/early", "-n", "late", "--kubeconfig", kubeconfig}, &out, &bytes.Buffer{})
+	var chk bytes.Buffer
+	run([]string{"check", "--kubeconfig", kubeconfig}, &chk, &bytes.Buffer{})
+	t.Logf("explain:\n%s\ncheck:\n%s", out.String(), chk.String())
+	for _, line := range strings.Split(out.String()+chk.String(), "\n") {
+		if len([]rune(line)) > 100 {
+			t.Errorf("%d columns: %q", len([]rune(line)), line)
 		}
-	})
+	}
 }
 
 func policy(name string, sel *metav1.LabelSelector, upstream string, hosts ...string) *v1alpha1.RetryPolicy {

@@ -230,18 +230,23 @@ func sized(sizes ...int) [][]byte {
 	return out
 }
 
-func TestGRPCRetryDataPath(t *testing.T) {
-	t.Parallel()
-	unavailable := func() error { return grpcstatus.Error(codes.Unavailable, "try again") }
-	echoOK := func(st grpc.ServerStream) error { m := []byte("ok"); return st.SendMsg(&m) }
-	cases := map[string]struct {
-		script    func(n int, st grpc.ServerStream) error
-		send      []int
-		maxReplay int64
-		want      string   // what the app got
-		attempts  []string // what the upstream got, per attempt
-		asked     string   // what the retrier was asked
-	}{
+// grpcDataPathCase is a call through the data path: the upstream's script
+// per attempt, the sizes of the messages the app sends, and what each side got.
+type grpcDataPathCase struct {
+	script    func(n int, st grpc.ServerStream) error
+	send      []int
+	maxReplay int64
+	want      string   // what the app got
+	attempts  []string // what the upstream got, per attempt
+	asked     string   // what the retrier was asked
+}
+
+func unavailable() error { return grpcstatus.Error(codes.Unavailable, "try again") }
+
+func echoOK(st grpc.ServerStream) error { m := []byte("ok"); return st.SendMsg(&m) }
+
+func grpcDataPathCases() map[string]grpcDataPathCase {
+	return map[string]grpcDataPathCase{
 		"UNAVAILABLE in trailers after a message is retried, and the app sees only the last answer": {
 			script: func(n int, st grpc.ServerStream) error {
 				if n == 1 {
@@ -289,7 +294,11 @@ func TestGRPCRetryDataPath(t *testing.T) {
 			attempts: []string{"[1] [3145728 1048576 1]", "[2] [3145728 1048576 1]"},
 			asked:    "[1:14:true 2:0:true]"},
 	}
-	for name, c := range cases {
+}
+
+func TestGRPCRetryDataPath(t *testing.T) {
+	t.Parallel()
+	for name, c := range grpcDataPathCases() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			u := newScriptedUpstream(t, c.script)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -115,6 +116,54 @@ func exchange(t testing.TB, addr string, in []byte, quiet time.Duration) []byte 
 	}
 }
 
+// exchangeToClose sends in on a new connection and returns everything the
+// server sent until it closed the connection. Every input the comparisons send
+// makes a server close: the end request follows it, and a head it leaves
+// unfinished meets the header timeout (inputs that end inside a body are
+// skipped, see endsInsideABody). An exchange that ended when the server merely
+// went quiet also ended for a server that was only scheduled late; its answer
+// then went missing, and its handler's record landed in the next exchange
+// (docs/development.md, "Flakes found"). A server that does not close within
+// closeGuard fails the test: neither one waits for anything then.
+func exchangeToClose(t testing.TB, addr string, in []byte) []byte {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(in); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(closeGuard))
+	out, err := io.ReadAll(c)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("%s did not close the connection within %v of the input; it sent %q", addr, closeGuard, out)
+	}
+	return out
+}
+
+// closeGuard is well past the pair's idle timeout (5s), the longest a server
+// that answered everything may keep the connection open.
+const closeGuard = 30 * time.Second
+
+// endsInsideABody reports whether in, read as net/http reads requests, ends
+// inside a request body: a server then waits for the rest with no timeout, so
+// only a quiet period could end the exchange, and a quiet period cannot tell
+// a waiting server from a late one.
+func endsInsideABody(in []byte) bool {
+	br := bufio.NewReader(bytes.NewReader(in))
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return false // the end of the input, or a head the server answers 400
+		}
+		if _, err := io.Copy(io.Discard, req.Body); err != nil {
+			return errors.Is(err, io.ErrUnexpectedEOF)
+		}
+	}
+}
+
 // endRequest follows every input: a request that closes the connection, so
 // most exchanges end without waiting for the quiet period.
 const endRequest = "GET /end HTTP/1.1\r\nHost: end\r\nConnection: close\r\n\r\n"
@@ -152,7 +201,7 @@ func TestRequestsAreReadAsNetHTTPServerReadsThem(t *testing.T) {
 	for _, c := range serverCases {
 		t.Run(c.name, func(t *testing.T) {
 			before := p.fast.Served()
-			if diff := p.compare(t, []byte(c.in+endRequest), 300*time.Millisecond); diff != "" {
+			if diff := p.compare(t, []byte(c.in+endRequest)); diff != "" {
 				t.Error(diff)
 			}
 			if got := p.fast.Served() - before; got != int64(c.fast) {
@@ -173,7 +222,10 @@ func FuzzServerAgreesWithNetHTTP(f *testing.F) {
 	}
 	p := newPair(f, func(rec *recorder) http.Handler { return http.HandlerFunc(rec.record) })
 	f.Fuzz(func(t *testing.T, in []byte) {
-		if diff := p.compare(t, append(in, endRequest...), 50*time.Millisecond); diff != "" {
+		if endsInsideABody(append(in, endRequest...)) {
+			t.Skip("the input ends inside a body: both servers wait for the rest")
+		}
+		if diff := p.compare(t, append(in, endRequest...)); diff != "" {
 			t.Fatalf("%q: %s", in, diff)
 		}
 	})
@@ -181,9 +233,9 @@ func FuzzServerAgreesWithNetHTTP(f *testing.F) {
 
 // compare sends in to both servers and describes any difference in what the
 // handler saw or what came back ("" if none).
-func (p *pair) compare(t testing.TB, in []byte, quiet time.Duration) string {
-	fastOut := exchange(t, p.fastAddr, in, quiet)
-	stdOut := exchange(t, p.stdAddr, in, quiet)
+func (p *pair) compare(t testing.TB, in []byte) string {
+	fastOut := exchangeToClose(t, p.fastAddr, in)
+	stdOut := exchangeToClose(t, p.stdAddr, in)
 	fastSeen, stdSeen := p.fastRec.take(), p.stdRec.take()
 	if !reflect.DeepEqual(fastSeen, stdSeen) {
 		return fmt.Sprintf("the handler saw\n%+v\nbehind net/http\n%+v", fastSeen, stdSeen)
@@ -235,8 +287,8 @@ func TestResponsesAreFramedAsNetHTTPServerFramesThem(t *testing.T) {
 			p := newPair(t, func(*recorder) http.Handler { return http.HandlerFunc(c.handler) })
 			method := strings.Fields(c.req)[0]
 			in := []byte(c.req + "GET /second HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-			fastOut := exchange(t, p.fastAddr, in, 300*time.Millisecond)
-			stdOut := exchange(t, p.stdAddr, in, 300*time.Millisecond)
+			fastOut := exchangeToClose(t, p.fastAddr, in)
+			stdOut := exchangeToClose(t, p.stdAddr, in)
 			fw, frest := parseResponses(fastOut, method)
 			sw, srest := parseResponses(stdOut, method)
 			if !reflect.DeepEqual(fw, sw) || frest != srest {
