@@ -58,8 +58,12 @@ func (t *Terms) releaseOrphans(ctx context.Context, c kubernetes.Interface, self
 		if err != nil || t.Leading() {
 			continue
 		}
-		_, err = c.CoreV1().Pods(t.Namespace).Get(ctx, holderPod(lease), metav1.GetOptions{})
-		if !orphaned(lease, self, apierrors.IsNotFound(err), time.Now(), stale) {
+		// The pod is asked for only once the holder has missed a renewal:
+		// a Lease renewed on time needs no second request.
+		if !orphaned(lease, self, true, time.Now(), stale) {
+			continue
+		}
+		if _, err := c.CoreV1().Pods(t.Namespace).Get(ctx, holderPod(lease), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			continue
 		}
 		gone := ptr.Deref(lease.Spec.HolderIdentity, "")
