@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,11 +87,19 @@ func startSidecar(t *testing.T, args ...string) *sidecar {
 // startSidecarEnv is startSidecar with extra environment variables (KEY=value).
 func startSidecarEnv(t *testing.T, env []string, args ...string) *sidecar {
 	t.Helper()
+	return startSidecarIn(t, nil, env, args...)
+}
+
+// startSidecarIn is startSidecarEnv with the binary run by the command
+// prefix (e.g. a private mount namespace of its own, resolvingIn).
+func startSidecarIn(t *testing.T, prefix, env []string, args ...string) *sidecar {
+	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready.json")
 	all := append([]string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--stats-listen=127.0.0.1:0", "--ready-file=" + ready,
 		"--reload-debounce=20ms", "--drain-timeout=5s"}, args...)
 	s := &sidecar{t: t, logs: &syncBuffer{}, exited: make(chan struct{})}
-	s.cmd = exec.Command(sidecarBin, all...)
+	argv := append(append(slices.Clone(prefix), sidecarBin), all...)
+	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Stderr = s.logs
 	if env != nil {
 		s.cmd.Env = append(os.Environ(), env...)

@@ -97,6 +97,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (o sidecar.Options, o
 		return o, false, 2
 	}
 	o.Sources.PolicyFiles = files
+	o.Sources.Namespace = os.Getenv("POD_NAMESPACE") // which routes apply (docs/gateway-api.md#hosts)
 	if o.StatsMaxConnections < 1 {
 		fmt.Fprintf(stderr, "retry-sidecar: --stats-max-connections must be at least 1, got %d\n", o.StatsMaxConnections)
 		return o, false, 2

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/gatewayroute"
 	"github.com/retrydev/retry-operator/internal/rules"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy"
 	"github.com/retrydev/retry-operator/pkg/retrypolicy/limits"
@@ -66,6 +67,9 @@ func NamesOf(policies []Policy) Names {
 	seen, shared := map[string]bool{}, map[string]bool{}
 	for _, p := range policies {
 		for _, u := range p.Upstreams {
+			if u.Route != nil {
+				continue // route rules share their Service's name on purpose
+			}
 			shared[u.Name] = seen[u.Name]
 			seen[u.Name] = true
 		}
@@ -99,6 +103,9 @@ func CompileWithQuotas(policies []Policy, quotaOf func(name string) limits.Quota
 			return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams: must have at most %d items (got %d)", p.Namespace, p.Name, rules.MaxUpstreams, n)
 		}
 		for i, u := range p.Upstreams {
+			if u.Route != nil {
+				continue // CompileRoutes
+			}
 			cfg, err := ToConfig(u)
 			if err != nil {
 				return nil, nil, fmt.Errorf("RetryPolicy %s/%s: spec.upstreams[%d].%w", p.Namespace, p.Name, i, err)
@@ -244,4 +251,56 @@ func checkBeyondConfig(d UpstreamSpec) error {
 
 func fieldError(path, problem string, got any) error {
 	return &retrypolicy.FieldError{Field: path, Detail: fmt.Sprintf("%s (got %v)", problem, got)}
+}
+
+// CompiledRoutes is the RouteTable of the selected policies' route rules
+// (docs/gateway-api.md), each rule compiled, and every compiled rule, for a
+// Registry to adopt (rules of one Service share its name and its state).
+type CompiledRoutes struct {
+	*gatewayroute.RouteTable[*retrypolicy.Policy]
+	Policies []*retrypolicy.Policy
+}
+
+// CompileRoutes compiles the upstreams of policies rendered from route rules
+// (Upstream.Route) into their RouteTable; nil when there are none.
+func CompileRoutes(policies []Policy) (*CompiledRoutes, error) {
+	var out CompiledRoutes
+	table := &gatewayroute.RouteTable[*retrypolicy.Policy]{}
+	for _, p := range policies {
+		for _, u := range p.Upstreams {
+			if u.Route == nil {
+				continue
+			}
+			r := u.Route
+			cfg, err := routeConfig(u)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s/%s: spec.rules[%d]: %w", r.Kind, r.Namespace, r.Name, r.Rule, err)
+			}
+			cp, err := retrypolicy.Compile(cfg)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s/%s: spec.rules[%d]: %w", r.Kind, r.Namespace, r.Name, r.Rule, err)
+			}
+			if err := table.Add(cfg.Hosts, r, cp); err != nil {
+				return nil, err
+			}
+			out.Policies = append(out.Policies, cp)
+		}
+	}
+	if len(out.Policies) == 0 {
+		return nil, nil
+	}
+	table.Sort()
+	out.RouteTable = table
+	return &out, nil
+}
+
+// routeConfig is ToConfig for a route rule's upstream, whose name is its
+// Service's (gatewayroute.ServiceName): not a DNS label on purpose, so no
+// RetryPolicy upstream shares its state.
+func routeConfig(u Upstream) (retrypolicy.Config, error) {
+	name := u.Name
+	u.Name = "route"
+	cfg, err := ToConfig(u)
+	cfg.Name = name
+	return cfg, err
 }

@@ -14,6 +14,8 @@ package policyset
 import (
 	"time"
 
+	"github.com/retrydev/retry-operator/internal/gatewayroute"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -122,6 +124,11 @@ type Upstream struct {
 	// PodBurst is rateLimit.burst shared the same way, rounded up and at least
 	// 1 (PodBurst). Zero when rateLimit is not set.
 	PodBurst int32 `json:"podBurst,omitempty"`
+	// Route is set on an upstream rendered from a Gateway API route rule
+	// (internal/gatewayroute): the requests to its hosts it applies to. Such
+	// upstreams go to the RouteTable, never to the host-matched Set, and
+	// several share a name: the Service's, whose budget they share.
+	Route *gatewayroute.Route `json:"route,omitempty"`
 }
 
 // ConfigStatus is a sidecar's answer to GET /config on its stats port (:15090):

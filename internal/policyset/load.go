@@ -11,9 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
+	"github.com/retrydev/retry-operator/internal/gatewayroute"
 )
 
 // DefaultNamespace is the namespace of a policy file document that names none.
@@ -38,7 +40,15 @@ func FromPolicyYAML(data []byte) (Document, error) {
 // FromPolicyFiles is FromPolicyYAML over several files read as one input: a
 // policy in one file may name a CA ConfigMap in another.
 func FromPolicyFiles(files ...[]byte) (Document, error) {
-	pf := policyFiles{configMaps: map[string]map[string]string{}, quotas: map[string]*v1alpha1.SharedQuota{}}
+	return FromPolicyFilesIn(DefaultNamespace, files...)
+}
+
+// FromPolicyFilesIn is FromPolicyFiles for a pod in callerNamespace: the
+// Gateway API routes among the documents apply as they do to such a pod
+// (docs/gateway-api.md#hosts).
+func FromPolicyFilesIn(callerNamespace string, files ...[]byte) (Document, error) {
+	pf := policyFiles{configMaps: map[string]map[string]string{}, quotas: map[string]*v1alpha1.SharedQuota{},
+		budgets: gatewayroute.Budgets{}}
 	for f, data := range files {
 		if err := pf.read(data, f, len(files) > 1); err != nil {
 			return Document{}, err
@@ -52,8 +62,13 @@ func FromPolicyFiles(files ...[]byte) (Document, error) {
 		}
 		doc.Policies = append(doc.Policies, rp)
 	}
-	if len(doc.Policies) == 0 {
-		return Document{}, errors.New("no RetryPolicy documents found")
+	routes, err := pf.renderRoutes(callerNamespace)
+	if err != nil {
+		return Document{}, err
+	}
+	doc.Policies = append(doc.Policies, routes...)
+	if len(doc.Policies) == 0 && len(pf.routes) == 0 {
+		return Document{}, errors.New("no RetryPolicy or HTTPRoute documents found")
 	}
 	quotas, err := pf.renderQuotas(doc.Policies)
 	if err != nil {
@@ -71,6 +86,10 @@ type policyFiles struct {
 	configMaps map[string]map[string]string
 	// quotas are the SharedQuotas, defaulted and valid, by name.
 	quotas map[string]*v1alpha1.SharedQuota
+	// routes are the HTTPRoutes with a Service parent, and budgets the
+	// retry budgets of the XBackendTrafficPolicies (docs/gateway-api.md).
+	routes  []*gwv1.HTTPRoute
+	budgets gatewayroute.Budgets
 }
 
 // read adds the documents of file number f; errors name the document, and the
@@ -127,6 +146,12 @@ func (pf *policyFiles) add(raw []byte, where string) error {
 		pf.quotas[q.Name] = q
 		return nil
 	}
+	switch {
+	case tm.APIVersion == httpRouteAPIVersion && tm.Kind == "HTTPRoute":
+		return pf.addRoute(raw, where)
+	case tm.APIVersion == backendPolicyAPIVersion && tm.Kind == "XBackendTrafficPolicy":
+		return pf.addBackendPolicy(raw, where)
+	}
 	p, err := decodePolicy(raw, where)
 	if err != nil {
 		return err
@@ -143,8 +168,8 @@ func decodePolicy(raw []byte, where string) (*v1alpha1.RetryPolicy, error) {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	if p.APIVersion != v1alpha1.GroupVersion.String() || p.Kind != "RetryPolicy" {
-		return nil, fmt.Errorf("%s: apiVersion/kind is %q/%q; want %s/RetryPolicy (or %s/SharedQuota, or v1/ConfigMap for a CA)",
-			where, p.APIVersion, p.Kind, v1alpha1.GroupVersion.String(), v1alpha1.GroupVersion.String())
+		return nil, fmt.Errorf("%s: apiVersion/kind is %q/%q; want %s/RetryPolicy (or %s/SharedQuota, v1/ConfigMap for a CA, %s/HTTPRoute, %s/XBackendTrafficPolicy)",
+			where, p.APIVersion, p.Kind, v1alpha1.GroupVersion.String(), v1alpha1.GroupVersion.String(), httpRouteAPIVersion, backendPolicyAPIVersion)
 	}
 	if p.Name == "" {
 		return nil, fmt.Errorf("%s: metadata.name: Required value", where)

@@ -1,6 +1,7 @@
 package policyset
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,7 +105,7 @@ func TestFromPolicyYAMLRejectsWhatTheAPIRejects(t *testing.T) {
 		},
 		"another kind is refused": {
 			yaml: "apiVersion: v1\nkind: Secret\nmetadata: {name: p}\n",
-			want: `document 0: apiVersion/kind is "v1"/"Secret"; want policy.retry.dev/v1alpha1/RetryPolicy (or policy.retry.dev/v1alpha1/SharedQuota, or v1/ConfigMap for a CA)`,
+			want: `document 0: apiVersion/kind is "v1"/"Secret"; want policy.retry.dev/v1alpha1/RetryPolicy (or policy.retry.dev/v1alpha1/SharedQuota, v1/ConfigMap for a CA, gateway.networking.k8s.io/v1/HTTPRoute, gateway.networking.x-k8s.io/v1alpha1/XBackendTrafficPolicy)`,
 		},
 		"a caCertificateRef without its ConfigMap names the ref and the way out": {
 			yaml: "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], tls: {caCertificateRefs: [{name: partner-ca}]}}\n",
@@ -118,9 +119,21 @@ func TestFromPolicyYAMLRejectsWhatTheAPIRejects(t *testing.T) {
 			yaml: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: partner-ca}\ndata: {ca.crt: not a certificate}\n---\napiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], tls: {caCertificateRefs: [{name: partner-ca}]}}\n",
 			want: `RetryPolicy default/p: spec.upstreams[0].tls.caCertificateRefs[0].name: Invalid value: "partner-ca": key ca.crt of ConfigMap default/partner-ca holds no PEM CERTIFICATE that parses (give the CA ConfigMap as a document of a --policy-file, or use the system roots: wellKnownCACertificates: System with SSL_CERT_FILE)`,
 		},
+		"a route whose parent is a Gateway is refused": {
+			yaml: "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec:\n  parentRefs: [{name: my-gateway}]\n  rules: [{retry: {codes: [503]}}]\n",
+			want: `HTTPRoute default/r: spec.parentRefs: Invalid value: the sidecar applies routes whose parent is a Service (group: "", kind: Service); this one has none`,
+		},
+		"a route with a code the sidecar does not retry is refused": {
+			yaml: "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec:\n  parentRefs: [{group: \"\", kind: Service, name: payments}]\n  rules: [{retry: {codes: [501]}}]\n",
+			want: `HTTPRoute default/r: spec.rules[0].retry.codes[0]: Unsupported value: 501: supported values: "408", "425", "429", "500", "502", "503", "504"`,
+		},
+		"an unknown route field is an error": {
+			yaml: "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec:\n  parentRefs: [{group: \"\", kind: Service, name: payments}]\n  rules: [{retries: 3}]\n",
+			want: `document 0: spec.rules[0].retries: unknown field; the fields here are name, matches, filters, backendRefs, timeouts, retry, sessionPersistence`,
+		},
 		"a file without policies is refused": {
 			yaml: "# nothing here\n",
-			want: "no RetryPolicy documents found",
+			want: "no RetryPolicy or HTTPRoute documents found",
 		},
 	}
 	for name, tc := range tests {
@@ -336,5 +349,50 @@ func TestNamesQualifyOnlyASharedUpstreamName(t *testing.T) {
 		if got := names.Of(tc.policy, tc.upstream); got != tc.want {
 			t.Errorf("Of(%q, %q) = %q, want %q", tc.policy, tc.upstream, got, tc.want)
 		}
+	}
+}
+
+// TestRoutesRenderBesideRetryPolicies: a file may mix RetryPolicies, routes
+// and budgets; each route is a policy of its own, one upstream per rule,
+// named after its Service and carrying its matches.
+func TestRoutesRenderBesideRetryPolicies(t *testing.T) {
+	yaml := `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: payments-retries, namespace: shop}
+spec:
+  parentRefs: [{group: "", kind: Service, name: payments}]
+  rules:
+  - matches: [{path: {value: /api}}]
+    retry: {codes: [503], attempts: 2}
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackendTrafficPolicy
+metadata: {name: b, namespace: shop}
+spec:
+  targetRefs: [{group: "", kind: Service, name: payments}]
+  retryConstraint: {budget: {percent: 5}}
+---
+` + partnerYAML
+	doc, err := FromPolicyFilesIn("shop", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range doc.Policies {
+		for _, u := range p.Upstreams {
+			line := fmt.Sprintf("%s/%s %s %v", p.Namespace, p.Name, u.Name, u.Hosts)
+			if u.Route != nil {
+				line += fmt.Sprintf(" rule %d %+v attempts %d budget %d%%", u.Route.Rule, u.Route.Matches, *u.MaxAttempts, *u.Budget.RetryPercent)
+			}
+			got = append(got, line)
+		}
+	}
+	want := []string{
+		"shop/partner payments-api [api.partner.example:8443 payments.shop.svc]",
+		"default/catalogue catalogue [*.catalogue.svc]",
+		"shop/payments-retries service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop payments] rule 0 [{PathType:PathPrefix Path:/api Method: Headers:[] QueryParams:[]}] attempts 3 budget 5%",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("rendered (-want +got):\n%s", diff)
 	}
 }

@@ -129,12 +129,21 @@ const (
 	byHost
 )
 
-// match is req's policy in set.
-func (rt routing) match(set *retrypolicy.Set, req *http.Request) *retrypolicy.Policy {
+// match is req's policy in c: the RetryPolicy upstream of its host, else the
+// first rule of a route for its host that req meets (a RetryPolicy upstream
+// naming the host wins over every route, docs/gateway-api.md#conflicts).
+func (rt routing) match(c *config.Config, req *http.Request) *retrypolicy.Policy {
+	var p *retrypolicy.Policy
 	if rt == byHost {
-		return set.Match(req.Host)
+		p = c.Set.Match(req.Host)
+	} else {
+		p = c.Set.MatchRequest(req)
 	}
-	return set.MatchRequest(req)
+	if p != nil || c.Routes == nil {
+		return p
+	}
+	p, _, _ = c.Routes.Match(rt.authority(req), req)
+	return p
 }
 
 // authority is the name req's policy was matched by: the default SNI, verified
@@ -155,6 +164,6 @@ func (rt routing) route(r *config.Reloader) func(*http.Request) *retrypolicy.Pol
 		if c == nil {
 			return nil
 		}
-		return rt.match(c.Set, req)
+		return rt.match(c, req)
 	}
 }

@@ -39,7 +39,7 @@ func tlsUpstream(r *config.Reloader, rt routing, req *http.Request) *config.TLSU
 	if c == nil || len(c.TLS) == 0 {
 		return nil
 	}
-	p := rt.match(c.Set, req)
+	p := rt.match(c, req)
 	if p == nil {
 		return nil
 	}

@@ -25,12 +25,22 @@ func (r *Registry) Adopt(s *Set) { r.AdoptAt(time.Now(), s) }
 // the new limits applied in place; a new upstream keeps the fresh state Compile
 // gave it. Upstreams that s no longer has are forgotten (requests still in flight
 // keep their own reference and release into it). Call it before publishing s.
-func (r *Registry) AdoptAt(now time.Time, s *Set) {
+func (r *Registry) AdoptAt(now time.Time, s *Set) { r.AdoptPoliciesAt(now, s.policies...) }
+
+// AdoptPoliciesAt is AdoptAt for policies that are not all in one Set:
+// policies of the same name share one state, the first one's (the rules of
+// one upstream chosen per request by something other than its host, e.g.
+// the route rules of one Service, sharing its budget). Give it every policy
+// in use: the upstreams it is not given are forgotten.
+func (r *Registry) AdoptPoliciesAt(now time.Time, policies ...*Policy) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	next := make(map[string]*limits.State, len(s.policies))
-	for _, p := range s.policies {
-		l := r.m[p.cfg.Name]
+	next := make(map[string]*limits.State, len(policies))
+	for _, p := range policies {
+		l := next[p.cfg.Name]
+		if l == nil {
+			l = r.m[p.cfg.Name]
+		}
 		if l == nil {
 			l = p.limits.Load()
 		} else {

@@ -55,6 +55,25 @@ func TestRegistryKeepsStateAcrossReload(t *testing.T) {
 	}
 }
 
+// TestRegistrySharesOneStateBetweenPoliciesOfOneName: the rules of one
+// upstream chosen per request (a Service's route rules) share its budget,
+// from the first adoption and across a reload.
+func TestRegistrySharesOneStateBetweenPoliciesOfOneName(t *testing.T) {
+	reg := &Registry{}
+	budget := func(c *Config) { c.Budget = &limits.BudgetConfig{RetryPercent: 20} }
+	a, b := compile(t, budget), compile(t, budget)
+	reg.AdoptPoliciesAt(now, a, b)
+	if a.Limits() != b.Limits() || reg.Get("payments-api") != a.Limits() {
+		t.Fatal("two policies of one name adopted two states")
+	}
+	a.Limits().Budget().RecordFirstAt(now)
+	c := compile(t, budget)
+	reg.AdoptPoliciesAt(now, c)
+	if f, _ := c.Limits().Budget().CountsAt(now); c.Limits() != a.Limits() || f != 1 {
+		t.Fatalf("after reload: shared %v, %d first attempts; want the state kept with 1", c.Limits() == a.Limits(), f)
+	}
+}
+
 // TestAdmitGivesTheStartTokenBackWhenTheGateSheds: an attempt shed by the
 // concurrency gate never started, so it does not spend a rate-limit token.
 func TestAdmitGivesTheStartTokenBackWhenTheGateSheds(t *testing.T) {

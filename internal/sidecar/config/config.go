@@ -9,6 +9,7 @@ package config
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -41,11 +42,19 @@ type Sources struct {
 	// QuotaCredentials is --quota-credentials-file: the store credentials of
 	// the shared quotas whose rendering names no file of its own (docs/quota.md).
 	QuotaCredentials string
+	// Namespace is the pod's namespace (POD_NAMESPACE): which Gateway API
+	// routes in PolicyFiles apply to it, and by which names
+	// (docs/gateway-api.md#hosts). Empty means "default".
+	Namespace string
 }
 
 // Config is one loaded configuration: immutable once built.
 type Config struct {
 	Set *retrypolicy.Set
+	// Routes are the rules of the Gateway API routes selected for this pod,
+	// matched per request where Set has no upstream for the host; nil when
+	// there are none (docs/gateway-api.md).
+	Routes *policyset.CompiledRoutes
 	// Hash is the content hash of the policies (policyset.Hash): with only
 	// --config-dir it is the hash of policies.json, the one the manager reports.
 	Hash string
@@ -210,7 +219,8 @@ func (r *raw) compile(s Sources, q *quotaClients) (*Config, error) {
 	}
 	if len(r.files) > 0 {
 		// One input: a policy may name a CA ConfigMap given in another file.
-		d, err := policyset.FromPolicyFiles(r.files...)
+		ns := cmp.Or(s.Namespace, policyset.DefaultNamespace)
+		d, err := policyset.FromPolicyFilesIn(ns, r.files...)
 		if err != nil {
 			return nil, fmt.Errorf("--policy-file %s: %w", strings.Join(s.PolicyFiles, ","), err)
 		}
@@ -246,6 +256,10 @@ func (r *raw) compile(s Sources, q *quotaClients) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	routes, err := policyset.CompileRoutes(selected)
+	if err != nil {
+		return nil, err
+	}
 	origins, err := tlsUpstreams(upstreams)
 	if err != nil {
 		return nil, err
@@ -257,14 +271,26 @@ func (r *raw) compile(s Sources, q *quotaClients) (*Config, error) {
 	if c.Source == "" {
 		c.Source = SourcePolicyFile
 	}
-	for _, p := range set.Policies() {
-		c.Upstreams = append(c.Upstreams, p.Name())
+	c.Routes = routes
+	for _, p := range c.Policies() {
+		if !slices.Contains(c.Upstreams, p.Name()) {
+			c.Upstreams = append(c.Upstreams, p.Name())
+		}
 	}
 	for _, pq := range used {
 		c.Quotas = append(c.Quotas, pq.Name)
 	}
 	c.policies = policyNames(selected)
 	return c, nil
+}
+
+// Policies are every compiled policy of c: the Set's and the route rules'.
+func (c *Config) Policies() []*retrypolicy.Policy {
+	ps := c.Set.Policies()
+	if c.Routes != nil {
+		ps = append(ps, c.Routes.Policies...)
+	}
+	return ps
 }
 
 // policyNames maps each upstream's name (policyset.Names) to its
@@ -274,6 +300,12 @@ func policyNames(selected []policyset.Policy) map[string]string {
 	names := map[string]string{}
 	for _, p := range selected {
 		for _, u := range p.Upstreams {
+			if r := u.Route; r != nil {
+				if _, ok := names[u.Name]; !ok { // the Service's rules: named after its first route
+					names[u.Name] = r.Namespace + "/" + r.Name
+				}
+				continue
+			}
 			names[qualified.Of(p.Name, u.Name)] = p.Namespace + "/" + p.Name
 		}
 	}

@@ -130,7 +130,7 @@ func (r *Reloader) Reload() error {
 			r.watchDir(filepath.Dir(f))
 		}
 		if err == nil {
-			r.registry.Adopt(c.Set)
+			r.registry.AdoptPoliciesAt(time.Now(), c.Policies()...)
 			r.current.Store(c)
 			r.quotas.retain(c.Quotas)
 			r.failedKey, r.staleKey = "", ""
