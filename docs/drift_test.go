@@ -309,6 +309,7 @@ var fieldRE = regexp.MustCompile("`([a-z][A-Za-z0-9]*(?:\\[[0-9]*\\])?(?:\\.[a-z
 var otherKinds = map[string]string{
 	"metadata.labels": "a Pod's", "spec.containers": "a Pod's", "metadata.name": "a field selector's",
 	"tls.crt": "a Secret's key", "tls.key": "a Secret's key",
+	"metadata.annotations": "any object's", "metadata.creationTimestamp": "any object's",
 }
 
 // A path may also be a SharedQuota's (of the object or its spec): it passes
@@ -318,11 +319,15 @@ func TestAPIFieldsExist(t *testing.T) {
 	spec := root.Properties["spec"]
 	upstream := *spec.Properties["upstreams"].Items.Schema
 	quota := *crdVersion(t, "policy.retry.dev_sharedquotas.yaml").Schema.OpenAPIV3Schema
-	starts := []apiextensionsv1.JSONSchemaProps{root, spec, upstream, quota, quota.Properties["spec"]}
+	ours := []apiextensionsv1.JSONSchemaProps{root, spec, upstream, quota, quota.Properties["spec"]}
 	n := 0
 	for _, p := range pages(t) {
 		if p.path == "api.md" {
 			continue // generated from the types
+		}
+		starts := ours
+		if p.path == "gateway-api.md" {
+			starts = append(gatewayAPISchemas(t), ours...) // a route's fields first
 		}
 		for _, m := range fieldRE.FindAllStringSubmatchIndex(p.text, -1) {
 			if otherKinds[p.text[m[2]:m[3]]] != "" {
@@ -343,7 +348,8 @@ func TestAPIFieldsExist(t *testing.T) {
 				n++
 			}
 			if missing != "" {
-				t.Errorf("%s:%d: `%s`: neither the RetryPolicy nor the SharedQuota schema has %s", p.path, lineOf(p.text, m[0]), p.text[m[2]:m[3]], missing)
+				t.Errorf("%s:%d: `%s`: no schema of the page (RetryPolicy, SharedQuota; on gateway-api.md HTTPRoute, XBackendTrafficPolicy) has %s",
+					p.path, lineOf(p.text, m[0]), p.text[m[2]:m[3]], missing)
 			}
 		}
 	}
@@ -376,6 +382,39 @@ func resolve(s apiextensionsv1.JSONSchemaProps, segs []string) string {
 		s = next
 	}
 	return ""
+}
+
+// gatewayAPISchemas are the object and spec schemas of the Gateway API
+// kinds docs/gateway-api.md maps: HTTPRoute v1 and XBackendTrafficPolicy
+// v1alpha1, from the experimental CRDs of the module in go.mod.
+func gatewayAPISchemas(t *testing.T) []apiextensionsv1.JSONSchemaProps {
+	t.Helper()
+	dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
+	if err != nil {
+		t.Fatalf("go list -m sigs.k8s.io/gateway-api: %v", err)
+	}
+	crds := filepath.Join(strings.TrimSpace(string(dir)), "config", "crd", "experimental")
+	var out []apiextensionsv1.JSONSchemaProps
+	for _, k := range []struct{ file, version string }{
+		{"gateway.networking.k8s.io_httproutes.yaml", "v1"},
+		{"gateway.networking.x-k8s.io_xbackendtrafficpolicies.yaml", "v1alpha1"},
+	} {
+		b, err := os.ReadFile(filepath.Join(crds, k.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := yaml.Unmarshal(b, &crd); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range crd.Spec.Versions {
+			if v.Name == k.version {
+				root := *v.Schema.OpenAPIV3Schema
+				out = append(out, root, root.Properties["spec"])
+			}
+		}
+	}
+	return out
 }
 
 func crdSchema(t *testing.T) apiextensionsv1.JSONSchemaProps {

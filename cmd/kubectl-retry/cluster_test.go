@@ -155,7 +155,7 @@ func explainUnnamedHost(t *testing.T, kubeconfig string) {
 	var ex Explanation
 	runJSON(t, &ex, "explain", "pod/checkout", "-n", "shop", "--host", "http://api.partner.example/v1", "--kubeconfig", kubeconfig)
 	want := &HostMatch{Host: "http://api.partner.example/v1",
-		Detail: "no policy of this pod names the host: its requests pass through the sidecar unchanged, never retried"}
+		Detail: "no policy or route of this pod names the host: its requests pass through the sidecar unchanged, never retried"}
 	assertJSONEqual(t, want, ex.Host)
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"slices"
 	"sort"
@@ -164,8 +165,11 @@ type HostMatch struct {
 	Pattern  string `json:"pattern,omitempty"`
 	// GRPC is what the upstream retries of gRPC calls: set when it lists
 	// gRPC statuses or methods, or when --grpc-method names a call.
-	GRPC   *GRPCMatch `json:"grpc,omitempty"`
-	Detail string     `json:"detail"`
+	GRPC *GRPCMatch `json:"grpc,omitempty"`
+	// Route is the Gateway API route rule that applies, when no RetryPolicy
+	// upstream names the host: "HTTPRoute shop/payments-retries, rule 0".
+	Route  string `json:"route,omitempty"`
+	Detail string `json:"detail"`
 }
 
 // GRPCMatch is what an upstream does with gRPC calls (docs/grpc.md).
@@ -308,8 +312,7 @@ func matchHost(selected []policyset.Policy, to call) (HostMatch, error) {
 	}
 	p, pattern := set.MatchPattern(scheme, authority)
 	if p == nil {
-		m.Detail = "no policy of this pod names the host: its requests pass through the sidecar unchanged, never retried"
-		return m, nil
+		return matchRoute(selected, m, authority, host)
 	}
 	m.Pattern = pattern
 	names := policyset.NamesOf(selected)
@@ -324,6 +327,32 @@ func matchHost(selected []policyset.Policy, to call) (HostMatch, error) {
 	if m.GRPC = grpcMatch(p, to.grpcMethod); m.GRPC != nil {
 		m.Detail += "; " + m.GRPC.sentence()
 	}
+	return m, nil
+}
+
+// matchRoute finds the route rule the sidecar would use for a GET of host
+// (a URL's path chooses among the rules) when no RetryPolicy upstream names
+// it (docs/gateway-api.md#precedence).
+func matchRoute(selected []policyset.Policy, m HostMatch, authority, host string) (HostMatch, error) {
+	m.Detail = "no policy or route of this pod names the host: its requests pass through the sidecar unchanged, never retried"
+	routes, err := policyset.CompileRoutes(selected)
+	if err != nil {
+		return HostMatch{}, fmt.Errorf("the rendered routes do not compile: %w", err)
+	}
+	if routes == nil || !routes.Has(authority) {
+		return m, nil
+	}
+	req := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/"}, Header: http.Header{}}
+	if u, err := url.Parse(host); err == nil && u.Host != "" {
+		req.URL = u
+	}
+	_, r, ok := routes.Match(authority, req)
+	if !ok {
+		m.Detail = fmt.Sprintf("routes name the host, but no rule matches GET %s: such requests pass through, never retried", req.URL.Path)
+		return m, nil
+	}
+	m.Route = fmt.Sprintf("%s %s/%s, rule %d", r.Kind, r.Namespace, r.Name, r.Rule)
+	m.Detail = fmt.Sprintf("%s, for GET %s (Gateway API precedence; give a URL to choose the path)", m.Route, req.URL.Path)
 	return m, nil
 }
 

@@ -61,7 +61,7 @@ var explainGRPCCases = map[string]struct {
 	"an authority no policy names passes through": {
 		host: "ledger.shop.svc:50051", method: "/shop.v1.Ledger/Get",
 		want: HostMatch{Host: "ledger.shop.svc:50051",
-			Detail: "no policy of this pod names the host: its requests pass through the sidecar unchanged, never retried"},
+			Detail: "no policy or route of this pod names the host: its requests pass through the sidecar unchanged, never retried"},
 	},
 }
 
@@ -82,6 +82,40 @@ func TestExplainGRPCCalls(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestExplainRouteRules: a host no RetryPolicy names is matched against the
+// pod's routes; a URL's path chooses the rule (testdata/routes.yaml, for a
+// pod in namespace shop).
+func TestExplainRouteRules(t *testing.T) {
+	data, err := os.ReadFile(routes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := policyset.FromPolicyFilesIn("shop", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, host, wantRoute, wantDetail string }{
+		{"a URL's path chooses the rule", "http://payments:8080/api/refund", "HTTPRoute shop/payments-retries, rule 0",
+			"HTTPRoute shop/payments-retries, rule 0, for GET /api/refund (Gateway API precedence; give a URL to choose the path)"},
+		{"a host alone is a GET of /", "ledger.shop.svc.cluster.local", "HTTPRoute shop/ledger-linkerd, rule 0",
+			"HTTPRoute shop/ledger-linkerd, rule 0, for GET / (Gateway API precedence; give a URL to choose the path)"},
+		{"a path no rule matches passes through", "http://payments.shop:8080/health", "",
+			"routes name the host, but no rule matches GET /health: such requests pass through, never retried"},
+		{"a port the route does not name has no route", "http://payments.shop:9090/api", "",
+			"no policy or route of this pod names the host: its requests pass through the sidecar unchanged, never retried"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := matchHost(doc.Policies, call{host: c.host})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Route != c.wantRoute || got.Detail != c.wantDetail {
+				t.Errorf("route %q, detail %q\nwant %q, %q", got.Route, got.Detail, c.wantRoute, c.wantDetail)
 			}
 		})
 	}

@@ -236,7 +236,7 @@ type policyFlags struct {
 
 func (f *policyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.file, "f", "", "RetryPolicy YAML file (what you would kubectl apply)")
-	fs.StringVar(&f.upstream, "upstream", "", "upstream name (needed when the file has several)")
+	fs.StringVar(&f.upstream, "upstream", "", "upstream name, or a route rule <route>/rules/<i> (needed when the file has several)")
 }
 
 // policy loads the file and picks the upstream's policy; report an error with
@@ -253,7 +253,7 @@ func (f *policyFlags) policyFile() (*retrysim.PolicyFile, *retrypolicy.Policy, e
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := retrysim.PickUpstream(file.Set, f.upstream)
+	p, err := file.Pick(f.upstream)
 	return file, p, err
 }
 

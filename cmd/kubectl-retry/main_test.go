@@ -18,6 +18,7 @@ var update = flag.Bool("update", false, "rewrite testdata/golden/*.golden")
 const (
 	policies = "testdata/policies.yaml"
 	start    = "--start=2026-11-30T12:00:00Z"
+	routes   = "testdata/routes.yaml"
 )
 
 // goldenCases are whole command lines whose exit code, stdout and stderr are
@@ -59,6 +60,17 @@ var goldenCases = map[string][]string{
 	// Retries spend rateLimit tokens too: the wait for one shows as admission.
 	"simulate-retries-wait-for-rate-limit-tokens": {"simulate", "-f", policies, "--upstream", "paced",
 		"--responses", "503, 503, 200", start},
+
+	// Gateway API route rules (docs/gateway-api.md): attempts are retries,
+	// the backoff an exact minimum, backendRequest each attempt's bound.
+	"simulate-route-rule-503-then-200-waits-the-backoff": {"simulate", "-f", routes, "--upstream", "payments-retries/rules/0",
+		"--responses", "503, 503, 200", start},
+	"simulate-route-rule-attempts-2-is-3-transmissions": {"simulate", "-f", routes, "--upstream", "payments-retries/rules/0",
+		"--responses", "503, 503, 503", start},
+	"simulate-route-linkerd-annotations": {"simulate", "-f", routes, "--upstream", "ledger-linkerd",
+		"--responses", "502, timeout, 200", start},
+	"simulate-route-needs-a-rule-name": {"simulate", "-f", routes, "--upstream", "payments-retries",
+		"--responses", "503", start},
 
 	// gRPC calls (docs/grpc.md): the example of docs/kubectl-retry.md, then
 	// every row of docs/grpc.md#what-is-retried-when.

@@ -50,20 +50,17 @@ func ServiceParents(route *gwv1.HTTPRoute) (services []Parent, others []int) {
 	return services, others
 }
 
-// Hosts are the names callers in callerNamespace reach the Service by:
-// payments.shop.svc.cluster.local, payments.shop.svc, payments.shop, and for
-// callers in shop, payments; each on the parent's port only when it names
-// one.
+// Hosts are the names callers in callerNamespace reach the Service by,
+// shortest first: for callers in shop, payments; then payments.shop,
+// payments.shop.svc and payments.shop.svc.cluster.local; each on the
+// parent's port only when it names one.
 func (p Parent) Hosts(callerNamespace string) []string {
 	svc, ns := p.Service.Name, p.Service.Namespace
-	names := []string{
-		fmt.Sprintf("%s.%s.svc.%s", svc, ns, ClusterDomain),
-		fmt.Sprintf("%s.%s.svc", svc, ns),
-		svc + "." + ns,
-	}
+	var names []string
 	if callerNamespace == ns {
 		names = append(names, svc)
 	}
+	names = append(names, svc+"."+ns, fmt.Sprintf("%s.%s.svc", svc, ns), fmt.Sprintf("%s.%s.svc.%s", svc, ns, ClusterDomain))
 	if p.Port != 0 {
 		for i := range names {
 			names[i] += ":" + strconv.Itoa(int(p.Port))

@@ -43,7 +43,7 @@ func TestTranslateMapsEveryRouteFieldToTheUpstream(t *testing.T) {
 	}
 	jitterNone := v1alpha1.JitterNone
 	dur := func(s string) *v1alpha1.Duration { d := v1alpha1.Duration(s); return &d }
-	hosts := []string{"payments.shop.svc.cluster.local:8080", "payments.shop.svc:8080", "payments.shop:8080", "payments:8080"}
+	hosts := []string{"payments:8080", "payments.shop:8080", "payments.shop.svc:8080", "payments.shop.svc.cluster.local:8080"}
 	want := []Rule{{
 		Upstream: v1alpha1.Upstream{
 			Name: "service/shop/payments", Hosts: hosts, MaxAttempts: ptr.To[int32](3),
@@ -84,11 +84,11 @@ spec:
 		wantConsumer        bool
 	}{
 		{"a producer route in its own namespace has the short name", producerRoute, "shop",
-			[]string{"payments.shop.svc.cluster.local:8080", "payments.shop.svc:8080", "payments.shop:8080", "payments:8080"}, false},
+			[]string{"payments:8080", "payments.shop:8080", "payments.shop.svc:8080", "payments.shop.svc.cluster.local:8080"}, false},
 		{"a producer route elsewhere has the qualified names", producerRoute, "checkout",
-			[]string{"payments.shop.svc.cluster.local:8080", "payments.shop.svc:8080", "payments.shop:8080"}, false},
+			[]string{"payments.shop:8080", "payments.shop.svc:8080", "payments.shop.svc.cluster.local:8080"}, false},
 		{"a consumer route applies to its namespace, on every port", consumer, "checkout",
-			[]string{"payments.shop.svc.cluster.local", "payments.shop.svc", "payments.shop"}, true},
+			[]string{"payments.shop", "payments.shop.svc", "payments.shop.svc.cluster.local"}, true},
 		{"a consumer route applies to no other namespace", consumer, "billing", nil, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -390,7 +390,7 @@ spec:
 	want := []string{
 		"shop/partner payments-api [api.partner.example:8443 payments.shop.svc]",
 		"default/catalogue catalogue [*.catalogue.svc]",
-		"shop/payments-retries service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop payments] rule 0 [{PathType:PathPrefix Path:/api Method: Headers:[] QueryParams:[]}] attempts 3 budget 5%",
+		"shop/payments-retries service/shop/payments [payments payments.shop payments.shop.svc payments.shop.svc.cluster.local] rule 0 [{PathType:PathPrefix Path:/api Method: Headers:[] QueryParams:[]}] attempts 3 budget 5%",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("rendered (-want +got):\n%s", diff)

@@ -15,10 +15,16 @@ import (
 // and the document they came from for what else a command needs of it (the
 // SharedQuota an upstream draws on).
 type PolicyFile struct {
-	Set  *retrypolicy.Set
-	path string
-	doc  policyset.Document
+	Set *retrypolicy.Set
+	// Rules are the compiled rules of the file's Gateway API routes, by
+	// their name for --upstream: "<route>/rules/<i>" (RuleName).
+	Rules map[string]*retrypolicy.Policy
+	path  string
+	doc   policyset.Document
 }
+
+// RuleName names rule i of a route for --upstream.
+func RuleName(route string, i int) string { return fmt.Sprintf("%s/rules/%d", route, i) }
 
 // LoadPolicyFile reads RetryPolicy YAML documents with the sidecar's own
 // --policy-file loader (defaults, the API's validation with field paths, the
@@ -34,7 +40,7 @@ func LoadPolicyFile(path string) (*retrypolicy.Set, error) {
 // ReadPolicyFile is LoadPolicyFile keeping the parsed file.
 func ReadPolicyFile(path string) (*PolicyFile, error) {
 	if path == "" {
-		return nil, &UsageError{Msg: "-f: name a RetryPolicy YAML file"}
+		return nil, &UsageError{Msg: "-f: name a RetryPolicy (or HTTPRoute) YAML file"}
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -48,7 +54,62 @@ func ReadPolicyFile(path string) (*PolicyFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &PolicyFile{Set: set, path: path, doc: doc}, nil
+	rules, err := compileRules(doc.Policies)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &PolicyFile{Set: set, Rules: rules, path: path, doc: doc}, nil
+}
+
+// compileRules compiles the route rules of policies, by RuleName.
+func compileRules(policies []policyset.Policy) (map[string]*retrypolicy.Policy, error) {
+	rules := map[string]*retrypolicy.Policy{}
+	for _, p := range policies {
+		for _, u := range p.Upstreams {
+			if u.Route == nil {
+				continue
+			}
+			compiled, err := policyset.CompileRoutes([]policyset.Policy{{Namespace: p.Namespace, Name: p.Name, Upstreams: []policyset.Upstream{u}}})
+			if err != nil {
+				return nil, err
+			}
+			rules[RuleName(u.Route.Name, u.Route.Rule)] = compiled.Policies[0]
+		}
+	}
+	return rules, nil
+}
+
+// Pick is PickUpstream over the file's upstreams and route rules: a rule
+// is named "<route>/rules/<i>", or "<route>" when the route has one rule.
+func (f *PolicyFile) Pick(name string) (*retrypolicy.Policy, error) {
+	if len(f.Rules) == 0 {
+		return PickUpstream(f.Set, name)
+	}
+	if p, ok := f.Rules[name]; ok {
+		return p, nil
+	}
+	if p, ok := f.Rules[RuleName(name, 0)]; ok && f.Rules[RuleName(name, 1)] == nil {
+		return p, nil
+	}
+	if name == "" && len(f.Set.Policies()) == 0 && len(f.Rules) == 1 {
+		for _, p := range f.Rules {
+			return p, nil
+		}
+	}
+	if len(f.Set.Policies()) > 0 {
+		if p, err := PickUpstream(f.Set, name); err == nil || name == "" && len(f.Set.Policies()) == 1 {
+			return p, err
+		}
+	}
+	var names []string
+	for _, p := range f.Set.Policies() {
+		names = append(names, p.Name())
+	}
+	for n := range f.Rules {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return nil, &UsageError{Msg: fmt.Sprintf("--upstream %q: name an upstream or a route rule of the file: %s", name, strings.Join(names, ", "))}
 }
 
 // UsageError is a mistake in the command line (exit code 2).
