@@ -3,6 +3,7 @@
 package main_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net/http"
@@ -11,8 +12,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/retrydev/retry-operator/internal/testing/grpctest"
 )
 
 // The tests in this file give the real binary Gateway API routes in its
@@ -206,5 +215,79 @@ func TestBackendTrafficPolicyBudgetBoundsRouteRetries(t *testing.T) {
 	if got := len(up.got()); got != 15+10 || !maps.Equal(outcomes, want) {
 		t.Errorf("%d arrivals for 15 requests, outcomes %v; want 25 (15 first attempts and the 10 retries of 1 a second over the 10 s window), outcomes %v",
 			got, outcomes, want)
+	}
+}
+
+// grpcRouteYAML is a GRPCRoute with Linkerd's gRPC retry annotations: every
+// method of shop.v1.Catalogue may be resent, methods matched by a regular
+// expression name no method that may.
+func grpcRouteYAML(port string) string {
+	return fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata:
+  name: grpc-retries
+  namespace: shop
+  annotations: {retry.linkerd.io/grpc: "unavailable,resource-exhausted", retry.linkerd.io/limit: "2"}
+spec:
+  parentRefs: [{group: "", kind: Service, name: grpc-payments, port: %s}]
+  rules:
+  - matches: [{method: {service: shop.v1.Catalogue}}]
+  - matches: [{method: {type: RegularExpression, service: shop.v1.Payments, method: "Charge.*"}}]
+`, port)
+}
+
+// TestGRPCRoutesWithLinkerdAnnotationsRetryGRPCCalls: a GRPCRoute's
+// retry.linkerd.io/grpc gives the gRPC retries of docs/grpc.md to the
+// methods its rules name, through the real binary with a grpc-go client and
+// server.
+func TestGRPCRoutesWithLinkerdAnnotationsRetryGRPCCalls(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	addr := grpctest.Serve(t, func(_ any, st grpc.ServerStream) error {
+		var m []byte
+		if err := st.RecvMsg(&m); err != nil {
+			return err
+		}
+		method, _ := grpc.MethodFromServerStream(st)
+		mu.Lock()
+		seen[method]++
+		n := seen[method]
+		mu.Unlock()
+		if failures, _ := strconv.Atoi(string(m)); n <= failures {
+			return grpcstatus.Error(codes.Unavailable, "not yet")
+		}
+		return st.SendMsg(&m)
+	})
+	_, port, _ := strings.Cut(addr, ":")
+	file := filepath.Join(t.TempDir(), "routes.yaml")
+	writeFile(t, file, grpcRouteYAML(port))
+	s := startSidecarIn(t, resolvingIn(t, "grpc-payments.shop"), []string{"POD_NAMESPACE=shop"}, "--policy-file="+file)
+	cc := grpctest.Client(t, "grpc-payments.shop:"+port, grpctest.DialTo(s.proxy))
+	for _, c := range []struct {
+		name, method string
+		failures     string // the message: how many calls of the method fail first
+		want         codes.Code
+		wantOutcome  string
+		wantArrivals int
+	}{
+		{"a method of the named service is retried on a listed status", "/shop.v1.Catalogue/List", "2", codes.OK, "success", 3},
+		{"the limit of 2 retries makes 3 attempts", "/shop.v1.Catalogue/Get", "3", codes.Unavailable, "exhausted", 3},
+		{"a method matched by a regular expression is not replayable", "/shop.v1.Payments/ChargeCard", "1", codes.Unavailable, "not-replayable", 1},
+		{"a method no rule matches passes through", "/shop.v1.Ledger/Get", "1", codes.Unavailable, "", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			m, out := []byte(c.failures), []byte(nil)
+			var tr metadata.MD
+			err := cc.Invoke(ctx, c.method, &m, &out, grpc.Trailer(&tr))
+			mu.Lock()
+			arrivals := seen[c.method]
+			mu.Unlock()
+			if grpcstatus.Code(err) != c.want || first(tr["x-retry-outcome"]) != c.wantOutcome || arrivals != c.wantArrivals {
+				t.Errorf("got %v, outcome %q, %d arrivals; want %v, %q, %d", grpcstatus.Code(err), first(tr["x-retry-outcome"]), arrivals,
+					c.want, c.wantOutcome, c.wantArrivals)
+			}
+		})
 	}
 }

@@ -35,12 +35,23 @@ func IsService(ref gwv1.ParentReference) bool {
 // ServiceParents returns the parentRefs of route that name a Service, and
 // the indexes of the others (Gateways: not ours).
 func ServiceParents(route *gwv1.HTTPRoute) (services []Parent, others []int) {
-	for i, ref := range route.Spec.ParentRefs {
+	return serviceParents(route.Namespace, route.Spec.ParentRefs)
+}
+
+// GRPCServiceParents is ServiceParents of a GRPCRoute.
+func GRPCServiceParents(route *gwv1.GRPCRoute) (services []Parent, others []int) {
+	return serviceParents(route.Namespace, route.Spec.ParentRefs)
+}
+
+// serviceParents are the Service parents among the parentRefs of a route in
+// namespace routeNamespace.
+func serviceParents(routeNamespace string, refs []gwv1.ParentReference) (services []Parent, others []int) {
+	for i, ref := range refs {
 		if !IsService(ref) {
 			others = append(others, i)
 			continue
 		}
-		ns := route.Namespace
+		ns := routeNamespace
 		if ref.Namespace != nil && *ref.Namespace != "" {
 			ns = string(*ref.Namespace)
 		}

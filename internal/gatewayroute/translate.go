@@ -92,6 +92,7 @@ func ServiceName(svc NamespacedName) string { return "service/" + svc.Namespace 
 // route's Linkerd annotations.
 type settings struct {
 	codes          []int
+	grpcCodes      []v1alpha1.GRPCStatusCode // a GRPCRoute's (linkerdGRPCSettings)
 	attempts       int32          // transmissions, the first included
 	request        *time.Duration // nil: the API's default deadline; 0: no timeout
 	backendRequest time.Duration

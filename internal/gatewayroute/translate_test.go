@@ -227,3 +227,73 @@ func TestBackendTrafficPolicyBecomesTheServiceBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestTranslateGRPCMapsMethodsAndLinkerdStatuses: a GRPCRoute's method
+// matches become path matches on /service/method, the Exact ones naming a
+// service also gRPC patterns of replayableMethods; retry.linkerd.io/grpc's
+// names become canonical gRPC statuses.
+func TestTranslateGRPCMapsMethodsAndLinkerdStatuses(t *testing.T) {
+	var route gwv1.GRPCRoute
+	doc := `
+metadata: {name: g, namespace: shop, annotations: {retry.linkerd.io/grpc: "unavailable, resource-exhausted", retry.linkerd.io/limit: "3"}}
+spec:
+  parentRefs: [{group: "", kind: Service, name: payments}]
+  rules:
+  - matches:
+    - method: {service: shop.v1.Payments, method: Get}
+    - method: {service: shop.v1.Catalogue}
+    - method: {method: List}
+    - method: {type: RegularExpression, service: "shop\\.v1\\..*"}
+      headers: [{name: x-tenant, value: a}]
+`
+	if err := yaml.UnmarshalStrict([]byte(doc), &route); err != nil {
+		t.Fatal(err)
+	}
+	rules, err := TranslateGRPC(&route, "shop", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := rules[0].Upstream
+	want := []RouteMatch{
+		{PathType: "Exact", Path: "/shop.v1.Payments/Get"},
+		{PathType: "PathPrefix", Path: "/shop.v1.Catalogue"},
+		{PathType: "RegularExpression", Path: "/[^/]+/List"},
+		{PathType: "RegularExpression", Path: `/(?:shop\.v1\..*)/(?:[^/]+)`, Headers: []ValueMatch{{Type: "Exact", Name: "x-tenant", Value: "a"}}},
+	}
+	if diff := cmp.Diff(want, rules[0].Route.Matches); diff != "" {
+		t.Errorf("matches (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"GET", "HEAD", "OPTIONS", "/shop.v1.Payments/Get", "/shop.v1.Catalogue/*"}, u.ReplayableMethods); diff != "" {
+		t.Errorf("replayableMethods (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]v1alpha1.GRPCStatusCode{"UNAVAILABLE", "RESOURCE_EXHAUSTED"}, u.RetryOn.GRPCStatusCodes); diff != "" || *u.MaxAttempts != 4 || len(u.RetryOn.StatusCodes) != 0 {
+		t.Errorf("grpcStatusCodes (-want +got): %s; maxAttempts %d, statusCodes %v", diff, *u.MaxAttempts, u.RetryOn.StatusCodes)
+	}
+	if rules[0].Route.Kind != "GRPCRoute" {
+		t.Errorf("kind %q", rules[0].Route.Kind)
+	}
+}
+
+// TestTranslateGRPCRefusesBadAnnotations names the annotation and what is
+// allowed.
+func TestTranslateGRPCRefusesBadAnnotations(t *testing.T) {
+	for _, c := range []struct{ name, ann, want string }{
+		{"an unknown status", `{retry.linkerd.io/grpc: "unavailable,flaky"}`,
+			`GRPCRoute shop/g: metadata.annotations[retry.linkerd.io/grpc]: "flaky" is not a gRPC status; allowed: cancelled, unknown, invalid-argument, deadline-exceeded,`},
+		{"ok is never retried", `{retry.linkerd.io/grpc: "ok"}`, `"ok" is not a gRPC status`},
+		{"HTTP retries on a GRPCRoute", `{retry.linkerd.io/http: 5xx}`,
+			`GRPCRoute shop/g: metadata.annotations[retry.linkerd.io/http]: a GRPCRoute's retries are retry.linkerd.io/grpc`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var route gwv1.GRPCRoute
+			doc := "metadata: {name: g, namespace: shop, annotations: " + c.ann + "}\nspec: {parentRefs: [{group: \"\", kind: Service, name: p}], rules: [{}]}\n"
+			if err := yaml.UnmarshalStrict([]byte(doc), &route); err != nil {
+				t.Fatal(err)
+			}
+			_, err := TranslateGRPC(&route, "shop", nil)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v; want it to contain %s", err, c.want)
+			}
+		})
+	}
+}

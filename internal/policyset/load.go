@@ -67,7 +67,7 @@ func FromPolicyFilesIn(callerNamespace string, files ...[]byte) (Document, error
 		return Document{}, err
 	}
 	doc.Policies = append(doc.Policies, routes...)
-	if len(doc.Policies) == 0 && len(pf.routes) == 0 {
+	if len(doc.Policies) == 0 && len(pf.routes)+len(pf.grpcRoutes) == 0 {
 		return Document{}, errors.New("no RetryPolicy or HTTPRoute documents found")
 	}
 	quotas, err := pf.renderQuotas(doc.Policies)
@@ -88,8 +88,9 @@ type policyFiles struct {
 	quotas map[string]*v1alpha1.SharedQuota
 	// routes are the HTTPRoutes with a Service parent, and budgets the
 	// retry budgets of the XBackendTrafficPolicies (docs/gateway-api.md).
-	routes  []*gwv1.HTTPRoute
-	budgets gatewayroute.Budgets
+	routes     []*gwv1.HTTPRoute
+	grpcRoutes []*gwv1.GRPCRoute
+	budgets    gatewayroute.Budgets
 }
 
 // read adds the documents of file number f; errors name the document, and the
@@ -149,6 +150,8 @@ func (pf *policyFiles) add(raw []byte, where string) error {
 	switch {
 	case tm.APIVersion == httpRouteAPIVersion && tm.Kind == "HTTPRoute":
 		return pf.addRoute(raw, where)
+	case tm.APIVersion == httpRouteAPIVersion && tm.Kind == "GRPCRoute":
+		return pf.addGRPCRoute(raw, where)
 	case tm.APIVersion == backendPolicyAPIVersion && tm.Kind == "XBackendTrafficPolicy":
 		return pf.addBackendPolicy(raw, where)
 	}
@@ -168,7 +171,7 @@ func decodePolicy(raw []byte, where string) (*v1alpha1.RetryPolicy, error) {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	if p.APIVersion != v1alpha1.GroupVersion.String() || p.Kind != "RetryPolicy" {
-		return nil, fmt.Errorf("%s: apiVersion/kind is %q/%q; want %s/RetryPolicy (or %s/SharedQuota, v1/ConfigMap for a CA, %s/HTTPRoute, %s/XBackendTrafficPolicy)",
+		return nil, fmt.Errorf("%s: apiVersion/kind is %q/%q; want %s/RetryPolicy (or %s/SharedQuota, v1/ConfigMap for a CA, %s/HTTPRoute or GRPCRoute, %s/XBackendTrafficPolicy)",
 			where, p.APIVersion, p.Kind, v1alpha1.GroupVersion.String(), v1alpha1.GroupVersion.String(), httpRouteAPIVersion, backendPolicyAPIVersion)
 	}
 	if p.Name == "" {

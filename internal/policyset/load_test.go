@@ -105,7 +105,7 @@ func TestFromPolicyYAMLRejectsWhatTheAPIRejects(t *testing.T) {
 		},
 		"another kind is refused": {
 			yaml: "apiVersion: v1\nkind: Secret\nmetadata: {name: p}\n",
-			want: `document 0: apiVersion/kind is "v1"/"Secret"; want policy.retry.dev/v1alpha1/RetryPolicy (or policy.retry.dev/v1alpha1/SharedQuota, v1/ConfigMap for a CA, gateway.networking.k8s.io/v1/HTTPRoute, gateway.networking.x-k8s.io/v1alpha1/XBackendTrafficPolicy)`,
+			want: `document 0: apiVersion/kind is "v1"/"Secret"; want policy.retry.dev/v1alpha1/RetryPolicy (or policy.retry.dev/v1alpha1/SharedQuota, v1/ConfigMap for a CA, gateway.networking.k8s.io/v1/HTTPRoute or GRPCRoute, gateway.networking.x-k8s.io/v1alpha1/XBackendTrafficPolicy)`,
 		},
 		"a caCertificateRef without its ConfigMap names the ref and the way out": {
 			yaml: "apiVersion: policy.retry.dev/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p}\nspec:\n  upstreams:\n  - {name: a, hosts: [a.svc], tls: {caCertificateRefs: [{name: partner-ca}]}}\n",

@@ -3,6 +3,7 @@ package policyset
 import (
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwxv1a1 "sigs.k8s.io/gateway-api/apisx/v1alpha1"
 
@@ -28,21 +29,37 @@ func FromRoute(route *gwv1.HTTPRoute, callerNamespace string, budgets gatewayrou
 	if err != nil {
 		return Policy{}, err
 	}
-	out := Policy{Namespace: route.Namespace, Name: route.Name, Generation: route.Generation}
+	return fromRules(route.ObjectMeta, rules)
+}
+
+// FromGRPCRoute is FromRoute for a GRPCRoute.
+func FromGRPCRoute(route *gwv1.GRPCRoute, callerNamespace string, budgets gatewayroute.Budgets) (Policy, error) {
+	rules, err := gatewayroute.TranslateGRPC(route, callerNamespace, budgets)
+	if err != nil {
+		return Policy{}, err
+	}
+	return fromRules(route.ObjectMeta, rules)
+}
+
+// fromRules renders the rules of the route of meta, checking each as the
+// sidecar will compile it.
+func fromRules(meta metav1.ObjectMeta, rules []gatewayroute.Rule) (Policy, error) {
+	out := Policy{Namespace: meta.Namespace, Name: meta.Name, Generation: meta.Generation}
 	for _, r := range rules {
+		where := fmt.Sprintf("%s %s/%s: spec.rules[%d]", r.Route.Kind, meta.Namespace, meta.Name, r.Route.Rule)
 		name := r.Upstream.Name
 		r.Upstream.Name = "route" // RenderUpstream checks a RetryPolicy's names: routeConfig
 		u, err := RenderUpstream(r.Upstream, 1)
 		u.Name = name
 		if err != nil {
-			return Policy{}, fmt.Errorf("HTTPRoute %s/%s: spec.rules[%d]: %w", route.Namespace, route.Name, r.Route.Rule, err)
+			return Policy{}, fmt.Errorf("%s: %w", where, err)
 		}
 		cfg, err := routeConfig(u)
 		if err == nil {
 			_, err = retrypolicy.Compile(cfg)
 		}
 		if err != nil {
-			return Policy{}, fmt.Errorf("HTTPRoute %s/%s: spec.rules[%d]: %w", route.Namespace, route.Name, r.Route.Rule, err)
+			return Policy{}, fmt.Errorf("%s: %w", where, err)
 		}
 		u.Route = &r.Route
 		out.Upstreams = append(out.Upstreams, u)
@@ -71,6 +88,26 @@ func (pf *policyFiles) addRoute(raw []byte, where string) error {
 	return nil
 }
 
+// addGRPCRoute adds a GRPCRoute document, as addRoute an HTTPRoute.
+func (pf *policyFiles) addGRPCRoute(raw []byte, where string) error {
+	var r gwv1.GRPCRoute
+	if err := v1alpha1.DecodeStrict(raw, &r); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if r.Name == "" {
+		return fmt.Errorf("%s: metadata.name: Required value", where)
+	}
+	if r.Namespace == "" {
+		r.Namespace = DefaultNamespace
+	}
+	if parents, _ := gatewayroute.GRPCServiceParents(&r); len(parents) == 0 {
+		return fmt.Errorf("GRPCRoute %s/%s: spec.parentRefs: Invalid value: the sidecar applies routes whose parent is a Service (group: \"\", kind: Service); this one has none",
+			r.Namespace, r.Name)
+	}
+	pf.grpcRoutes = append(pf.grpcRoutes, &r)
+	return nil
+}
+
 // addBackendPolicy adds an XBackendTrafficPolicy document: the retry budget
 // of the Services it targets.
 func (pf *policyFiles) addBackendPolicy(raw []byte, where string) error {
@@ -90,6 +127,15 @@ func (pf *policyFiles) renderRoutes(callerNamespace string) ([]Policy, error) {
 	var out []Policy
 	for _, r := range pf.routes {
 		p, err := FromRoute(r, callerNamespace, pf.budgets)
+		if err != nil {
+			return nil, err
+		}
+		if len(p.Upstreams) > 0 {
+			out = append(out, p)
+		}
+	}
+	for _, r := range pf.grpcRoutes {
+		p, err := FromGRPCRoute(r, callerNamespace, pf.budgets)
 		if err != nil {
 			return nil, err
 		}
