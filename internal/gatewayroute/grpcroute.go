@@ -31,20 +31,17 @@ func TranslateGRPC(route *gwv1.GRPCRoute, callerNamespace string, budgets Budget
 	if err != nil {
 		return nil, fmt.Errorf("GRPCRoute %s/%s: %w", route.Namespace, route.Name, err)
 	}
-	parents, _ := GRPCServiceParents(route)
+	all, _ := GRPCServiceParents(route)
+	parents, consumer := applying(route.Namespace, callerNamespace, all)
 	var out []Rule
-	for _, p := range parents {
-		consumer := p.Service.Namespace != route.Namespace
-		if consumer && callerNamespace != route.Namespace {
-			continue
-		}
+	for j, p := range parents {
 		for i, rule := range route.Spec.Rules {
 			u := s.upstream(ServiceName(p.Service), p.Hosts(callerNamespace))
 			u.RetryOn.GRPCStatusCodes = s.grpcCodes
 			u.ReplayableMethods = append(append([]string(nil), v1alpha1.DefaultReplayableMethods...), grpcPatterns(rule.Matches)...)
 			u.Budget = budgets[p.Service]
 			out = append(out, Rule{Upstream: u, Route: Route{
-				Kind: KindGRPCRoute, Namespace: route.Namespace, Name: route.Name, Rule: i, Consumer: consumer,
+				Kind: KindGRPCRoute, Namespace: route.Namespace, Name: route.Name, Rule: i, Consumer: consumer[j],
 				Created: route.CreationTimestamp.Unix(), Matches: grpcMatchesOf(rule.Matches),
 			}})
 		}

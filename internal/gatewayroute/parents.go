@@ -79,3 +79,18 @@ func (p Parent) Hosts(callerNamespace string) []string {
 	}
 	return names
 }
+
+// applying are the parents whose routes apply to callers in callerNamespace,
+// and whether the route is a consumer route for each: a route in another
+// namespace than its Service's applies to the callers of its own namespace
+// only (GAMMA's consumer route); a producer route to every caller.
+func applying(routeNamespace, callerNamespace string, parents []Parent) (out []Parent, consumer []bool) {
+	for _, p := range parents {
+		c := p.Service.Namespace != routeNamespace
+		if c && callerNamespace != routeNamespace {
+			continue
+		}
+		out, consumer = append(out, p), append(consumer, c)
+	}
+	return out, consumer
+}

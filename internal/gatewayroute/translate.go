@@ -42,19 +42,16 @@ func Translate(route *gwv1.HTTPRoute, callerNamespace string, budgets Budgets) (
 	if errs := Validate(route); len(errs) > 0 {
 		return nil, fmt.Errorf("HTTPRoute %s/%s: %w", route.Namespace, route.Name, errs.ToAggregate())
 	}
-	parents, _ := ServiceParents(route)
+	all, _ := ServiceParents(route)
+	parents, consumer := applying(route.Namespace, callerNamespace, all)
 	var out []Rule
-	for _, p := range parents {
-		consumer := p.Service.Namespace != route.Namespace
-		if consumer && callerNamespace != route.Namespace {
-			continue
-		}
+	for j, p := range parents {
 		for i := range route.Spec.Rules {
 			r, err := ruleOf(route, i, p, callerNamespace, budgets[p.Service])
 			if err != nil {
 				return nil, fmt.Errorf("HTTPRoute %s/%s: %w", route.Namespace, route.Name, err)
 			}
-			r.Route.Consumer = consumer
+			r.Route.Consumer = consumer[j]
 			out = append(out, r)
 		}
 	}
@@ -93,8 +90,8 @@ func ServiceName(svc NamespacedName) string { return "service/" + svc.Namespace 
 type settings struct {
 	codes          []int
 	grpcCodes      []v1alpha1.GRPCStatusCode // a GRPCRoute's (linkerdGRPCSettings)
-	attempts       int32          // transmissions, the first included
-	request        *time.Duration // nil: the API's default deadline; 0: no timeout
+	attempts       int32                     // transmissions, the first included
+	request        *time.Duration            // nil: the API's default deadline; 0: no timeout
 	backendRequest time.Duration
 	backoff        time.Duration // the minimum wait; 0 = the API default backoff
 }

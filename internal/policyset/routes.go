@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwxv1a1 "sigs.k8s.io/gateway-api/apisx/v1alpha1"
 
@@ -71,40 +72,43 @@ func fromRules(meta metav1.ObjectMeta, rules []gatewayroute.Rule) (Policy, error
 // error (in a policy file it can only be a mistake).
 func (pf *policyFiles) addRoute(raw []byte, where string) error {
 	var r gwv1.HTTPRoute
-	if err := v1alpha1.DecodeStrict(raw, &r); err != nil {
-		return fmt.Errorf("%s: %w", where, err)
+	err := decodeRoute(raw, where, &r, func() bool { p, _ := gatewayroute.ServiceParents(&r); return len(p) > 0 })
+	if err == nil {
+		pf.routes = append(pf.routes, &r)
 	}
-	if r.Name == "" {
-		return fmt.Errorf("%s: metadata.name: Required value", where)
-	}
-	if r.Namespace == "" {
-		r.Namespace = DefaultNamespace
-	}
-	if parents, _ := gatewayroute.ServiceParents(&r); len(parents) == 0 {
-		return fmt.Errorf("HTTPRoute %s/%s: spec.parentRefs: Invalid value: the sidecar applies routes whose parent is a Service (group: \"\", kind: Service); this one has none",
-			r.Namespace, r.Name)
-	}
-	pf.routes = append(pf.routes, &r)
-	return nil
+	return err
 }
 
 // addGRPCRoute adds a GRPCRoute document, as addRoute an HTTPRoute.
 func (pf *policyFiles) addGRPCRoute(raw []byte, where string) error {
 	var r gwv1.GRPCRoute
-	if err := v1alpha1.DecodeStrict(raw, &r); err != nil {
+	err := decodeRoute(raw, where, &r, func() bool { p, _ := gatewayroute.GRPCServiceParents(&r); return len(p) > 0 })
+	if err == nil {
+		pf.grpcRoutes = append(pf.grpcRoutes, &r)
+	}
+	return err
+}
+
+// decodeRoute decodes the route document found at where strictly into r,
+// in DefaultNamespace when it names none; hasServiceParent says whether a
+// parentRef of the decoded route names a Service.
+func decodeRoute(raw []byte, where string, r interface {
+	metav1.Object
+	GetObjectKind() schema.ObjectKind
+}, hasServiceParent func() bool) error {
+	if err := v1alpha1.DecodeStrict(raw, r); err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}
-	if r.Name == "" {
+	if r.GetName() == "" {
 		return fmt.Errorf("%s: metadata.name: Required value", where)
 	}
-	if r.Namespace == "" {
-		r.Namespace = DefaultNamespace
+	if r.GetNamespace() == "" {
+		r.SetNamespace(DefaultNamespace)
 	}
-	if parents, _ := gatewayroute.GRPCServiceParents(&r); len(parents) == 0 {
-		return fmt.Errorf("GRPCRoute %s/%s: spec.parentRefs: Invalid value: the sidecar applies routes whose parent is a Service (group: \"\", kind: Service); this one has none",
-			r.Namespace, r.Name)
+	if !hasServiceParent() {
+		return fmt.Errorf("%s %s/%s: spec.parentRefs: Invalid value: the sidecar applies routes whose parent is a Service (group: \"\", kind: Service); this one has none",
+			r.GetObjectKind().GroupVersionKind().Kind, r.GetNamespace(), r.GetName())
 	}
-	pf.grpcRoutes = append(pf.grpcRoutes, &r)
 	return nil
 }
 
