@@ -182,19 +182,8 @@ func (u *mxUpstream) fail(st grpc.ServerStream, s *mxState) error {
 	if c.pushback != "" {
 		st.SetTrailer(metadata.Pairs("grpc-retry-pushback-ms", c.pushback))
 	}
-	switch c.placement {
-	case "after-headers":
-		if err := st.SendHeader(metadata.Pairs("x-header-md", "h")); err != nil {
-			return err
-		}
-	case "after-message", "after-big-message":
-		m := payload(10, 'm')
-		if c.placement == "after-big-message" {
-			m = payload(100<<10, 'M')
-		}
-		if err := st.SendMsg(&m); err != nil {
-			return err
-		}
+	if err := grpctest.FailAt(st, c.placement); err != nil {
+		return err
 	}
 	u.mu.Lock()
 	s.answered = time.Now()

@@ -72,34 +72,7 @@ func stDesc(shape string) *grpc.StreamDesc {
 // every answer, and returns the sizes of the messages the app got, its
 // status and the trailers' x-retry-outcome and x-retry-attempts.
 func stCall(ctx context.Context, cc *grpc.ClientConn, shape, method string, msgs [][]byte) string {
-	s, err := cc.NewStream(ctx, stDesc(shape), method)
-	if err != nil {
-		return err.Error()
-	}
-	for _, m := range msgs {
-		if err := s.SendMsg(&m); err != nil {
-			break
-		}
-	}
-	_ = s.CloseSend()
-	var sizes []int
-	for {
-		var in []byte
-		if err = s.RecvMsg(&in); err != nil {
-			break
-		}
-		sizes = append(sizes, len(in))
-		if shape == shapeClient { // one answer; RecvMsg has read the status with it
-			err = io.EOF
-			break
-		}
-	}
-	code := grpcstatus.Code(err)
-	if errors.Is(err, io.EOF) {
-		code = codes.OK
-	}
-	tr := s.Trailer()
-	return fmt.Sprint(sizes, " ", code, " ", first(tr["x-retry-outcome"]), " ", first(tr["x-retry-attempts"]))
+	return grpctest.Exchange(ctx, cc, stDesc(shape), method, msgs)
 }
 
 // stUpstream is a grpc-go server whose calls each name their case (x-case);
@@ -219,19 +192,8 @@ func (u *stUpstream) failFirst(id string, c stCell, st grpc.ServerStream) error 
 	} else if err := u.readAll(id, 1, st); err != nil {
 		return err
 	}
-	switch c.placement {
-	case "after-headers":
-		if err := st.SendHeader(metadata.Pairs("x-header-md", "h")); err != nil {
-			return err
-		}
-	case "after-message", "after-big-message":
-		m := payload(10, 'm')
-		if c.placement == "after-big-message" {
-			m = payload(100<<10, 'M')
-		}
-		if err := st.SendMsg(&m); err != nil {
-			return err
-		}
+	if err := grpctest.FailAt(st, c.placement); err != nil {
+		return err
 	}
 	return grpcstatus.Error(codes.Unavailable, "try again")
 }

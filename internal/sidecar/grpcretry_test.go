@@ -196,30 +196,7 @@ func clientStream(ctx context.Context, cc *grpc.ClientConn, msgs ...[]byte) stri
 
 // clientStreamTo is clientStream to method.
 func clientStreamTo(ctx context.Context, cc *grpc.ClientConn, method string, msgs ...[]byte) string {
-	s, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method)
-	if err != nil {
-		return err.Error()
-	}
-	for _, m := range msgs {
-		if err := s.SendMsg(&m); err != nil {
-			break
-		}
-	}
-	_ = s.CloseSend()
-	var sizes []int
-	for {
-		var in []byte
-		if err = s.RecvMsg(&in); err != nil {
-			break
-		}
-		sizes = append(sizes, len(in))
-	}
-	st := grpcstatus.Convert(err)
-	if errors.Is(err, io.EOF) {
-		st = grpcstatus.New(codes.OK, "")
-	}
-	tr := s.Trailer()
-	return fmt.Sprint(sizes, " ", st.Code(), " ", tr["x-retry-outcome"], tr["x-retry-attempts"])
+	return grpctest.Exchange(ctx, cc, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method, msgs)
 }
 
 func sized(sizes ...int) [][]byte {
@@ -257,13 +234,13 @@ func grpcDataPathCases() map[string]grpcDataPathCase {
 				return echoOK(st)
 			},
 			send: []int{1, 2, 3}, maxReplay: 1 << 10,
-			want:     "[2] OK [success] [2]",
+			want:     "[2] OK success 2",
 			attempts: []string{"[1] [1 2 3]", "[2] [1 2 3]"},
 			asked:    "[1:14:true 2:0:true]"},
 		"a Trailers-Only UNAVAILABLE is retried until maxAttempts": {
 			script: func(int, grpc.ServerStream) error { return unavailable() },
 			send:   []int{5}, maxReplay: 1 << 10,
-			want:     "[] Unavailable [exhausted] [3]",
+			want:     "[] Unavailable exhausted 3",
 			attempts: []string{"[1] [5]", "[2] [5]", "[3] [5]"},
 			asked:    "[1:14:true 2:14:true 3:14:true]"},
 		"an answer past 64 KiB is passed on as it comes and never retried": {
@@ -273,13 +250,13 @@ func grpcDataPathCases() map[string]grpcDataPathCase {
 				return unavailable()
 			},
 			send: []int{5}, maxReplay: 1 << 10,
-			want:     "[102400] Unavailable [not-retryable] [1]",
+			want:     "[102400] Unavailable not-retryable 1",
 			attempts: []string{"[1] [5]"},
 			asked:    "[]"},
 		"a request stream past maxReplayBodyBytes is sent once": {
 			script: func(int, grpc.ServerStream) error { return unavailable() },
 			send:   []int{600, 600}, maxReplay: 1 << 10,
-			want:     "[] Unavailable [not-replayable] [1]",
+			want:     "[] Unavailable not-replayable 1",
 			attempts: []string{"[1] [600 600]"},
 			asked:    "[1:14:false]"},
 		"a request stream of megabytes within maxReplayBodyBytes is sent again whole": {
@@ -290,7 +267,7 @@ func grpcDataPathCases() map[string]grpcDataPathCase {
 				return echoOK(st)
 			},
 			send: []int{3 << 20, 1 << 20, 1}, maxReplay: 8 << 20,
-			want:     "[2] OK [success] [2]",
+			want:     "[2] OK success 2",
 			attempts: []string{"[1] [3145728 1048576 1]", "[2] [3145728 1048576 1]"},
 			asked:    "[1:14:true 2:0:true]"},
 	}
@@ -334,7 +311,7 @@ func TestGRPCRetryAttemptsCarryTheTimeLeft(t *testing.T) {
 	cc := retryingSidecar(t, u.addr, &retryUnavailable{}, 1<<10)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if got := clientStream(ctx, cc, []byte("x")); got != "[2] OK [success] [2]" {
+	if got := clientStream(ctx, cc, []byte("x")); got != "[2] OK success 2" {
 		t.Fatalf("app got %s", got)
 	}
 	u.mu.Lock()
@@ -358,13 +335,13 @@ func TestGRPCPerTryTimeoutCutsAndRetriesAnAttempt(t *testing.T) {
 		sent   int // attempts the server saw
 	}{
 		"an attempt that answers within perTryTimeout is the only one": {
-			method: "/test.Retry/Call", slow: 0, want: "[2] OK [success] [1]", sent: 1},
+			method: "/test.Retry/Call", slow: 0, want: "[2] OK success 1", sent: 1},
 		"the first attempt cut by perTryTimeout is retried for a listed method": {
-			method: "/test.Retry/Call", slow: 1, want: "[2] OK [success] [2]", sent: 2},
+			method: "/test.Retry/Call", slow: 1, want: "[2] OK success 2", sent: 2},
 		"every attempt cut ends the call as DEADLINE_EXCEEDED after maxAttempts": {
-			method: "/test.Retry/Call", slow: 3, want: "[] DeadlineExceeded [exhausted] [3]", sent: 3},
+			method: "/test.Retry/Call", slow: 3, want: "[] DeadlineExceeded exhausted 3", sent: 3},
 		"an attempt cut for a method not listed is not sent again": {
-			method: "/test.Other/Call", slow: 1, want: "[] DeadlineExceeded [not-replayable] [1]", sent: 1},
+			method: "/test.Other/Call", slow: 1, want: "[] DeadlineExceeded not-replayable 1", sent: 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -442,11 +419,11 @@ func TestGRPCRetryAttemptsSayWhyNoAnswerCame(t *testing.T) {
 	}{
 		"a refused stream is refused, sent again as a new attempt": {
 			upstream: refusing.Addr,
-			want:     "[2] OK [success] [2]",
+			want:     "[2] OK success 2",
 			asked:    "[1::true:connect=false:refused=true 2:0:true]"},
 		"a refused connection is a connect failure": {
 			upstream: downAddr,
-			want:     "[] Unavailable [upstream-error] [1]",
+			want:     "[] Unavailable upstream-error 1",
 			asked:    "[1::true:connect=true:refused=false]"},
 	}
 	for name, c := range cases {
