@@ -133,3 +133,26 @@ func TestGRPCAnswersThatHoldTheUpstreamPaceLaterCalls(t *testing.T) {
 		})
 	}
 }
+
+// TestGRPCMalformedRateLimitMetadataIsCountedAndHoldsNothing: rate-limit
+// metadata that does not parse is counted as a malformed HTTP header is,
+// and the next call goes at once.
+func TestGRPCMalformedRateLimitMetadataIsCountedAndHoldsNothing(t *testing.T) {
+	t.Parallel()
+	u := newPacedUpstream(t, func(n int, st grpc.ServerStream) error {
+		if n == 1 {
+			st.SetTrailer(metadata.Pairs("ratelimit", "not a structured field;;"))
+		}
+		m := []byte("ok")
+		return st.SendMsg(&m)
+	})
+	s := startSidecar(t, "--policy-file="+policyFile(t, u.addr, "maxAttempts: 3",
+		"retryOn: {grpcStatusCodes: [RESOURCE_EXHAUSTED]}", "replayableMethods: [/test.Paced/*]", "pacing: {rateLimitHeaders: true}"))
+	cc := grpcClient(t, s.proxy, u.addr, viaListen)
+	for i := range 2 {
+		if got, _ := pacedCall(cc, 500*time.Millisecond); got != "OK success 1" {
+			t.Fatalf("call %d got %s; want OK success 1 (nothing held)", i+1, got)
+		}
+	}
+	s.waitMetric(`retry_sidecar_ratelimit_header_parse_failures_total{header="Ratelimit",reason="structured-field-syntax",upstream="up"}`, 1)
+}

@@ -23,6 +23,8 @@ type grpcPolicyRetrier struct {
 	// observer is told of pacing holds and of calls waiting for them
 	// (grpcpacing.go), as the HTTP path's Observer is; nil: nothing.
 	observer retryhttp.Observer
+	// metrics counts malformed rate-limit metadata; nil: not counted.
+	metrics *Metrics
 }
 
 // Retries: every call of a policy goes through the retrying path, so that

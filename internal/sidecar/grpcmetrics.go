@@ -60,3 +60,12 @@ func (m *Metrics) grpcCall(upstream string, outcome retrypolicy.Outcome, elapsed
 	}
 	m.Observe(retryhttp.Event{Kind: retryhttp.EventOutcome, Upstream: upstream, Outcome: outcome, Elapsed: elapsed})
 }
+
+// rateLimitMalformed counts rate-limit metadata of a gRPC answer that did
+// not parse (header and reason as for HTTP's headers); it holds nothing.
+func (m *Metrics) rateLimitMalformed(upstream, header, reason string) {
+	if m == nil {
+		return
+	}
+	m.rateLimitFailures.WithLabelValues(upstream, header, reason).Inc()
+}

@@ -84,6 +84,9 @@ func (p *grpcPolicyRetrier) startHolds(pol *retrypolicy.Policy, a grpcAttempt, r
 			}
 		}
 		rl := ratelimitheader.Parse(md, received) // a malformed field holds nothing
+		if rl.Malformed != "" {
+			p.metrics.rateLimitMalformed(pol.Name(), rl.Malformed, rl.Reason)
+		}
 		if wait, ok := rl.Hold(); ok {
 			p.hold(pol, pc, received, received.Add(wait), limits.HoldRateLimit)
 		}

@@ -103,7 +103,7 @@ func (s *upstreamStack) proxy(rt routing) *Proxy {
 		PolicyName: s.reloader.PolicyName,
 
 		grpc: &grpcForwarder{routing: rt, reloader: s.reloader, h2c: s.h2c, tls: s.client, log: s.log, metrics: s.metrics,
-			retry: &grpcPolicyRetrier{observer: s.observer}, replayMemory: s.replayMemory, holds: s.holds,
+			retry: &grpcPolicyRetrier{observer: s.observer, metrics: s.metrics}, replayMemory: s.replayMemory, holds: s.holds,
 			tracing: s.tracing, policyName: s.reloader.PolicyName},
 	}
 }
