@@ -150,7 +150,7 @@ test-race: ## The concurrent packages (decision core, sidecar, upstream client, 
 	go test -count=1 -race ./pkg/... ./internal/policyset/... ./internal/sidecar/... ./internal/retrysim/...
 
 .PHONY: fuzz
-FUZZ_PACKAGES = ./pkg/retrypolicy ./internal/ratelimitheader ./internal/sidecar/h1client ./internal/sidecar/h1server ./internal/policyset ./internal/sidecar/config
+FUZZ_PACKAGES = ./pkg/retrypolicy ./internal/ratelimitheader ./internal/gatewayroute ./internal/sidecar/h1client ./internal/sidecar/h1server ./internal/policyset ./internal/sidecar/config
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	@for p in $(FUZZ_PACKAGES); do for f in $$(go test -list '^Fuzz' $$p | grep ^Fuzz); do \
