@@ -119,6 +119,9 @@ type grpcCall struct {
 	out      *http.Request // the call's upstream request, attempts are made of
 	replay   *replayStream
 	timeout  bool // the app sent grpc-timeout: each attempt carries the time left
+	// held is the answer of the attempt in flight: each attempt's is closed
+	// before the next is sent, so one serves them all.
+	held heldAnswer
 }
 
 // forwardRetrying makes the attempts of a call the retrier may retry and
@@ -365,7 +368,7 @@ func (g *grpcForwarder) attempt(a *http.Request, n int, c *grpcCall) (grpcAttemp
 		att.Refused = errors.Is(err, errUnprocessed)
 		return c.perTry(a, att), nil
 	}
-	held := holdBack(resp, c.hold, g.holds, c.conn)
+	held := holdBackInto(&c.held, resp, c.hold, g.holds, c.conn)
 	att.Rewindable = c.replay.rewindable()
 	if !held.complete {
 		return att, held
