@@ -4,6 +4,7 @@
 # and on a direct connection, in one run on loopback. Writes docs/benchmarks-grpc.md.
 #
 #   ROUNDS=3 DURATION=5 RATE=2000 CONNS=4 CONCURRENCY=16 bench/grpc/run.sh
+#   BASELINE_REF=<git ref> bench/grpc/run.sh   # also measures that ref's sidecar, same run
 #
 # Everything targets 127.0.0.1 only and every load is bounded in time and count.
 # Needs haproxy (installed from Debian with apt-get if missing).
@@ -15,6 +16,7 @@ RATE=${RATE:-2000}              # fixed rate of the CPU and latency test, calls/
 CONNS=${CONNS:-4}               # HTTP/2 connections of the load generator
 CONCURRENCY=${CONCURRENCY:-16}  # calls in flight per connection (closed loop)
 OUT=${OUT:-docs/benchmarks-grpc.md} # docs/performance.md quotes it
+BASELINE_REF=${BASELINE_REF:-}  # a git ref whose sidecar is measured beside this tree's ("baseline")
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -36,11 +38,20 @@ echo "building retry-sidecar, the gRPC server and the load generator"
 CGO_ENABLED=0 go build -trimpath -o "$WORK/retry-sidecar" ./cmd/retry-sidecar
 go build -o "$WORK/server" ./bench/grpc/server
 go build -o "$WORK/loadgen" ./bench/grpc/loadgen
+if [ -n "$BASELINE_REF" ]; then
+  echo "building the baseline sidecar of $BASELINE_REF"
+  BASELINE_SHA=$(git rev-parse --short "$BASELINE_REF") # the ref may move during the run
+  mkdir "$WORK/baseline-src"
+  git archive "$BASELINE_SHA" | tar -x -C "$WORK/baseline-src"
+  (cd "$WORK/baseline-src" && CGO_ENABLED=0 go build -trimpath -o "$WORK/retry-sidecar-baseline" ./cmd/retry-sidecar)
+fi
 
 SERVER=127.0.0.1:18180
 HAPROXY=127.0.0.1:18181
 SIDECAR=127.0.0.1:18190
 ADMIN=127.0.0.1:18195
+BASELINE=127.0.0.1:18192
+BASELINE_ADMIN=127.0.0.1:18197
 
 # --- HAProxy: HTTP/2 cleartext from the client and to the server, no logging
 cat >"$WORK/haproxy.cfg" <<EOF
@@ -74,21 +85,28 @@ spec:
     replayableMethods: [/grpc.health.v1.Health/*]
 EOF
 
-for a in $SERVER $HAPROXY $SIDECAR $ADMIN; do
+for a in $SERVER $HAPROXY $SIDECAR $ADMIN $BASELINE $BASELINE_ADMIN; do
   if (exec 3<>/dev/tcp/${a%:*}/${a#*:}) 2>/dev/null; then echo "port $a is busy; free it first" >&2; exit 1; fi
 done
 "$WORK/server" -listen $SERVER -lifetime 1h 2>"$WORK/server.log" & PIDS+=($!)
 haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 & HPID=$!; PIDS+=($HPID)
 "$WORK/retry-sidecar" --listen=$SIDECAR --admin-listen=$ADMIN --stats-listen= --policy-file="$WORK/policy.yaml" \
   2>"$WORK/sidecar.log" & SPID=$!; PIDS+=($SPID)
+TARGETS="direct haproxy sidecar"
+WAIT="$SERVER $HAPROXY $SIDECAR $ADMIN"
+if [ -n "$BASELINE_REF" ]; then
+  "$WORK/retry-sidecar-baseline" --listen=$BASELINE --admin-listen=$BASELINE_ADMIN --stats-listen= --policy-file="$WORK/policy.yaml" \
+    2>"$WORK/baseline.log" & BPID=$!; PIDS+=($BPID)
+  TARGETS="$TARGETS baseline"
+  WAIT="$WAIT $BASELINE"
+fi
 
 wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/${1%:*}/${1#*:}) 2>/dev/null && return 0; sleep 0.1; done; echo "no listener on $1" >&2; exit 1; }
-for a in $SERVER $HAPROXY $SIDECAR $ADMIN; do wait_port "$a"; done
+for a in $WAIT; do wait_port "$a"; done
 curl -fsS -o /dev/null "http://$ADMIN/readyz"
 
-addr() { case $1 in direct) echo $SERVER;; haproxy) echo $HAPROXY;; sidecar) echo $SIDECAR;; esac; }
-pid_of() { case $1 in haproxy) echo $HPID;; sidecar) echo $SPID;; *) echo "";; esac; }
-TARGETS="direct haproxy sidecar"
+addr() { case $1 in direct) echo $SERVER;; haproxy) echo $HAPROXY;; sidecar) echo $SIDECAR;; baseline) echo $BASELINE;; esac; }
+pid_of() { case $1 in haproxy) echo $HPID;; sidecar) echo $SPID;; baseline) echo $BPID;; *) echo "";; esac; }
 
 # One call through each, to see the path works and the sidecar applies its policy.
 for t in $TARGETS; do
@@ -110,7 +128,7 @@ echo "measuring: $ROUNDS interleaved rounds, ${DURATION}s each, closed loop $CON
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq "$ROUNDS"); do
   # the order turns each round, so no target always follows the same one
-  order=$(echo "$TARGETS" | awk -v k=$(( (round - 1) % 3 )) '{for (i = 0; i < NF; i++) printf "%s ", $(((i + k) % NF) + 1)}')
+  order=$(echo "$TARGETS" | awk -v k=$(( (round - 1) % $(echo $TARGETS | wc -w) )) '{for (i = 0; i < NF; i++) printf "%s ", $(((i + k) % NF) + 1)}')
   for t in $order; do
     json=$("$WORK/loadgen" closed -addr "$(addr $t)" -authority $SERVER -conns "$CONNS" -concurrency "$CONCURRENCY" -duration "${DURATION}s")
     echo "$round $t cps $(field "$json" calls_per_s)" >>"$WORK/results"
@@ -143,14 +161,20 @@ val() { awk -v r="$1" -v t="$2" -v m="$3" '$1 == r && $2 == t && $3 == m {print 
 all() { awk -v t="$1" -v m="$2" '$2 == t && $3 == m {print $4}' "$WORK/results"; }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) {print "n/a"; exit} m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; print m}'; }
 range() { sort -g | awk 'NR==1 {lo=$1} {hi=$1} END {if (NR==0) print "n/a"; else printf "%s–%s", lo, hi}'; }
+f2() { awk '{printf "%.2f\n", $1}'; }
+f3() { awk '{printf "%.3f\n", $1}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 == 0) print "n/a"; else printf "%.2f", a/b }'; }
 ms() { awk -v u="$1" 'BEGIN { printf "%.3f", u/1000 }'; }
 int() { awk -v v="$1" 'BEGIN { printf "%.0f", v }'; }
 # per-round ratios of target to HAProxy for a metric
 ratios() { for r in $(seq "$ROUNDS"); do ratio "$(val "$r" "$1" "$2")" "$(val "$r" haproxy "$2")"; echo; done; }
 verdict() { if awk "BEGIN{exit !($1)}"; then echo met; else echo "**missed**"; fi; }
-TP=$(ratios sidecar cps | median); TP_RANGE=$(ratios sidecar cps | range)
-CPU=$(ratios sidecar cpu100k | median); CPU_RANGE=$(ratios sidecar cpu100k | range)
+TP=$(ratios sidecar cps | median | f2); TP_RANGE=$(ratios sidecar cps | range)
+CPU=$(ratios sidecar cpu100k | median | f2); CPU_RANGE=$(ratios sidecar cpu100k | range)
+if [ -n "$BASELINE_REF" ]; then
+  BTP=$(ratios baseline cps | median | f2); BTP_RANGE=$(ratios baseline cps | range)
+  BCPU=$(ratios baseline cpu100k | median | f2); BCPU_RANGE=$(ratios baseline cpu100k | range)
+fi
 
 {
   echo "# Benchmarks: gRPC through retry-sidecar vs HAProxy (HTTP/2)"
@@ -168,6 +192,7 @@ CPU=$(ratios sidecar cpu100k | median); CPU_RANGE=$(ratios sidecar cpu100k | ran
   echo "${DURATION}s after 400 calls of warm-up, round-robin over the connections; CPU = utime+stime of the proxy's process"
   echo "(\`/proc/PID/stat\`) over the fixed-rate run, warm-up included, per 100,000 calls. $ROUNDS interleaved rounds, the"
   echo "targets' order turning each round. Ratios are the sidecar's over HAProxy's of the same round."
+  if [ -n "$BASELINE_REF" ]; then echo "\`baseline\` is the sidecar of \`$BASELINE_REF\` ($BASELINE_SHA), measured in the same rounds."; fi
   echo
   echo "## Every run"
   echo
@@ -186,7 +211,7 @@ CPU=$(ratios sidecar cpu100k | median); CPU_RANGE=$(ratios sidecar cpu100k | ran
   echo "| target | closed loop calls/s | closed loop p50 (ms) | at $RATE calls/s: p50 (ms) | p99 (ms) | CPU s per 100k calls |"
   echo "|---|---|---|---|---|---|"
   for t in $TARGETS; do
-    cpu="$(all "$t" cpu100k | median) ($(all "$t" cpu100k | range))"; [ "$t" = direct ] && cpu="—"
+    cpu="$(all "$t" cpu100k | median | f3) ($(all "$t" cpu100k | range))"; [ "$t" = direct ] && cpu="—"
     echo "| $t | $(int "$(all "$t" cps | median)") ($(all "$t" cps | awk '{printf "%.0f\n", $1}' | range)) | $(ms "$(all "$t" closed_p50 | median)") | $(ms "$(all "$t" rate_p50 | median)") ($(ms "$(all "$t" rate_p50 | sort -g | head -1)")–$(ms "$(all "$t" rate_p50 | sort -g | tail -1)")) | $(ms "$(all "$t" rate_p99 | median)") ($(ms "$(all "$t" rate_p99 | sort -g | head -1)")–$(ms "$(all "$t" rate_p99 | sort -g | tail -1)")) | $cpu |"
   done
   echo
@@ -194,6 +219,10 @@ CPU=$(ratios sidecar cpu100k | median); CPU_RANGE=$(ratios sidecar cpu100k | ran
   echo "|---|---|---|"
   echo "| closed-loop calls/s ≥ 0.7× HAProxy's | ${TP}× ($TP_RANGE) | $(verdict "$TP >= 0.7") |"
   echo "| CPU per call at $RATE calls/s ≤ 1.5× HAProxy's | ${CPU}× ($CPU_RANGE) | $(verdict "$CPU <= 1.5") |"
+  if [ -n "$BASELINE_REF" ]; then
+    echo "| (baseline) closed-loop calls/s vs HAProxy's | ${BTP}× ($BTP_RANGE) | |"
+    echo "| (baseline) CPU per call vs HAProxy's | ${BCPU}× ($BCPU_RANGE) | |"
+  fi
   echo
   echo "Raw samples (round, target, metric, value; latencies in µs):"
   echo
