@@ -168,6 +168,10 @@ bench-quota: ## Shared quota with N real retry-sidecar processes and a real redi
 bench-sidecar: ## Sidecar vs HAProxy vs nginx vs direct on loopback (apt-installs haproxy nginx wrk if missing); writes docs/benchmarks.md.
 	bench/sidecar/run.sh
 
+.PHONY: bench-grpc
+bench-grpc: ## gRPC unary calls: sidecar vs HAProxy (h2c both sides) vs direct on loopback, calls/s and CPU per call (apt-installs haproxy if missing); writes docs/benchmarks-grpc.md.
+	bench/grpc/run.sh
+
 .PHONY: bench
 bench: ## Micro-benchmarks of the decision core.
 	go test -run '^$$' -bench . -benchmem ./pkg/retrypolicy

@@ -11,7 +11,8 @@ import (
 // grpcConnHoldBytes of answers at once, however many streams it opens. A
 // stream that finds its connection's share taken is committed there: what it
 // holds is passed on, the rest streamed, and its status no longer retried.
-// A call allocates nothing for the hold beyond the pooled buffer.
+// A call allocates nothing for the hold: the buffer is pooled, the heldAnswer
+// is the call's own (BenchmarkHeldAnswer).
 
 // grpcHoldChunk is one read of a held answer; the buffer is the hold and one
 // read past it, so an answer one byte longer than the hold is seen to be.
@@ -87,7 +88,14 @@ type heldAnswer struct {
 // conn's share of shares is taken; hold false reads nothing (the answer is
 // committed from its headers on).
 func holdBack(resp *http.Response, hold bool, shares *holdShares, conn string) *heldAnswer {
-	h := &heldAnswer{resp: resp, shares: shares, conn: conn}
+	return holdBackInto(new(heldAnswer), resp, hold, shares, conn)
+}
+
+// holdBackInto is holdBack into h, which it overwrites: a call reuses one
+// heldAnswer for all its attempts (grpcCall.held), each closed before the
+// next is sent, so holding allocates nothing per call.
+func holdBackInto(h *heldAnswer, resp *http.Response, hold bool, shares *holdShares, conn string) *heldAnswer {
+	*h = heldAnswer{resp: resp, shares: shares, conn: conn}
 	if !hold {
 		return h
 	}

@@ -119,6 +119,9 @@ type grpcCall struct {
 	out      *http.Request // the call's upstream request, attempts are made of
 	replay   *replayStream
 	timeout  bool // the app sent grpc-timeout: each attempt carries the time left
+	// held is the answer of the attempt in flight: each attempt's is closed
+	// before the next is sent, so one serves them all.
+	held heldAnswer
 }
 
 // forwardRetrying makes the attempts of a call the retrier may retry and
@@ -365,7 +368,7 @@ func (g *grpcForwarder) attempt(a *http.Request, n int, c *grpcCall) (grpcAttemp
 		att.Refused = errors.Is(err, errUnprocessed)
 		return c.perTry(a, att), nil
 	}
-	held := holdBack(resp, c.hold, g.holds, c.conn)
+	held := holdBackInto(&c.held, resp, c.hold, g.holds, c.conn)
 	att.Rewindable = c.replay.rewindable()
 	if !held.complete {
 		return att, held
@@ -523,9 +526,13 @@ func (s *replayStream) Close() error {
 }
 
 // pump reads the app's stream into buf, at most limit bytes ahead of the
-// attempt reading, until its end.
+// attempt reading, until its end. Its read buffer is pooled: every gRPC call
+// has a request stream, most of a few bytes, and a buffer of its own would
+// be 16 KiB of garbage per call.
 func (s *replayStream) pump() {
-	chunk := make([]byte, 16<<10)
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	chunk := (*bp)[:replayChunk] // only buf keeps what it reads, copied
 	for {
 		s.mu.Lock()
 		for !s.closed && s.base+len(s.buf)-s.pos >= max(s.limit, len(chunk)) {
@@ -582,6 +589,9 @@ func (s *replayStream) trim() {
 	s.buf = append(s.buf[:0], s.buf[cut:]...)
 	s.base = s.pos
 }
+
+// replayChunk is one read of the app's request stream.
+const replayChunk = 16 << 10
 
 var errSuperseded = errors.New("retry-sidecar: the request stream went to a later attempt")
 

@@ -6,6 +6,7 @@
 package h1server
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"log/slog"
@@ -209,9 +210,16 @@ type prefixConn struct {
 	net.Conn
 	prefix []byte
 	c      *conn // its hang-up watch and state, for watchFallback
+	// r, if set, is what it is read through (prefix first, then Conn):
+	// HTTP/2's framer reads each frame's 9-byte header and its payload
+	// with a read each, two system calls per frame unbuffered.
+	r *bufio.Reader
 }
 
 func (c *prefixConn) Read(p []byte) (int, error) {
+	if c.r != nil {
+		return c.r.Read(p)
+	}
 	if len(c.prefix) > 0 {
 		n := copy(p, c.prefix)
 		c.prefix = c.prefix[n:]
