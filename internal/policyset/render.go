@@ -24,7 +24,7 @@ func Marshal(doc Document) ([]byte, error) {
 	sort.Slice(quotas, func(i, j int) bool { return quotas[i].Name < quotas[j].Name })
 	doc.Quotas = quotas
 	policies := append([]Policy(nil), doc.Policies...)
-	sort.Slice(policies, func(i, j int) bool {
+	sort.SliceStable(policies, func(i, j int) bool { // a route may share a RetryPolicy's name: kept in their order
 		if policies[i].Namespace != policies[j].Namespace {
 			return policies[i].Namespace < policies[j].Namespace
 		}

@@ -167,8 +167,8 @@ func TestADocumentWithRoutesIsWrittenInItsOwnVersion(t *testing.T) {
 		wantErr     string
 	}{
 		"a document without routes or quotas is written in version 2": {version: 5, upstreams: plain, wantWritten: 2},
-		"a document with a route is written in version 5":              {version: 5, upstreams: route, wantWritten: 5},
-		"a document with a route and a quota is written in version 5":  {version: 5, upstreams: route + `,{"name":"u","hosts":["u.svc"],"quotaRef":{"name":"q"}}`, quotas: quota, wantWritten: 5},
+		"a document with a route is written in version 5":             {version: 5, upstreams: route, wantWritten: 5},
+		"a document with a route and a quota is written in version 5": {version: 5, upstreams: route + `,{"name":"u","hosts":["u.svc"],"quotaRef":{"name":"q"}}`, quotas: quota, wantWritten: 5},
 		"a route in a version 4 document is refused": {version: 4, upstreams: route,
 			wantErr: "decoding policies.json: version 4: an upstream has a route, which needs version 5 (no manager writes it)"},
 	}
