@@ -168,26 +168,41 @@ func overriddenBy(rt *gwv1.HTTPRoute, p gatewayroute.Parent, policies []v1alpha1
 }
 
 // mergeParentStatuses sets ours as the manager's entries of
-// rt.Status.Parents: every other controller's entry stays as it is, and a
+// rt.Status.Parents: every other controller's entry stays as it is and
+// where it is, an entry of ours for the same parentRef is replaced in its
+// place (a new one is appended, one for a parentRef gone is dropped), and a
 // condition that keeps its status keeps its lastTransitionTime. It reports
 // whether anything changed.
 func mergeParentStatuses(rt *gwv1.HTTPRoute, ours []gwv1.RouteParentStatus) bool {
-	var merged []gwv1.RouteParentStatus
-	previous := map[string][]metav1.Condition{}
-	for _, s := range rt.Status.Parents {
-		if s.ControllerName == gwv1.GatewayController(v1alpha1.GatewayControllerName) {
-			previous[parentKey(s.ParentRef)] = s.Conditions
-			continue
-		}
-		merged = append(merged, s)
-	}
+	want := make(map[string]gwv1.RouteParentStatus, len(ours))
 	for _, s := range ours {
-		conds := slices.Clone(previous[parentKey(s.ParentRef)])
+		want[parentKey(s.ParentRef)] = s
+	}
+	withConditions := func(s gwv1.RouteParentStatus, previous []metav1.Condition) gwv1.RouteParentStatus {
+		conds := slices.Clone(previous)
 		for _, c := range s.Conditions {
 			meta.SetStatusCondition(&conds, c)
 		}
 		s.Conditions = conds
-		merged = append(merged, s)
+		return s
+	}
+	var merged []gwv1.RouteParentStatus
+	placed := sets.New[string]()
+	for _, s := range rt.Status.Parents {
+		if s.ControllerName != gwv1.GatewayController(v1alpha1.GatewayControllerName) {
+			merged = append(merged, s)
+			continue
+		}
+		key := parentKey(s.ParentRef)
+		if w, ok := want[key]; ok && !placed.Has(key) {
+			merged = append(merged, withConditions(w, s.Conditions))
+			placed.Insert(key)
+		}
+	}
+	for _, s := range ours {
+		if !placed.Has(parentKey(s.ParentRef)) {
+			merged = append(merged, withConditions(s, nil))
+		}
 	}
 	if equality.Semantic.DeepEqual(merged, rt.Status.Parents) {
 		return false
