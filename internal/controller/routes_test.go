@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwxv1a1 "sigs.k8s.io/gateway-api/apisx/v1alpha1"
@@ -194,6 +195,58 @@ func TestRenderedRoutes(t *testing.T) {
 			}
 			if tc.want == nil && out.Data != nil {
 				t.Fatalf("a document without policies was encoded:\n%s", out.Data)
+			}
+		})
+	}
+}
+
+// TestRouteParentStatusesAccepted: which Accepted reason a route gets
+// beside the others (the envtest TestGatewayRoutes has the messages).
+func TestRouteParentStatusesAccepted(t *testing.T) {
+	svc := gwv1.ParentReference{Group: ptr.To(gwv1.Group("")), Kind: ptr.To(gwv1.Kind("Service")), Name: "payments"}
+	consumerRef := *svc.DeepCopy()
+	consumerRef.Namespace = ptr.To(gwv1.Namespace("shop"))
+	mk := func(ns, name string, created int64, parent gwv1.ParentReference, path string, codes ...int) gwv1.HTTPRoute {
+		r := &gwv1.HTTPRouteRetry{Attempts: ptr.To(2)}
+		for _, c := range codes {
+			r.Codes = append(r.Codes, gwv1.HTTPRouteRetryStatusCode(c))
+		}
+		rule := gwv1.HTTPRouteRule{Retry: r}
+		if path != "" {
+			rule.Matches = []gwv1.HTTPRouteMatch{{Path: &gwv1.HTTPPathMatch{Value: ptr.To(path)}}}
+		}
+		return gwv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "/" + name),
+			CreationTimestamp: metav1.NewTime(time.Unix(created, 0))},
+			Spec: gwv1.HTTPRouteSpec{CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{parent}},
+				Rules: []gwv1.HTTPRouteRule{rule}}}
+	}
+	newer := mk("shop", "newer", 20, svc, "/api", 503)
+	tests := map[string]struct {
+		route    gwv1.HTTPRoute
+		others   []gwv1.HTTPRoute
+		policies []v1alpha1.RetryPolicy
+		want     string
+	}{
+		"an older route with another path leaves it Accepted":            {route: newer, others: []gwv1.HTTPRoute{mk("shop", "older", 10, svc, "/other", 503)}, want: "Accepted"},
+		"an older route with the same path shadows it":                   {route: newer, others: []gwv1.HTTPRoute{mk("shop", "older", 10, svc, "/api", 502)}, want: "ShadowedByOlderRoute"},
+		"a newer route with the same path does not shadow it":            {route: newer, others: []gwv1.HTTPRoute{mk("shop", "newest", 30, svc, "/api", 502)}, want: "Accepted"},
+		"an invalid older route with the same path shadows nothing":      {route: newer, others: []gwv1.HTTPRoute{mk("shop", "older", 10, svc, "/api", 404)}, want: "Accepted"},
+		"a consumer route with the same path does not shadow a producer": {route: newer, others: []gwv1.HTTPRoute{mk("web", "older", 10, consumerRef, "/api", 503)}, want: "Accepted"},
+		"a RetryPolicy of a caller namespace naming the host overrides it": {route: newer, want: "OverriddenByRetryPolicy",
+			policies: []v1alpha1.RetryPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p"},
+				Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{{Name: "u", Hosts: []string{"payments.shop"}}}}}}},
+		"a RetryPolicy naming the short name in another namespace does not": {route: newer, want: "Accepted",
+			policies: []v1alpha1.RetryPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p"},
+				Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{{Name: "u", Hosts: []string{"payments"}}}}}}},
+		"an invalid route is Invalid whatever else holds": {route: mk("shop", "bad", 20, svc, "/api", 404),
+			others: []gwv1.HTTPRoute{mk("shop", "older", 10, svc, "/api", 503)}, want: "Invalid"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := RouteParentStatuses(RouteStatusInput{Route: &tc.route, Routes: append(tc.others, tc.route), Policies: tc.policies,
+				Services: sets.New(types.NamespacedName{Namespace: "shop", Name: "payments"})})
+			if len(got) != 1 || got[0].Conditions[0].Reason != tc.want {
+				t.Fatalf("status.parents = %+v, want one entry with Accepted reason %s", got, tc.want)
 			}
 		})
 	}
