@@ -478,3 +478,48 @@ func budget(ns, service string, percent int) *gwxv1a1.XBackendTrafficPolicy {
 			RetryConstraint: &gwxv1a1.RetryConstraint{Budget: &gwxv1a1.BudgetDetails{Percent: ptr.To(percent)}},
 		}}
 }
+
+// TestRouteAndBudgetChangesReRenderEveryCaller: a budget's change reaches
+// every namespace the route is rendered into, and a route's deletion
+// removes it from all of them; a ConfigMap that held only the route goes.
+func TestRouteAndBudgetChangesReRenderEveryCaller(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kube-apiserver and etcd")
+	}
+	c := startRouteManager(t, gatewayCRDs(t))
+	ctx := context.Background()
+	for _, o := range []client.Object{namespaceObj("chg-shop"), namespaceObj("chg-web"), service("chg-shop", "payments"),
+		rp("chg-shop", "own", "own.example"), injectedPod("chg-web", "app"), budget("chg-shop", "payments", 5),
+		route("chg-shop", "retries", parentRef("", "payments"), gwv1.HTTPRouteRule{Retry: retry(2, 503)})} {
+		must(t, c.Create(ctx, o))
+	}
+	rendered := func(want map[string][]string) {
+		t.Helper()
+		unprefix := strings.NewReplacer("chg-", "")
+		polltest.Until(t, 30*time.Second, func() error {
+			return diffRendered(c, "chg", unprefix, want, []client.Object{namespaceObj("chg-shop"), namespaceObj("chg-web")})
+		})
+	}
+	const line = "shop/retries service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop%s] rule 0 attempts 3 budget %d%%"
+	rendered(map[string][]string{"shop": {fmt.Sprintf(line, " payments", 5)}, "web": {fmt.Sprintf(line, "", 5)}})
+
+	polltest.Until(t, 10*time.Second, func() error {
+		var b gwxv1a1.XBackendTrafficPolicy
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "chg-shop", Name: "payments-budget"}, &b); err != nil {
+			return err
+		}
+		b.Spec.RetryConstraint.Budget.Percent = ptr.To(9)
+		return c.Update(ctx, &b)
+	})
+	rendered(map[string][]string{"shop": {fmt.Sprintf(line, " payments", 9)}, "web": {fmt.Sprintf(line, "", 9)}})
+
+	must(t, c.Delete(ctx, route("chg-shop", "retries", parentRef("", "payments"))))
+	rendered(nil)
+	polltest.Until(t, 30*time.Second, func() error {
+		err := c.Get(ctx, types.NamespacedName{Namespace: "chg-web", Name: v1alpha1.PoliciesConfigMapName}, &corev1.ConfigMap{})
+		if err == nil {
+			return fmt.Errorf("ConfigMap chg-web/%s still exists with no policy and no route", v1alpha1.PoliciesConfigMapName)
+		}
+		return client.IgnoreNotFound(err)
+	})
+}
