@@ -27,7 +27,10 @@ var grants = map[string]string{
 	// The manager (generated from the +kubebuilder:rbac markers).
 	"ClusterRole/retry-operator-manager-role: create,get /configmaps":                                                             "",
 	"ClusterRole/retry-operator-manager-role: delete,list,patch,watch /configmaps [retry-policies]":                               "",
-	"ClusterRole/retry-operator-manager-role: get,list,watch /namespaces,pods":                                                    "",
+	"ClusterRole/retry-operator-manager-role: get,list,watch /namespaces,pods,services":                                           "",
+	"ClusterRole/retry-operator-manager-role: get,list,watch gateway.networking.k8s.io/httproutes":                                "",
+	"ClusterRole/retry-operator-manager-role: patch,update gateway.networking.k8s.io/httproutes/status":                           "the manager writes its own status.parents entries of every HTTPRoute whose parent is a Service, whatever its name",
+	"ClusterRole/retry-operator-manager-role: get,list,watch gateway.networking.x-k8s.io/xbackendtrafficpolicies":                 "",
 	"ClusterRole/retry-operator-manager-role: create authentication.k8s.io/tokenreviews":                                          "",
 	"ClusterRole/retry-operator-manager-role: create,patch events.k8s.io/events":                                                  "the event recorder patches the series count of an event it created; event names are generated",
 	"ClusterRole/retry-operator-manager-role: get,list,watch policy.retry.dev/retrypolicies,sharedquotas":                         "",

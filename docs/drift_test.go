@@ -310,6 +310,7 @@ var otherKinds = map[string]string{
 	"metadata.labels": "a Pod's", "spec.containers": "a Pod's", "metadata.name": "a field selector's",
 	"tls.crt": "a Secret's key", "tls.key": "a Secret's key",
 	"metadata.annotations": "any object's", "metadata.creationTimestamp": "any object's",
+	"status.parents[]": "an HTTPRoute's", "spec.parentRefs[0]": "an HTTPRoute's", "metadata.namespace": "a Pod's (downward API)",
 }
 
 // A path may also be a SharedQuota's (of the object or its spec): it passes

@@ -27,6 +27,9 @@ import (
 //	Namespace        all (cluster admins write them)         labels, annotations
 //	RetryPolicy      all (the input)                         spec and status, no annotations
 //	SharedQuota      all (cluster admins write them)         everything but managed fields
+//	Service          all (a route's parent exists or not)    identity only (name, namespace, UID)
+//	HTTPRoute        all, when served (GatewayAPI)           spec, status, the Linkerd annotations
+//	XBackendTraffic… all, when served (GatewayAPI)           everything but managed fields
 //
 // The ConfigMaps named in tls.caCertificateRefs are not cached: they are read
 // by name when a namespace is rendered (caConfigMaps). Secrets are never
@@ -47,8 +50,17 @@ const (
 func CacheOptions() cache.Options {
 	return cache.Options{
 		ReaderFailOnMissingInformer: true,
-		DefaultTransform:            cache.TransformStripManagedFields(),
+		// HTTPRoute is cut down by the default transform: a ByObject entry
+		// needs its CRD at start, and a cluster may have none (GatewayAPI).
+		DefaultTransform: func(o any) (any, error) {
+			o, err := cache.TransformStripManagedFields()(o)
+			if err != nil {
+				return o, err
+			}
+			return slimRoute(o)
+		},
 		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Service{}: {Transform: slimService},
 			&corev1.ConfigMap{}: {
 				Field:     fields.OneTermEqualSelector("metadata.name", v1alpha1.PoliciesConfigMapName),
 				Transform: slimRenderedConfigMap,

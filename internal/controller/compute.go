@@ -19,6 +19,11 @@ import (
 
 // Input is everything the reconciler gathers for one namespace.
 type Input struct {
+	// Namespace is the namespace rendered: the callers the routes apply to.
+	Namespace string
+	// Routes are the Gateway API routes and budgets of the cluster
+	// (routes.go); rendered only where RendersRoutes.
+	Routes RouteInput
 	// Policies are the RetryPolicies of the namespace, in any order.
 	Policies []v1alpha1.RetryPolicy
 	// Pods are the injected pods of the namespace (the label the injector sets).
@@ -146,7 +151,7 @@ func Compute(in Input) (Output, error) {
 // last accepted rendering, if it has one, competes in its place.
 func validatePolicies(in Input) ([]candidate, map[string]metav1.Condition) {
 	previous := make(map[string]policyset.Policy, len(in.Previous.Policies))
-	for _, p := range in.Previous.Policies {
+	for _, p := range withoutRoutes(in.Previous.Policies) {
 		previous[p.Name] = p
 	}
 	var cands []candidate
@@ -246,7 +251,7 @@ func older(a, b *v1alpha1.RetryPolicy) bool {
 }
 
 // render builds the document the ConfigMap must hold, one policy per winner in
-// their order, and its encoding and hash (none when nothing is rendered). The
+// their order, then one per route that applies (routes.go), and its encoding and hash (none when nothing is rendered). The
 // Status of the result is left for statuses.
 func render(in Input, winners []candidate) (Output, error) {
 	out := Output{UIDs: map[string]types.UID{}}
@@ -257,6 +262,9 @@ func render(in Input, winners []candidate) (Output, error) {
 		}
 		out.Document.Policies = append(out.Document.Policies, rp)
 		out.UIDs[w.policy.Name] = w.policy.UID
+	}
+	if RendersRoutes(len(in.Policies), len(in.Pods)) {
+		out.Document.Policies = append(out.Document.Policies, routePolicies(in.Namespace, in.Routes)...)
 	}
 	out.Document.Version = policyset.DocumentVersion
 	out.Document.Quotas = renderQuotas(in, out.Document.Policies)

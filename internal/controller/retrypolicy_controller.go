@@ -38,6 +38,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwxv1a1 "sigs.k8s.io/gateway-api/apisx/v1alpha1"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/policyset"
@@ -80,6 +82,9 @@ type RetryPolicyReconciler struct {
 	// QuotaLease is the lease endpoint the rendered quotas name
 	// (docs/quota.md#trust).
 	QuotaLease LeaseEndpoint
+	// GatewayAPI is which Gateway API kinds the cluster serves
+	// (DetectGatewayAPI): their routes are rendered and watched; zero: none.
+	GatewayAPI GatewayAPI
 
 	proberOnce sync.Once
 	prober     *sidecarProber
@@ -170,8 +175,11 @@ func (r *RetryPolicyReconciler) gather(ctx context.Context, ns string) (*gathere
 	if err := r.Get(ctx, types.NamespacedName{Name: ns}, &g.namespaceObj); client.IgnoreNotFound(err) != nil {
 		return nil, fmt.Errorf("reading Namespace %s: %w", ns, err)
 	}
-	g.in = Input{Policies: g.policies, Now: r.now()}
+	g.in = Input{Namespace: ns, Policies: g.policies, Now: r.now()}
 	var err error
+	if g.in.Routes, err = r.gatherRoutes(ctx, g); err != nil {
+		return nil, err
+	}
 	if g.in.ConfigMaps, g.in.CAUnread, err = r.caConfigMaps(ctx, ns, g.policies); err != nil {
 		return nil, err
 	}
@@ -297,12 +305,14 @@ func (r *RetryPolicyReconciler) applyConfigMap(ctx context.Context, ns string, c
 	return true, nil
 }
 
-// ownerRefs are the rendered policies, sorted by name so the list is stable.
+// ownerRefs are the rendered RetryPolicies, sorted by name so the list is
+// stable (a route, in another namespace or not, is no owner: a ConfigMap of
+// routes only is deleted by applyConfigMap when they go).
 // None is a controller reference: no single policy owns the namespace's
 // ConfigMap, and the garbage collector deletes it only when all are gone.
 func (r *RetryPolicyReconciler) ownerRefs(ns string, out Output) []metav1.OwnerReference {
 	refs := make([]metav1.OwnerReference, 0, len(out.Document.Policies))
-	for _, p := range out.Document.Policies {
+	for _, p := range withoutRoutes(out.Document.Policies) {
 		refs = append(refs, metav1.OwnerReference{
 			APIVersion: v1alpha1.GroupVersion.String(), Kind: "RetryPolicy", Name: p.Name, UID: out.UIDs[p.Name],
 		})
@@ -413,7 +423,11 @@ func podReady(p *corev1.Pod) bool {
 //   - Namespaces: when the retry.dev/sidecar-api-access annotation or the
 //     labels change (a quota's consumers.namespaceSelector matches labels);
 //   - SharedQuotas: on create, delete and spec changes, every namespace with a
-//     policy that names the quota (quotaRefIndex).
+//     policy that names the quota (quotaRefIndex);
+//   - HTTPRoutes with a Service parent, when the cluster serves them: a
+//     consumer route's namespace, or every rendering namespace for a
+//     producer route (routeNamespaces); XBackendTrafficPolicies: every
+//     rendering namespace.
 //
 // The ConfigMap is watched with Watches rather than Owns because it has one
 // owner reference per rendered policy and none is a controller reference;
@@ -435,7 +449,7 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	named := func(name string) predicate.Predicate {
 		return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == name })
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("retrypolicy").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Watches(&v1alpha1.RetryPolicy{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -444,8 +458,14 @@ func (r *RetryPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&rbacv1.RoleBinding{}, toNamespace, builder.WithPredicates(named(SidecarRoleBindingName))).
 		Watches(&corev1.Namespace{}, namespaceToItself, builder.WithPredicates(apiAccessChanged())).
 		Watches(&corev1.Namespace{}, namespaceToItself, builder.WithPredicates(labelsChanged())).
-		Watches(&v1alpha1.SharedQuota{}, r.quotaConsumers(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(r)
+		Watches(&v1alpha1.SharedQuota{}, r.quotaConsumers(), builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	if r.GatewayAPI.HTTPRoutes {
+		b = b.Watches(&gwv1.HTTPRoute{}, r.routeNamespaces(), builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	}
+	if r.GatewayAPI.BackendTrafficPolicies {
+		b = b.Watches(&gwxv1a1.XBackendTrafficPolicy{}, r.budgetNamespaces(), builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	}
+	return b.Complete(r)
 }
 
 // namespaceRequest is the one request of namespace ns (the unit of

@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwxv1a1 "sigs.k8s.io/gateway-api/apisx/v1alpha1"
 
 	"github.com/retrydev/retry-operator/api/v1alpha1"
 	"github.com/retrydev/retry-operator/internal/controller"
@@ -87,11 +89,14 @@ type QuotaLease struct {
 // this Lease only.
 const LeaderElectionID = "retry-operator.retry.dev"
 
-// Scheme is the manager's scheme: the built-in types and RetryPolicy.
+// Scheme is the manager's scheme: the built-in types, RetryPolicy, and the
+// Gateway API kinds it reads when the cluster serves them.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(v1alpha1.AddToScheme(s))
+	utilruntime.Must(gwv1.Install(s))
+	utilruntime.Must(gwxv1a1.Install(s))
 	return s
 }
 
@@ -129,7 +134,14 @@ func Setup(mgr ctrl.Manager, o SetupOptions) (*controller.RetryPolicyReconciler,
 func SetupControllers(mgr ctrl.Manager, o SetupOptions) (*controller.RetryPolicyReconciler, error) {
 	admin := storeadmin.Admin{Reader: mgr.GetAPIReader(), Namespace: cmp.Or(o.OperatorNamespace, v1alpha1.OperatorNamespace)}
 	pool := &storeadmin.Pool{Admin: admin}
+	gateway, err := controller.DetectGatewayAPI(mgr.GetRESTMapper())
+	if err != nil {
+		return nil, err
+	}
+	mgr.GetLogger().WithName("gateway-api").Info("Gateway API kinds served by the cluster; routes with a Service parent are rendered when HTTPRoutes are",
+		"httproutes", gateway.HTTPRoutes, "xbackendtrafficpolicies", gateway.BackendTrafficPolicies)
 	rec := &controller.RetryPolicyReconciler{
+		GatewayAPI:              gateway,
 		Client:                  mgr.GetClient(),
 		QuotaLease:              o.QuotaLease.Endpoint,
 		Reader:                  mgr.GetAPIReader(),
@@ -141,6 +153,11 @@ func SetupControllers(mgr ctrl.Manager, o SetupOptions) (*controller.RetryPolicy
 	}
 	if err := rec.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the RetryPolicy controller: %w", err)
+	}
+	if gateway.HTTPRoutes {
+		if err := (&controller.HTTPRouteStatusReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the HTTPRoute status controller: %w", err)
+		}
 	}
 	quotas := &controller.SharedQuotaReconciler{
 		Client:       mgr.GetClient(),

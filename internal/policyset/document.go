@@ -30,7 +30,8 @@ import (
 //	   address and the file of the namespace's Redis user)
 //	3  durations parsed: integer nanoseconds; quotas as in 2
 //	4  as 3; quotas name the manager's lease endpoint (lease), never a store
-const DocumentVersion = 4
+//	5  as 4, with upstreams rendered from Gateway API routes (Upstream.Route)
+const DocumentVersion = 5
 
 // WrittenVersion is the version Marshal writes a document without quotas in.
 // A reader ships one release before its writer: the sidecars of the previous
@@ -49,8 +50,18 @@ const WrittenVersion = 2
 // its pod is recreated.
 const QuotaWrittenVersion = 4
 
+// RouteWrittenVersion is the version Marshal writes a document with route
+// upstreams (Upstream.Route) in, with or without quotas. It breaks the
+// one-release rule on purpose, like QuotaWrittenVersion: a sidecar of an
+// earlier release knows no Route and would match a route rule's upstream by
+// its hosts alone, for every request, ahead of the route's matches and
+// precedence. It refuses version 5 and keeps the configuration in force
+// instead (docs/operations.md#version-skew).
+const RouteWrittenVersion = 5
+
 // Document is the content of ConfigMap retry-policies, key policies.json, in
 // memory every duration parsed; Marshal writes it in WrittenVersion (in
+// RouteWrittenVersion when it has route upstreams, else in
 // QuotaWrittenVersion when it has quotas):
 //
 //	{"version":2,"revision":1796083200,"policies":[{"namespace":"shop","name":"payments","generation":3,

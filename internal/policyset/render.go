@@ -24,7 +24,7 @@ func Marshal(doc Document) ([]byte, error) {
 	sort.Slice(quotas, func(i, j int) bool { return quotas[i].Name < quotas[j].Name })
 	doc.Quotas = quotas
 	policies := append([]Policy(nil), doc.Policies...)
-	sort.Slice(policies, func(i, j int) bool {
+	sort.SliceStable(policies, func(i, j int) bool { // a route may share a RetryPolicy's name: kept in their order
 		if policies[i].Namespace != policies[j].Namespace {
 			return policies[i].Namespace < policies[j].Namespace
 		}
@@ -34,13 +34,30 @@ func Marshal(doc Document) ([]byte, error) {
 		policies = []Policy{} // "policies":[] rather than null, for readers in any language
 	}
 	doc.Policies = policies
-	if len(doc.Quotas) > 0 {
+	switch {
+	case HasRoutes(doc):
+		return encode(doc, RouteWrittenVersion)
+	case len(doc.Quotas) > 0:
 		return encode(doc, QuotaWrittenVersion)
 	}
 	return encode(doc, WrittenVersion)
 }
 
-// encode writes doc in version (2, 3 or 4).
+// HasRoutes reports whether an upstream of doc was rendered from a Gateway
+// API route (Upstream.Route): such a document is written in
+// RouteWrittenVersion.
+func HasRoutes(doc Document) bool {
+	for _, p := range doc.Policies {
+		for _, u := range p.Upstreams {
+			if u.Route != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// encode writes doc in version (2 to 5).
 func encode(doc Document, version int) ([]byte, error) {
 	doc.Version = version
 	var v any = doc
@@ -82,7 +99,7 @@ func Unmarshal(data []byte) (Document, error) {
 	var doc Document
 	var err error
 	switch head.Version {
-	case 3, DocumentVersion:
+	case 3, QuotaWrittenVersion, RouteWrittenVersion:
 		err = json.Unmarshal(data, &doc)
 	case 1, 2:
 		doc, err = unmarshalLegacy(data)
@@ -94,6 +111,10 @@ func Unmarshal(data []byte) (Document, error) {
 	}
 	if err := CheckQuotaRefs(doc); err != nil {
 		return Document{}, fmt.Errorf("decoding %s: %w", v1alpha1.PoliciesConfigMapKey, err)
+	}
+	if head.Version < RouteWrittenVersion && HasRoutes(doc) {
+		return Document{}, fmt.Errorf("decoding %s: version %d: an upstream has a route, which needs version %d (no manager writes it)",
+			v1alpha1.PoliciesConfigMapKey, head.Version, RouteWrittenVersion)
 	}
 	return doc, nil
 }

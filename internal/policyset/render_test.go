@@ -120,8 +120,8 @@ func TestUnmarshal(t *testing.T) {
 		"a version 1 document is read":       {in: `{"version":1,"policies":[{"namespace":"a","name":"b","generation":1,"upstreams":[]}]}`},
 		"a version 2 document is read":       {in: `{"version":2,"policies":[],"quotas":[{"name":"q","requestsPerSecond":1,"burst":1,"onStoreLoss":"Deny","store":{"redis":{"address":"r:6379"}}}]}`},
 		"a version 3 document is read":       {in: `{"version":3,"policies":[{"namespace":"a","name":"b","generation":1,"upstreams":[{"name":"u","hosts":["u.svc"],"deadline":2000000000}]}]}`},
-		"a newer version is refused":         {in: `{"version":5,"policies":[]}`, wantErr: "decoding policies.json: version 5 is not supported (supported: 1 to 4)"},
-		"a document without version refused": {in: `{"policies":[]}`, wantErr: "decoding policies.json: version 0 is not supported (supported: 1 to 4)"},
+		"a newer version is refused":         {in: `{"version":6,"policies":[]}`, wantErr: "decoding policies.json: version 6 is not supported (supported: 1 to 5)"},
+		"a document without version refused": {in: `{"policies":[]}`, wantErr: "decoding policies.json: version 0 is not supported (supported: 1 to 5)"},
 		"a version 1 duration that does not parse is refused": {
 			in:      `{"version":1,"policies":[{"namespace":"a","name":"b","generation":1,"upstreams":[{"name":"u","hosts":["u.svc"],"deadline":"10"}]}]}`,
 			wantErr: `decoding policies.json: RetryPolicy a/b: spec.upstreams[0].deadline: must be a positive duration such as 100ms, 1.5s or 2m (units ns, us, ms, s, m, h) (got "10")`},

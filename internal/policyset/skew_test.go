@@ -2,12 +2,15 @@ package policyset
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/retrydev/retry-operator/internal/gatewayroute"
 )
 
 // The version skews a rolling upgrade creates (docs/operations.md#version-skew):
@@ -144,5 +147,62 @@ func TestTheNextVersionReadsAsTheWrittenOne(t *testing.T) {
 	written.Version, read.Version = 0, 0
 	if diff := cmp.Diff(written, read); diff != "" {
 		t.Fatalf("version 3 reads back to another document (-version 2 +version 3):\n%s", diff)
+	}
+}
+
+// TestADocumentWithRoutesIsWrittenInItsOwnVersion: route upstreams
+// (docs/operations.md#version-skew) raise the written version to 5, which a
+// sidecar of the previous release (versions 1 to 4) refuses, keeping its
+// configuration; this release reads version 5 back with its routes, and
+// refuses a route in an earlier version (no manager writes one).
+func TestADocumentWithRoutesIsWrittenInItsOwnVersion(t *testing.T) {
+	route := `{"name":"service/shop/payments","hosts":["payments.shop.svc"],"route":{"kind":"HTTPRoute","namespace":"shop","name":"r","rule":0}}`
+	plain := `{"name":"payments","hosts":["payments.shop.svc"]}`
+	quota := `,"quotas":[{"name":"q","requestsPerSecond":1,"burst":1,"onStoreLoss":"Deny","lease":{"url":"https://m.svc:9445","caBundle":"x"}}]`
+	tests := map[string]struct {
+		version     int
+		upstreams   string
+		quotas      string
+		wantWritten int
+		wantErr     string
+	}{
+		"a document without routes or quotas is written in version 2": {version: 5, upstreams: plain, wantWritten: 2},
+		"a document with a route is written in version 5":             {version: 5, upstreams: route, wantWritten: 5},
+		"a document with a route and a quota is written in version 5": {version: 5, upstreams: route + `,{"name":"u","hosts":["u.svc"],"quotaRef":{"name":"q"}}`, quotas: quota, wantWritten: 5},
+		"a route in a version 4 document is refused": {version: 4, upstreams: route,
+			wantErr: "decoding policies.json: version 4: an upstream has a route, which needs version 5 (no manager writes it)"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			data := fmt.Sprintf(`{"version":%d,"revision":7,"policies":[{"namespace":"shop","name":"r","generation":1,"upstreams":[%s]}]%s}`,
+				tc.version, tc.upstreams, tc.quotas)
+			doc, err := Unmarshal([]byte(data))
+			if got := errString(err); got != tc.wantErr {
+				t.Fatalf("Unmarshal error = %q, want %q", got, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			out, err := Marshal(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := Unmarshal(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back.Version != tc.wantWritten {
+				t.Fatalf("written in version %d, want %d:\n%s", back.Version, tc.wantWritten, out)
+			}
+			routes := func(d Document) (out []*gatewayroute.Route) {
+				for _, u := range d.Policies[0].Upstreams {
+					out = append(out, u.Route)
+				}
+				return out
+			}
+			if diff := cmp.Diff(routes(doc), routes(back)); diff != "" {
+				t.Fatalf("the upstreams' routes read back to others (-read +written):\n%s", diff)
+			}
+		})
 	}
 }

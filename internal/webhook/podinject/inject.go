@@ -58,6 +58,7 @@ const (
 	DefaultImage     = "retry.dev/retry-sidecar:dev"
 	memoryLimitEnv   = "GOMEMLIMIT"
 	maxProcsEnv      = "GOMAXPROCS"
+	podNamespaceEnv  = "POD_NAMESPACE"
 	// defaultMaxProcs bounds the sidecar's Go scheduler when its container has
 	// no CPU limit (with one, the runtime follows the limit): on a large node
 	// the runtime would otherwise run one scheduler thread per node CPU for a
@@ -279,7 +280,10 @@ func sidecarEnv(res corev1.ResourceRequirements) []corev1.EnvVar {
 	if _, limited := res.Limits[corev1.ResourceCPU]; !limited {
 		env = append(env, corev1.EnvVar{Name: maxProcsEnv, Value: defaultMaxProcs})
 	}
-	return env
+	// The callers a Gateway API route in a --policy-file applies to are
+	// those of a namespace (docs/gateway-api.md#hosts).
+	return append(env, corev1.EnvVar{Name: podNamespaceEnv,
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}})
 }
 
 // sidecarContainer is the retry-sidecar native sidecar (an init container with
