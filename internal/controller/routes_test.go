@@ -166,7 +166,7 @@ func TestRenderedRoutes(t *testing.T) {
 	}{
 		"a namespace with an injected pod gets the valid producer route": {
 			in:   Input{Namespace: "web", Routes: routes, Pods: []PodInfo{{Ready: true}}, Now: time.Unix(1796083200, 0)},
-			want: []string{"shop/good service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop]"},
+			want: []string{"shop/good service/shop/payments [payments.shop payments.shop.svc payments.shop.svc.cluster.local]"},
 		},
 		"a namespace without a policy or an injected pod gets nothing": {
 			in: Input{Namespace: "idle", Routes: routes, Now: time.Unix(1796083200, 0)},

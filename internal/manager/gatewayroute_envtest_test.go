@@ -130,8 +130,8 @@ func placementCells() map[string]routeCell {
 					route(ns("shop"), "retries", parentRef("", "payments"), gwv1.HTTPRouteRule{Retry: retry(2, 503)})}
 			},
 			rendered: map[string][]string{
-				"shop": {"shop/retries service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop payments] rule 0 attempts 3"},
-				"web":  {"shop/retries service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop] rule 0 attempts 3"},
+				"shop": {"shop/retries service/shop/payments [payments payments.shop payments.shop.svc payments.shop.svc.cluster.local] rule 0 attempts 3"},
+				"web":  {"shop/retries service/shop/payments [payments.shop payments.shop.svc payments.shop.svc.cluster.local] rule 0 attempts 3"},
 			},
 			status: map[string][]string{"shop/retries": {
 				"payments: Accepted True Accepted: rendered for the callers of Service shop/payments",
@@ -146,7 +146,7 @@ func placementCells() map[string]routeCell {
 					route(ns("web"), "mine", parentRef(ns("shop"), "payments"), gwv1.HTTPRouteRule{Retry: retry(1, 502)})}
 			},
 			rendered: map[string][]string{
-				"web": {"web/mine service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop] rule 0 attempts 2"},
+				"web": {"web/mine service/shop/payments [payments.shop payments.shop.svc payments.shop.svc.cluster.local] rule 0 attempts 2"},
 			},
 			status: map[string][]string{"web/mine": {
 				"payments: Accepted True Accepted: rendered for the callers of Service shop/payments",
@@ -160,7 +160,7 @@ func placementCells() map[string]routeCell {
 					route(ns("shop"), "retries", parentRef("", "payments"), gwv1.HTTPRouteRule{Retry: retry(2, 503)})}
 			},
 			rendered: map[string][]string{
-				"shop": {"shop/retries service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop payments] rule 0 attempts 3 budget 5%"},
+				"shop": {"shop/retries service/shop/payments [payments payments.shop payments.shop.svc payments.shop.svc.cluster.local] rule 0 attempts 3 budget 5%"},
 			},
 			status: map[string][]string{"shop/retries": {
 				"payments: Accepted True Accepted: rendered for the callers of Service shop/payments",
@@ -182,7 +182,7 @@ func statusCells() map[string]routeCell {
 					route(ns("shop"), "bad", parentRef("", "payments"), bad)}
 			},
 			rendered: map[string][]string{
-				"shop": {"shop/good service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop payments] rule 0 attempts 3"},
+				"shop": {"shop/good service/shop/payments [payments payments.shop payments.shop.svc payments.shop.svc.cluster.local] rule 0 attempts 3"},
 			},
 			status: map[string][]string{
 				"shop/good": {
@@ -200,7 +200,7 @@ func statusCells() map[string]routeCell {
 					route(ns("shop"), "retries", parentRef("", "gone"), gwv1.HTTPRouteRule{Retry: retry(2, 503)})}
 			},
 			rendered: map[string][]string{
-				"shop": {"shop/retries service/shop/gone [gone.shop.svc.cluster.local gone.shop.svc gone.shop gone] rule 0 attempts 3"},
+				"shop": {"shop/retries service/shop/gone [gone gone.shop gone.shop.svc gone.shop.svc.cluster.local] rule 0 attempts 3"},
 			},
 			status: map[string][]string{"shop/retries": {
 				"gone: Accepted True Accepted: rendered for the callers of Service shop/gone",
@@ -214,7 +214,7 @@ func statusCells() map[string]routeCell {
 					route(ns("shop"), "retries", parentRef("", "payments"), gwv1.HTTPRouteRule{Retry: retry(2, 503)})}
 			},
 			rendered: map[string][]string{
-				"shop": {"shop/retries service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop payments] rule 0 attempts 3"},
+				"shop": {"shop/retries service/shop/payments [payments payments.shop payments.shop.svc payments.shop.svc.cluster.local] rule 0 attempts 3"},
 			},
 			status: map[string][]string{"shop/retries": {
 				"payments: Accepted True OverriddenByRetryPolicy: RetryPolicy shop/mine spec.upstreams[0] (u) claims host \"payments.shop.svc\", which this route gives callers in namespace shop: the RetryPolicy wins there",
@@ -229,8 +229,8 @@ func statusCells() map[string]routeCell {
 			},
 			rendered: map[string][]string{
 				"shop": {
-					"shop/a service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop payments] rule 0 attempts 3",
-					"shop/b service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop payments] rule 0 attempts 5"},
+					"shop/a service/shop/payments [payments payments.shop payments.shop.svc payments.shop.svc.cluster.local] rule 0 attempts 3",
+					"shop/b service/shop/payments [payments payments.shop payments.shop.svc payments.shop.svc.cluster.local] rule 0 attempts 5"},
 			},
 			status: map[string][]string{
 				"shop/a": {
@@ -500,8 +500,8 @@ func TestRouteAndBudgetChangesReRenderEveryCaller(t *testing.T) {
 			return diffRendered(c, "chg", unprefix, want, []client.Object{namespaceObj("chg-shop"), namespaceObj("chg-web")})
 		})
 	}
-	const line = "shop/retries service/shop/payments [payments.shop.svc.cluster.local payments.shop.svc payments.shop%s] rule 0 attempts 3 budget %d%%"
-	rendered(map[string][]string{"shop": {fmt.Sprintf(line, " payments", 5)}, "web": {fmt.Sprintf(line, "", 5)}})
+	const line = "shop/retries service/shop/payments [%spayments.shop payments.shop.svc payments.shop.svc.cluster.local] rule 0 attempts 3 budget %d%%"
+	rendered(map[string][]string{"shop": {fmt.Sprintf(line, "payments ", 5)}, "web": {fmt.Sprintf(line, "", 5)}})
 
 	polltest.Until(t, 10*time.Second, func() error {
 		var b gwxv1a1.XBackendTrafficPolicy
@@ -511,7 +511,7 @@ func TestRouteAndBudgetChangesReRenderEveryCaller(t *testing.T) {
 		b.Spec.RetryConstraint.Budget.Percent = ptr.To(9)
 		return c.Update(ctx, &b)
 	})
-	rendered(map[string][]string{"shop": {fmt.Sprintf(line, " payments", 9)}, "web": {fmt.Sprintf(line, "", 9)}})
+	rendered(map[string][]string{"shop": {fmt.Sprintf(line, "payments ", 9)}, "web": {fmt.Sprintf(line, "", 9)}})
 
 	must(t, c.Delete(ctx, route("chg-shop", "retries", parentRef("", "payments"))))
 	rendered(nil)
