@@ -75,7 +75,13 @@ func (c Check) Run(ctx context.Context) (int, error) {
 			c.Log.Info("a RetryPolicy is admitted: the webhook answers through its Service", "tries", tries)
 			return tries, nil
 		}
-		last = err
+		if ctx.Err() == nil || last == nil {
+			// A try cut by the check's own deadline only says so; the
+			// error before it says why admission failed (a loaded machine
+			// once turned the webhook's refusal into "context deadline
+			// exceeded" in TestTheCheckGivesUpWithTheLastRefusal).
+			last = err
+		}
 		c.Log.Info("a RetryPolicy is not admitted yet", "try", tries, "error", err.Error())
 		select {
 		case <-ctx.Done():

@@ -2,6 +2,7 @@ package startupcheck
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -138,4 +139,33 @@ func serveWebhooks(t *testing.T, cfg *rest.Config, scheme *runtime.Scheme, wio *
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+}
+
+// refusingThenHanging refuses the first Create as the webhook would, and
+// holds every later one until its context ends: a try still in flight when
+// the check's deadline strikes. Only Create is called by Check.
+type refusingThenHanging struct {
+	client.Client
+	creates int
+}
+
+func (r *refusingThenHanging) Create(ctx context.Context, _ client.Object, _ ...client.CreateOption) error {
+	if r.creates++; r.creates == 1 {
+		return errors.New(`admission webhook "validate.retrypolicy.retry.dev" denied the request`)
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestATryCutByTheDeadlineKeepsTheRefusalBeforeIt: the check reports why
+// admission failed, not that its own deadline cut the last try (the cause
+// of a failure of TestTheCheckGivesUpWithTheLastRefusal on a loaded machine).
+func TestATryCutByTheDeadlineKeepsTheRefusalBeforeIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	tries, err := Check{Client: &refusingThenHanging{}, Namespace: "ops", Interval: 10 * time.Millisecond, Log: zap.New()}.Run(ctx)
+	want := `admission did not work within the timeout, last error: admission webhook "validate.retrypolicy.retry.dev" denied the request`
+	if tries != 2 || err == nil || err.Error() != want {
+		t.Fatalf("Run = %d tries, %v; want 2 tries, %s", tries, err, want)
+	}
 }
