@@ -799,6 +799,10 @@ func TestGRPCStreamsOfLargeMessagesStayWithinMemory(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var sent sync.WaitGroup
+	// One message shared by every stream (the codec only reads it): a copy
+	// each was 512 MiB in the test's own process, whose allocation and GC
+	// on a loaded machine kept the streams from opening within the 20 s.
+	msg := payload(1<<20, 'm')
 	for range conns {
 		cc := grpcClient(t, s.proxy, u.addr, viaListen)
 		for range streams {
@@ -809,7 +813,7 @@ func TestGRPCStreamsOfLargeMessagesStayWithinMemory(t *testing.T) {
 				if err != nil {
 					return
 				}
-				m := payload(1<<20, 'm')
+				m := msg
 				for st.SendMsg(&m) == nil {
 				}
 			}()
