@@ -503,11 +503,16 @@ func (s *suite) chaosAdmission(t *testing.T, ended time.Time) time.Duration {
 		Spec: v1alpha1.RetryPolicySpec{Upstreams: []v1alpha1.Upstream{{Name: "probe", Hosts: []string{"chaos.invalid"}}}}}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		tried := time.Now()
 		err := s.c.Create(ctx, rp.DeepCopy(), client.DryRunAll)
 		cancel()
 		if err == nil {
 			return time.Since(ended)
 		}
+		// Which hop refused or hung (the API server's message names the
+		// webhook call's error): the evidence a slow recovery needs.
+		t.Logf("chaos: admission try %s after the fault failed in %s: %v",
+			tried.Sub(ended).Round(10*time.Millisecond), time.Since(tried).Round(10*time.Millisecond), err)
 		if time.Since(ended) > 2*time.Minute {
 			t.Fatalf("admission not back 2 min after the fault: %v", err)
 		}
