@@ -223,6 +223,10 @@ func (r *Reloader) watch(ctx context.Context, debounce, resync time.Duration) er
 	defer w.Close()
 	r.watchDirs(w)
 	defer r.watchDirs(nil)
+	// The sidecar serves before this goroutine runs: a file changed between
+	// the first load and the watch being in place raised no event, and
+	// would wait for the resync (a minute). Read the sources once more.
+	_ = r.Reload()
 
 	if resync <= 0 {
 		resync = time.Minute
