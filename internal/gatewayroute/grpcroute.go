@@ -125,28 +125,20 @@ func linkerdGRPCSettings(ann map[string]string) (settings, error) {
 	if _, ok := ann[LinkerdRetryHTTP]; ok {
 		return settings{}, fmt.Errorf("metadata.annotations[%s]: a GRPCRoute's retries are %s", LinkerdRetryHTTP, LinkerdRetryGRPC)
 	}
-	v, ok := ann[LinkerdRetryGRPC]
-	withHTTP := map[string]string{}
-	for k, val := range ann {
-		withHTTP[k] = val
-	}
-	if ok {
-		withHTTP[LinkerdRetryHTTP] = "5xx" // limit and timeout apply as for HTTP; the codes are replaced below
-	}
-	s, err := linkerdSettings(withHTTP)
-	if err != nil || !ok {
-		s.codes = nil
-		return s, err
-	}
-	s.codes = nil
-	for _, name := range strings.Split(v, ",") {
-		code := v1alpha1.GRPCStatusCode(strings.ToUpper(strings.ReplaceAll(strings.TrimSpace(name), "-", "_")))
-		if _, known := code.Number(); !known || code == "OK" {
-			return s, fmt.Errorf("metadata.annotations[%s]: %q is not a gRPC status; allowed: %s", LinkerdRetryGRPC, strings.TrimSpace(name), linkerdGRPCNames())
+	s := settings{attempts: 1}
+	if v, ok := ann[LinkerdRetryGRPC]; ok {
+		for _, name := range strings.Split(v, ",") {
+			code := v1alpha1.GRPCStatusCode(strings.ToUpper(strings.ReplaceAll(strings.TrimSpace(name), "-", "_")))
+			if _, known := code.Number(); !known || code == "OK" {
+				return s, fmt.Errorf("metadata.annotations[%s]: %q is not a gRPC status; allowed: %s", LinkerdRetryGRPC, strings.TrimSpace(name), linkerdGRPCNames())
+			}
+			s.grpcCodes = append(s.grpcCodes, code)
 		}
-		s.grpcCodes = append(s.grpcCodes, code)
+		if err := s.linkerdRetries(ann); err != nil {
+			return s, err
+		}
 	}
-	return s, nil
+	return s, s.linkerdTimeouts(ann)
 }
 
 // linkerdGRPCNames are the gRPC statuses in Linkerd's spelling.

@@ -36,23 +36,40 @@ func linkerdSettings(ann map[string]string) (settings, error) {
 			return s, fmt.Errorf("%s: %w", LinkerdRetryHTTP, err)
 		}
 		s.codes = codes
-		limit := linkerdDefaultLimit
-		if l, ok := ann[LinkerdRetryLimit]; ok {
-			n, err := strconv.Atoi(l)
-			if err != nil || n < 0 || int64(n)+1 > rules.AttemptsRange.Max {
-				return s, fmt.Errorf("%s: must be a number of retries between 0 and %d (got %q)", LinkerdRetryLimit, rules.AttemptsRange.Max-1, l)
-			}
-			limit = n
-		}
-		s.attempts = int32(limit) + 1
-		if t, ok := ann[LinkerdRetryTimeout]; ok {
-			d, err := positiveDuration(t)
-			if err != nil {
-				return s, fmt.Errorf("%s: %w (got %q)", LinkerdRetryTimeout, err, t)
-			}
-			s.backendRequest = d
+		if err := s.linkerdRetries(ann); err != nil {
+			return s, err
 		}
 	}
+	return s, s.linkerdTimeouts(ann)
+}
+
+// linkerdRetries reads retry.linkerd.io/limit (the retries, 1 when absent)
+// and retry.linkerd.io/timeout (each attempt's bound) into s: what a route
+// whose retries are on (its http or grpc annotation) gets of them.
+func (s *settings) linkerdRetries(ann map[string]string) error {
+	limit := linkerdDefaultLimit
+	if l, ok := ann[LinkerdRetryLimit]; ok {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 || int64(n)+1 > rules.AttemptsRange.Max {
+			return fmt.Errorf("%s: must be a number of retries between 0 and %d (got %q)", LinkerdRetryLimit, rules.AttemptsRange.Max-1, l)
+		}
+		limit = n
+	}
+	s.attempts = int32(limit) + 1
+	if t, ok := ann[LinkerdRetryTimeout]; ok {
+		d, err := positiveDuration(t)
+		if err != nil {
+			return fmt.Errorf("%s: %w (got %q)", LinkerdRetryTimeout, err, t)
+		}
+		s.backendRequest = d
+	}
+	return nil
+}
+
+// linkerdTimeouts reads the request and response timeouts into s: the
+// shorter bounds the whole call, and an attempt's bound no shorter than it
+// is dropped.
+func (s *settings) linkerdTimeouts(ann map[string]string) error {
 	for _, key := range []string{LinkerdTimeoutRequest, LinkerdTimeoutResponse} {
 		t, ok := ann[key]
 		if !ok {
@@ -60,7 +77,7 @@ func linkerdSettings(ann map[string]string) (settings, error) {
 		}
 		d, err := positiveDuration(t)
 		if err != nil {
-			return s, fmt.Errorf("%s: %w (got %q)", key, err, t)
+			return fmt.Errorf("%s: %w (got %q)", key, err, t)
 		}
 		if s.request == nil || d < *s.request {
 			s.request = &d
@@ -69,7 +86,7 @@ func linkerdSettings(ann map[string]string) (settings, error) {
 	if s.request != nil && s.backendRequest >= *s.request {
 		s.backendRequest = 0 // the whole call's bound is the tighter one
 	}
-	return s, nil
+	return nil
 }
 
 // linkerdCodes reads retry.linkerd.io/http: comma-separated "5xx",
